@@ -1,0 +1,52 @@
+# gradwire: every target sets up the project virtualenv by itself when it is missing.
+#
+#   make test        the whole test suite (golden models, Amaranth simulator, cocotb on Verilator)
+#   make sim         the end-to-end system simulation on Verilator
+#   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
+#   make verilog     Verilog of every top into build/verilog/
+#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight), into build/bitstream/
+#   make setup       just create/refresh the virtualenv
+#   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
+
+PYTHON  ?= python3
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+STAMP   := $(VENV)/.gradwire-installed
+BOARD   ?= ecpix5
+PYTEST_ARGS ?=
+
+export AMARANTH_USE_YOSYS := builtin
+
+.PHONY: setup test bench verilog sim bitstream clean distclean
+
+setup: $(STAMP)
+
+# Reinstall whenever pyproject.toml changes. The editable install puts `gradwire` on the
+# venv's PATH and makes host/, hdl/ and sim/ importable from anywhere.
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test,bitstream]'
+	@touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m host.bench
+
+verilog: $(STAMP)
+	$(PY) -m hdl.export build/verilog
+
+sim: $(STAMP)
+	$(PY) -m host.cli sim --backend verilator
+
+bitstream: $(STAMP)
+	$(PY) -m hdl.build --board $(BOARD)
+
+clean:
+	rm -rf build .pytest_cache .hypothesis
+	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +
+
+distclean: clean
+	rm -rf $(VENV) *.egg-info

