@@ -4,6 +4,7 @@
 #   make sim         the end-to-end system simulation on Verilator
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
+#   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
 #   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight), into build/bitstream/
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
@@ -17,7 +18,7 @@ PYTEST_ARGS ?=
 
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup test bench verilog sim bitstream clean distclean
+.PHONY: setup test bench verilog sim bitstream clean distclean accuracy
 
 setup: $(STAMP)
 
@@ -26,7 +27,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bitstream]'
+	$(PY) -m pip install --quiet -e '.[test,bitstream,ddp]'
 	@touch $@
 
 test: $(STAMP)
@@ -40,6 +41,9 @@ verilog: $(STAMP)
 
 sim: $(STAMP)
 	$(PY) -m host.cli sim --backend verilator
+
+accuracy: $(STAMP)
+	$(PY) -m host.cli accuracy
 
 bitstream: $(STAMP)
 	$(PY) -m hdl.build --board $(BOARD)
