@@ -1,0 +1,158 @@
+"""INCEPTIONN compressor: the NIC transmit path (``notes/nic-contract.md``, TX).
+
+Pipeline (every stage a register with the stream handshake; back-pressure propagates
+through the ``ready`` chain, so nothing is lost or duplicated):
+
+====  =================  ====================================================================
+ #    stage              what it does
+====  =================  ====================================================================
+ 0    front (comb)       parses the header beat, picks the packet's mode (compress or pass
+                         through), rewrites ``type`` to ``INC_F32``, counts payload words
+ 1    encode             8 lanes classified and shifted (:class:`~hdl.lane_encoder.EncodeStage`)
+ 2    prefix sum         payload byte offsets and block width (:class:`~hdl.block_packer.BlockPacker`)
+ 3    assembly           one contiguous block of 2..34 bytes
+ 4    rotate             block shifted to its byte position in the output word
+                         (:class:`~hdl.bit_accumulator.BitAccumulator`)
+ 5    accumulate         full 256-bit words out; flush and pad at ``tlast``
+====  =================  ====================================================================
+
+A packet goes through in one of two modes, chosen at its header beat:
+
+* compress (magic, version ok, ``RAW_F32``, ``COMPRESS`` flag, ``1 <= k <= 15``): the header
+  leaves with ``type = INC_F32``; each payload beat becomes one block; the output is the
+  golden bitstream, padded to whole 32-bit words at the end.
+* pass through (everything else, including ``bad_k``): every beat travels as a raw 32-byte
+  item and leaves unchanged, with its own ``tkeep``.
+
+One input beat is accepted per clock as long as the blocks are at most 32 bytes and the
+output is ready; with 34-byte blocks (all values raw) the output word rate is the limit,
+16 input beats per 17 clocks.
+"""
+from amaranth import Cat, Module, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from host.counters import NIC_TX_COUNTERS
+from host.header import LANES, MAGIC, VERSION, Flags, K_MAX, K_MIN, PacketType
+
+from .axis import AxisBeat
+from .bit_accumulator import BitAccumulator
+from .block_packer import BlockPacker
+from .header import HeaderLayout
+from .lane_encoder import EncodeStage
+
+__all__ = ["TxEvents", "Compressor"]
+
+#: One strobe per transmit counter (``host.counters.NIC_TX_COUNTERS`` order), high for one
+#: cycle when the counter must be incremented.
+TxEvents = data.StructLayout({name: unsigned(1) for name in NIC_TX_COUNTERS})
+
+
+def popcount(m, bits, name):
+    result = Signal(range(len(bits) + 1), name=name)
+    m.d.comb += result.eq(sum(bits[i] for i in range(len(bits))))
+    return result
+
+
+class Compressor(wiring.Component):
+    """The NIC transmit engine: ``RAW_F32`` + ``COMPRESS`` packets in, ``INC_F32`` out.
+
+    Ports
+    -----
+    i : In(stream.Signature(AxisBeat))
+        Packets: header beat, then payload beats of eight fp32 lanes.
+    o : Out(stream.Signature(AxisBeat))
+        Packets: compressed ones with the bitstream as payload, the others unchanged.
+    events : Out(TxEvents)
+        Counter strobes. ``packets`` and ``bypassed``/``bad_k`` at the header beat;
+        ``compressed`` or ``length_mismatch`` at the last beat of a compressed packet.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "i": In(stream.Signature(AxisBeat)),
+            "o": Out(stream.Signature(AxisBeat)),
+            "events": Out(TxEvents),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.encode = encode = EncodeStage()
+        m.submodules.pack = pack = BlockPacker()
+        m.submodules.accumulate = accumulate = BitAccumulator()
+        wiring.connect(m, encode.o, pack.i)
+        wiring.connect(m, pack.o, accumulate.i)
+        wiring.connect(m, accumulate.o, wiring.flipped(self.o))
+
+        # -- front end: per-packet mode, header rewrite ---------------------------------
+        in_payload = Signal()        # the next beat is a payload beat (else a header)
+        compressing = Signal()       # mode of the current packet
+        k = Signal(4)
+        count = Signal(32)
+        words_seen = Signal(32)      # payload words of the current packet so far
+
+        beat = self.i.p
+        header = data.View(HeaderLayout, beat.data)
+        wants_compression = Signal()
+        k_ok = Signal()
+        m.d.comb += [
+            wants_compression.eq((header.magic == MAGIC) & (header.version == VERSION) &
+                                 (header.type == PacketType.RAW_F32) &
+                                 (header.flags & Flags.COMPRESS).any()),
+            k_ok.eq((header.k >= K_MIN) & (header.k <= K_MAX)),
+        ]
+        starts_compressed = wants_compression & k_ok
+
+        rewritten = Signal(HeaderLayout)
+        m.d.comb += rewritten.eq(beat.data)
+        with m.If(starts_compressed):
+            m.d.comb += rewritten.type.eq(PacketType.INC_F32)
+
+        # A lane holds a value when its first byte is kept (tkeep is whole words).
+        lanes_valid = Signal(LANES)
+        m.d.comb += lanes_valid.eq(Cat(beat.keep[4 * j] for j in range(LANES)))
+        lanes_in_beat = popcount(m, lanes_valid, "lanes_in_beat")
+
+        req = encode.i.p
+        m.d.comb += [
+            encode.i.valid.eq(self.i.valid),
+            self.i.ready.eq(encode.i.ready),
+            req.lanes_valid.eq(lanes_valid),
+            req.keep.eq(beat.keep),
+            req.last.eq(beat.last),
+            req.k.eq(k),
+        ]
+        with m.If(~in_payload):
+            m.d.comb += [req.raw.eq(1), req.words.eq(rewritten.as_value())]
+        with m.Else():
+            m.d.comb += [req.raw.eq(~compressing), req.words.eq(beat.data)]
+
+        # -- per-packet bookkeeping and counter events ----------------------------------
+        events = self.events
+        m.d.sync += events.eq(0)
+        total_words = Signal(32)
+        m.d.comb += total_words.eq(words_seen + lanes_in_beat)
+        with m.If(self.i.valid & self.i.ready):
+            with m.If(~in_payload):
+                m.d.sync += [
+                    in_payload.eq(~beat.last),
+                    compressing.eq(starts_compressed),
+                    k.eq(header.k),
+                    count.eq(header.count),
+                    words_seen.eq(0),
+                    events.packets.eq(1),
+                    events.bypassed.eq(~wants_compression),
+                    events.bad_k.eq(wants_compression & ~k_ok),
+                ]
+                # A header-only compressed packet ends here, with no payload words.
+                with m.If(beat.last & starts_compressed):
+                    m.d.sync += [events.compressed.eq(header.count == 0),
+                                 events.length_mismatch.eq(header.count != 0)]
+            with m.Else():
+                m.d.sync += words_seen.eq(total_words)
+                with m.If(beat.last):
+                    m.d.sync += in_payload.eq(0)
+                    with m.If(compressing):
+                        m.d.sync += [events.compressed.eq(total_words == count),
+                                     events.length_mismatch.eq(total_words != count)]
+        return m
