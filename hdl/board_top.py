@@ -1,0 +1,262 @@
+"""ECP5 board top: PLL, reset synchroniser, the self-test (engines inside), LEDs, UART TX.
+
+Board choices live in ``constraints/boards.toml`` (:func:`load_boards`); this module turns
+one entry into a design for its amaranth-boards platform:
+
+* :class:`EnginePLL` makes the engine clock (``sync`` domain) from the board oscillator with
+  an ``EHXPLLL`` (dividers computed here, :func:`pll_dividers`, like Trellis ``ecppll``);
+* the board reset button (if any) and PLL lock reset the ``sync`` domain through a reset
+  synchroniser, so the engines start only on a stable clock;
+* :class:`hdl.selftest.SelfTest` holds the engines and their traffic; its status bits go to
+  the LEDs named in the board entry and its report to the UART TX pin.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import tomllib
+from pathlib import Path
+
+from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth.build import Attrs, Pins, Resource
+from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
+
+from hdl.selftest import ENGINES, SelfTest, SelfTestStatus
+
+__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "BoardTop"]
+
+BOARDS_FILE = Path(__file__).resolve().parents[1] / "constraints" / "boards.toml"
+
+
+@dataclasses.dataclass(frozen=True)
+class Board:
+    """One entry of ``constraints/boards.toml`` (see the comments there)."""
+    name: str
+    platform: str
+    part: str
+    engines: tuple
+    engine_mhz: float
+    uart_tx: str
+    leds: dict
+    fault_input: object = None
+    preferences: str = ""
+    notes: str = ""
+
+    def platform_class(self):
+        module, cls = self.platform.split(":")
+        return getattr(importlib.import_module(module), cls)
+
+    def make_platform(self):
+        """A fresh platform instance with the board's added pins."""
+        platform = self.platform_class()()
+        if platform.device != self.part:
+            raise ValueError(f"Board {self.name!r}: {self.platform} is a {platform.device}, "
+                             f"but boards.toml says {self.part}")
+        if isinstance(self.fault_input, dict):
+            spec = self.fault_input
+            conn_name, conn_number = spec["connector"].split(":")
+            platform.add_resources([
+                Resource(spec["name"], 0,
+                         Pins(spec["pin"], dir="i", conn=(conn_name, int(conn_number))),
+                         Attrs(**spec.get("attrs", {}))),
+            ])
+        return platform
+
+
+def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
+    """Read the board table; raises ``ValueError`` naming the board and key on a bad entry."""
+    with open(path, "rb") as f:
+        table = tomllib.load(f)
+    boards = {}
+    for name, entry in table.items():
+        entry = dict(entry)
+        try:
+            board = Board(
+                name=name,
+                platform=entry.pop("platform"),
+                part=entry.pop("part"),
+                engines=tuple(entry.pop("engines")),
+                engine_mhz=float(entry.pop("engine_mhz")),
+                uart_tx=entry.pop("uart_tx"),
+                leds=dict(entry.pop("leds", {})),
+                fault_input=entry.pop("fault_input", None),
+                preferences=entry.pop("preferences", ""),
+                notes=entry.pop("notes", ""),
+            )
+        except KeyError as e:
+            raise ValueError(f"{path}: board {name!r} lacks the key {e.args[0]!r}") from None
+        if entry:
+            raise ValueError(f"{path}: board {name!r} has unknown keys {sorted(entry)}")
+        bad_engines = set(board.engines) - set(ENGINES)
+        bad_leds = set(board.leds) - set(SelfTestStatus.members)
+        if bad_engines or bad_leds:
+            raise ValueError(f"{path}: board {name!r}: unknown engines {sorted(bad_engines)} "
+                             f"or status bits {sorted(bad_leds)}")
+        boards[name] = board
+    return boards
+
+
+# EHXPLLL limits (Lattice TN1263, as used by Trellis ecppll), MHz.
+PFD_MHZ = (3.125, 400.0)
+VCO_MHZ = (400.0, 800.0)
+OUT_MHZ = (10.0, 400.0)
+
+
+def pll_dividers(f_in_mhz, f_out_mhz):
+    """EHXPLLL dividers for ``f_out`` from ``f_in`` with CLKOP as the feedback path.
+
+    Returns ``dict(clki_div, clkfb_div, clkop_div, f_out_mhz, f_vco_mhz)``: the exact or
+    closest reachable frequency, then the VCO closest to 600 MHz (mid-range). Raises
+    ``ValueError`` when the output is out of the PLL's range.
+    """
+    if not OUT_MHZ[0] <= f_out_mhz <= OUT_MHZ[1]:
+        raise ValueError(f"The ECP5 PLL cannot make {f_out_mhz} MHz "
+                         f"(CLKOP range {OUT_MHZ[0]}..{OUT_MHZ[1]} MHz)")
+    best = None
+    for clki_div in range(1, 129):
+        f_pfd = f_in_mhz / clki_div
+        if not PFD_MHZ[0] <= f_pfd <= PFD_MHZ[1]:
+            continue
+        for clkfb_div in range(1, 81):
+            f_out = f_pfd * clkfb_div
+            for clkop_div in range(1, 129):
+                f_vco = f_out * clkop_div
+                if not VCO_MHZ[0] <= f_vco <= VCO_MHZ[1]:
+                    continue
+                key = (round(abs(f_out - f_out_mhz), 9), abs(f_vco - 600))
+                if best is None or key < best[0]:
+                    best = (key, dict(clki_div=clki_div, clkfb_div=clkfb_div,
+                                      clkop_div=clkop_div, f_out_mhz=f_out, f_vco_mhz=f_vco))
+    if best is None:
+        raise ValueError(f"No EHXPLLL setting makes {f_out_mhz} MHz from {f_in_mhz} MHz")
+    return best[1]
+
+
+class EnginePLL(Elaboratable):
+    """An ``EHXPLLL`` that turns ``clk_in`` into ``clk_out`` (CLKOP, also the feedback).
+
+    Attributes
+    ----------
+    clk_in : Signal, in
+    clk_out : Signal, out
+    locked : Signal, out
+    dividers : dict
+        What :func:`pll_dividers` chose (``f_out_mhz`` is the real output frequency).
+    """
+
+    def __init__(self, *, f_in_mhz, f_out_mhz):
+        self.f_in_mhz = f_in_mhz
+        self.dividers = pll_dividers(f_in_mhz, f_out_mhz)
+        self.clk_in = Signal()
+        # kept through synthesis so that the LPF clock constraint finds this net by name
+        self.clk_out = Signal(attrs={"keep": 1})
+        self.locked = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        d = self.dividers
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED",
+            p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKI_DIV=d["clki_div"],
+            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=d["clkop_div"],
+            # ecppll's choice: half an output period of VCO cycles (Lattice's 180 degrees)
+            p_CLKOP_CPHASE=d["clkop_div"] // 2, p_CLKOP_FPHASE=0,
+            p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=d["clkfb_div"],
+            i_RST=Const(0), i_STDBY=Const(0),
+            i_CLKI=self.clk_in, o_CLKOP=self.clk_out, i_CLKFB=self.clk_out,
+            i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
+            i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
+            i_ENCLKOP=Const(0),
+            o_LOCK=self.locked,
+            a_FREQUENCY_PIN_CLKI=f"{self.f_in_mhz:g}",
+            a_FREQUENCY_PIN_CLKOP=f"{d['f_out_mhz']:g}",
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
+            a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+        )
+        return m
+
+
+def _pin_spec(spec):
+    """``"rgb_led:0.g"`` -> ``("rgb_led", 0, "g")``; ``"led:3"`` -> ``("led", 3, None)``."""
+    resource, _, rest = spec.partition(":")
+    number, _, sub = rest.partition(".")
+    return resource, int(number), (sub or None)
+
+
+class BoardTop(Elaboratable):
+    """The whole design for one board.
+
+    Parameters
+    ----------
+    board : Board
+    engines : tuple of str or None
+        Engines to build; default ``board.engines`` (what fits).
+    engine_mhz : float or None
+        Engine clock; default ``board.engine_mhz``.
+    selftest_kwargs : dict
+        Passed on to :class:`hdl.selftest.SelfTest` (engine parameters and so on).
+
+    Attributes
+    ----------
+    selftest : SelfTest
+    pll : EnginePLL
+        Made at elaboration (it needs the platform's oscillator frequency).
+    """
+
+    def __init__(self, board, *, engines=None, engine_mhz=None, selftest_kwargs=None):
+        self.board = board
+        self.engines = tuple(board.engines if engines is None else engines)
+        self.engine_mhz = float(board.engine_mhz if engine_mhz is None else engine_mhz)
+        self.selftest_kwargs = dict(selftest_kwargs or {})
+        self.pll = None
+        self.selftest = None
+
+    def elaborate(self, platform):
+        m = Module()
+        requested = {}
+
+        def pin(spec):
+            # a resource is requested once; several specs may use its subsignals
+            resource, number, sub = _pin_spec(spec)
+            if (resource, number) not in requested:
+                requested[resource, number] = platform.request(resource, number)
+            res = requested[resource, number]
+            return getattr(res, sub) if sub else res
+
+        # clock and reset
+        f_in_mhz = platform.default_clk_frequency / 1e6
+        clk_in = platform.request(platform.default_clk, 0)
+        m.submodules.pll = self.pll = pll = EnginePLL(f_in_mhz=f_in_mhz,
+                                                      f_out_mhz=self.engine_mhz)
+        m.d.comb += pll.clk_in.eq(clk_in.i)
+        platform.add_clock_constraint(pll.clk_out, pll.dividers["f_out_mhz"] * 1e6)
+
+        m.domains.sync = ClockDomain("sync")
+        m.d.comb += ClockSignal("sync").eq(pll.clk_out)
+        async_reset = ~pll.locked
+        if platform.default_rst is not None:
+            async_reset = async_reset | platform.request(platform.default_rst, 0).i
+        m.submodules.reset_sync = ResetSynchronizer(async_reset, domain="sync")
+
+        # the self-test
+        clk_hz = round(pll.dividers["f_out_mhz"] * 1e6)
+        m.submodules.selftest = self.selftest = selftest = SelfTest(
+            engines=self.engines, clk_hz=clk_hz, **self.selftest_kwargs)
+        m.d.comb += pin(self.board.uart_tx).o.eq(selftest.uart_tx)
+
+        if self.board.fault_input is not None:
+            if isinstance(self.board.fault_input, dict):
+                fault = platform.request(self.board.fault_input["name"], 0)
+            else:
+                fault = pin(self.board.fault_input)
+            m.submodules.fault_sync = FFSynchronizer(fault.i, selftest.inject_fault)
+
+        status = Signal.like(selftest.status)
+        m.d.comb += [status.eq(selftest.status), status.pll_unlocked.eq(~pll.locked)]
+        for bit, spec in self.board.leds.items():
+            m.d.comb += pin(spec).o.eq(getattr(status, bit))
+        return m

@@ -1,0 +1,152 @@
+"""Self-test counters as readable text: one line per period, unsigned decimal numbers.
+
+The line is a Python format string such as ``"t={seconds} nic err={nic_errors}\\r\\n"``.
+Each replacement field names a 32-bit input port of :class:`Report`; the literal text goes
+out as is. At every period the inputs are copied at once (so a line is one consistent
+snapshot), then the line is sent character by character into a byte stream (a
+:class:`hdl.uart_tx.UartTx` in the board top). Numbers are converted by repeated
+subtraction of powers of ten: one subtraction per clock, far faster than any UART.
+"""
+import string
+
+from amaranth import Array, Const, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["Report", "parse_template"]
+
+
+def parse_template(template):
+    """Split a line template into ``(literal_bytes, field_name_or_None)`` pieces.
+
+    Raises ``ValueError`` on format specs, conversions or non-ASCII text, which the
+    hardware does not support.
+    """
+    pieces = []
+    for literal, field, spec, conversion in string.Formatter().parse(template):
+        try:
+            literal.encode("ascii")
+        except UnicodeEncodeError:
+            raise ValueError(f"Report text must be ASCII: {literal!r}") from None
+        if spec or conversion:
+            raise ValueError(f"Report field {field!r}: format specs and conversions are not "
+                             f"supported (numbers are always unsigned decimal)")
+        if field is not None and not field.isidentifier():
+            raise ValueError(f"Report field {field!r} must be a plain identifier")
+        pieces.append((literal.encode("ascii"), field))
+    return pieces
+
+
+class Report(wiring.Component):
+    """Sends ``template`` with its fields filled in, once every ``period`` clock cycles.
+
+    Parameters
+    ----------
+    template : str
+        The line, with ``{name}`` fields; each distinct name becomes an ``In(width)`` port.
+    period : int
+        Clock cycles between the starts of two lines (a line that is still being sent when
+        the next period starts makes that period's line be skipped, not queued).
+    width : int
+        Width of every field, bits (numbers up to ``2**width - 1``).
+
+    Attributes
+    ----------
+    o : Out(stream.Signature(8))
+        The text, one ASCII byte per transfer.
+    lines : Out(32)
+        Lines started so far (for tests and for the uptime field of the caller, if wanted).
+    <field name> : In(width)
+        One port per field of the template.
+    """
+
+    def __init__(self, template, *, period, width=32):
+        if not isinstance(period, int) or period < 1:
+            raise ValueError(f"Report period must be a positive number of cycles, not {period!r}")
+        self.pieces = parse_template(template)
+        self.fields = list(dict.fromkeys(f for _, f in self.pieces if f is not None))
+        reserved = {"o", "lines"} & set(self.fields)
+        if reserved:
+            raise ValueError(f"Report field names {sorted(reserved)} clash with its ports")
+        self.period, self.width = period, width
+        super().__init__({
+            "o": Out(stream.Signature(8)),
+            "lines": Out(32),
+            **{name: In(width) for name in self.fields},
+        })
+
+    def _program(self):
+        """The line as a list of ops: ``("char", byte)`` or ``("number", field_index)``."""
+        ops = []
+        for literal, field in self.pieces:
+            ops += [("char", byte) for byte in literal]
+            if field is not None:
+                ops.append(("number", self.fields.index(field)))
+        return ops
+
+    def elaborate(self, platform):
+        m = Module()
+        ops = self._program()
+        digits = len(str((1 << self.width) - 1))
+        powers = Array(Const(10 ** i, self.width) for i in range(digits))
+
+        timer = Signal(range(self.period), init=self.period - 1)
+        tick = Signal()
+        m.d.comb += tick.eq(timer == 0)
+        m.d.sync += timer.eq(timer - 1)
+        with m.If(tick):
+            m.d.sync += timer.eq(self.period - 1)
+
+        snapshot = Array(Signal(self.width, name=f"snap_{name}") for name in self.fields)
+        pc = Signal(range(len(ops) + 1))
+        op_is_number = Signal()
+        op_char = Signal(8)
+        op_field = Signal(range(max(len(self.fields), 1)))
+        with m.Switch(pc):
+            for index, (kind, arg) in enumerate(ops):
+                with m.Case(index):
+                    if kind == "char":
+                        m.d.comb += op_char.eq(arg)
+                    else:
+                        m.d.comb += [op_is_number.eq(1), op_field.eq(arg)]
+
+        work = Signal(self.width)        # what is left of the number being printed
+        place = Signal(range(digits))    # the decimal place being worked on
+        digit = Signal(4)
+        started = Signal()               # a non-zero digit was sent: zeros are no longer leading
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(tick):
+                    for name, snap in zip(self.fields, snapshot):
+                        m.d.sync += snap.eq(getattr(self, name))
+                    m.d.sync += [pc.eq(0), self.lines.eq(self.lines + 1)]
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                with m.If(pc == len(ops)):
+                    m.next = "IDLE"
+                with m.Elif(op_is_number):
+                    m.d.sync += [work.eq(snapshot[op_field]), place.eq(digits - 1),
+                                 digit.eq(0), started.eq(0)]
+                    m.next = "DIGIT"
+                with m.Else():
+                    m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(op_char)]
+                    with m.If(self.o.ready):
+                        m.d.sync += pc.eq(pc + 1)
+            with m.State("DIGIT"):
+                advance = Signal()
+                with m.If(work >= powers[place]):
+                    m.d.sync += [work.eq(work - powers[place]), digit.eq(digit + 1)]
+                with m.Elif((digit != 0) | started | (place == 0)):
+                    m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(ord("0") + digit)]
+                    m.d.comb += advance.eq(self.o.ready)
+                    with m.If(self.o.ready):
+                        m.d.sync += started.eq(1)
+                with m.Else():
+                    m.d.comb += advance.eq(1)           # a leading zero: skipped
+                with m.If(advance):
+                    m.d.sync += [digit.eq(0), place.eq(place - 1)]
+                    with m.If(place == 0):
+                        m.d.sync += pc.eq(pc + 1)
+                        m.next = "FETCH"
+        return m
