@@ -1,0 +1,718 @@
+"""Golden model of Lossless Homomorphic Compression (the in-network all-reduce path).
+
+Implements ``shared/spec/lhc-sketch.md`` in vectorised NumPy. Every worker
+
+1. sends a non-zero **index bitmap** (merged by the switch with bitwise OR) together with
+   its **exponent** (merged with signed MAX)                                   -- phase A,
+2. quantises its tensor with the common SwitchML scale and sends a **count sketch** of the
+   int32 values (merged with wrap-around ADD)                                  -- phase B,
+3. **peels** the summed sketch, using the cell counts it recomputes from the merged bitmap,
+   and sends the exact int32 values of the elements peeling could not recover in one dense
+   ADD round                                                                   -- phase C
+   (skipped when everything peeled),
+
+and so ends with the exact int32 sum of the quantised tensors, dequantised. The result is
+therefore bit for bit ``dequantize(wrap32(sum_w quantize(x_w, f)), f)`` whatever happens
+during peeling.
+
+Public entry point: :func:`allreduce`. The building blocks (:func:`worker_exponent`,
+:func:`scale`, :func:`quantize`, :func:`dequantize`, :func:`encode_index`,
+:func:`aggregate_index`, :func:`rows_for`, :func:`encode_sketch`, :func:`aggregate_sketch`,
+:func:`count_map`, :func:`peel`, :func:`decode`) can be used alone, and :class:`LhcWorker`
+runs one worker's side of the protocol phase by phase, for drivers that carry the phases
+over a real (or simulated) network (``host/switch_packets.py``).
+
+Choices where the spec leaves something open (all deterministic, shared by every worker):
+
+- **The index marks ``x != 0``, not ``q != 0``.** The spec says the bitmap has a bit where
+  ``q != 0``, but ``q`` needs the scale, which needs ``e_max``, which the switch only
+  delivers at the end of phase A, the phase that carries the bitmap. So the bitmap is built
+  from the float values: ``x != 0`` (``-0.0`` counts as zero). Since ``q != 0`` implies
+  ``x != 0`` this is a superset; elements that quantise to 0 sit in ``U`` with value 0 and
+  peel like any other. Results are unaffected; ``union_nnz`` and ``rows`` can be slightly
+  larger than with the literal rule.
+- **All zero.** ``f = 1`` when the merged bitmap is empty (then every value of every
+  worker is ±0; every worker can tell from the bitmap alone).
+- **Scale overflow.** ``float32((2**31 - 1) / (n * 2**e_max))`` is ``inf`` when ``e_max``
+  is very small (all magnitudes below about ``2**-96``, e.g. only denormals). Then the scale
+  is computed with the smallest exponent for which it is finite (:func:`scale_exponent_floor`)
+  instead of ``e_max``: still deterministic, still bounded in int32, just coarser.
+- **Exponent byte range.** ``e_w`` ranges over -126..128; 128 (a magnitude of at least
+  ``2**127``) does not fit the signed exponent byte and is rejected with ValueError.
+- **Row count.** ``r = max(r_min, math.ceil(max_column / load))`` evaluated in Python
+  floating point (so ``ceil(7 / 0.7) == 11``: 0.7 is not exact in binary).
+- **Rounds** counts the peeling rounds that peeled at least one element (the final round
+  that finds nothing is not counted).
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from typing import Sequence
+
+import numpy as np
+
+from .murmur3 import murmur3_32_u32
+
+__all__ = [
+    "B", "N_HASHES", "DEFAULT_LOAD", "MAX_WORKERS", "EXPONENT_ZERO", "INT32_MAX",
+    "as_gradient", "worker_exponent", "aggregate_exponent", "scale", "scale_exponent_floor",
+    "quantize", "dequantize", "n_blocks", "encode_index", "decode_index", "aggregate_index",
+    "column_counts", "rows_for", "block_hashes", "SketchGeometry", "encode_sketch",
+    "aggregate_sketch", "count_map", "PeelResult", "peel", "decode", "LhcPlan", "make_plan",
+    "LhcStats", "LhcWorker", "allreduce", "wrap_int32",
+]
+
+#: Columns of the sketch: a tensor is cut into blocks of B elements.
+B = 1024
+#: Hash functions (cells per element).
+N_HASHES = 3
+DEFAULT_LOAD = 0.7
+#: The switch's worker bitmap is 32 bits wide.
+MAX_WORKERS = 32
+#: ``e_w`` of an all-zero (or all-denormal) tensor: biased exponent 0 minus 126.
+EXPONENT_ZERO = -126
+INT32_MAX = 2**31 - 1
+_WORDS_PER_BLOCK = B // 32
+
+
+# ---------------------------------------------------------------------------------------
+# helpers
+
+def wrap_int32(values) -> np.ndarray:
+    """Integers reduced modulo 2**32 into int32 (two's complement wrap-around)."""
+    values = np.asarray(values, dtype=np.int64)
+    return (values & 0xFFFFFFFF).astype(np.uint32).view(np.int32)
+
+
+def as_gradient(tensor, *, name: str = "tensor") -> np.ndarray:
+    """``tensor`` as a flat float32 array, or ValueError if it holds NaN or ±Inf.
+
+    Integer and other floating dtypes are converted with ``float32(x)`` first (the spec's
+    quantiser starts from ``float32(x)``); a value that overflows float32 becomes Inf and is
+    rejected like one.
+    """
+    array = np.asarray(tensor)
+    if array.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected real numbers, got dtype {array.dtype}")
+    if array.dtype != np.float32:
+        with np.errstate(over="ignore"):
+            array = array.astype(np.float32)
+    flat = np.ascontiguousarray(array).reshape(-1)
+    bad = (flat.view(np.uint32) & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
+    if bad.any():
+        where = np.flatnonzero(bad)
+        raise ValueError(f"{name} holds {where.size} non-finite value(s) (NaN or ±Inf after "
+                         f"conversion to float32), first at flat index {where[0]}: "
+                         f"{flat[where[0]]!r}; gradients must be finite")
+    return flat
+
+
+# ---------------------------------------------------------------------------------------
+# quantisation (spec section 2)
+
+def worker_exponent(tensor) -> int:
+    """``e_w = biased_exponent(max |x_w|) - 126``: every ``|x_w|`` is below ``2**e_w``.
+
+    -126 for an all-zero (or empty, or all-denormal) tensor. Raises ValueError for NaN/Inf
+    and for a magnitude of at least ``2**127`` (``e_w = 128`` does not fit the signed
+    exponent byte of the packet header).
+    """
+    return _exponent_of(as_gradient(tensor))
+
+
+def _exponent_of(flat: np.ndarray) -> int:
+    if flat.size == 0:
+        return EXPONENT_ZERO
+    magnitude_bits = int((flat.view(np.uint32) & np.uint32(0x7FFFFFFF)).max())
+    exponent = (magnitude_bits >> 23) - 126
+    if exponent > 127:
+        raise ValueError(f"max |x| = {np.uint32(magnitude_bits).view(np.float32)!r} is at "
+                         f"least 2**127: its exponent {exponent} does not fit the signed "
+                         f"exponent byte")
+    return exponent
+
+
+def aggregate_exponent(exponents: Sequence[int]) -> int:
+    """The switch's merge of the exponent byte: signed MAX."""
+    return max(int(e) for e in exponents)
+
+
+def _unclamped_scale(exponent: int, n_workers: int) -> np.float32:
+    with np.errstate(over="ignore"):
+        # (2**31-1)/(n*2**e) is rounded to float64 and then to float32. That double rounding
+        # equals the correctly rounded float32 for every n in 1..32 (2**31-1 is prime, so the
+        # quotient's binary expansion never has the 28 equal bits a wrong tie would need);
+        # tests/test_lhc.py checks it against exact rational rounding.
+        return np.array((2**31 - 1) / (n_workers * 2.0**exponent)).astype(np.float32)[()]
+
+
+@functools.lru_cache(maxsize=None)
+def scale_exponent_floor(n_workers: int) -> int:
+    """Smallest exponent for which ``float32((2**31-1) / (n * 2**e))`` is finite."""
+    _check_workers(n_workers)
+    exponent = -128
+    while not np.isfinite(_unclamped_scale(exponent, n_workers)):
+        exponent += 1
+    return exponent
+
+
+def scale(e_max: int, n_workers: int, *, all_zero: bool = False) -> np.float32:
+    """The common SwitchML scale ``f = float32((2**31 - 1) / (n * 2**e_max))``.
+
+    Parameters
+    ----------
+    e_max : int
+        Aggregated (MAX) exponent, -128..127.
+    n_workers : int
+        Number of workers ``n`` (1..32).
+    all_zero : bool
+        Every value of every worker is zero (the merged index is empty): ``f = 1``.
+
+    Notes
+    -----
+    When ``e_max < scale_exponent_floor(n)`` the formula overflows float32; the scale then
+    uses the floor exponent instead (see the module docstring).
+    """
+    _check_workers(n_workers)
+    if isinstance(e_max, bool) or int(e_max) != e_max or not -128 <= e_max <= 127:
+        raise ValueError(f"exponent {e_max!r} is not a signed 8-bit integer")
+    if all_zero:
+        return np.float32(1.0)
+    return _unclamped_scale(max(int(e_max), scale_exponent_floor(n_workers)), n_workers)
+
+
+def _round_half_away_from_zero(y: np.ndarray) -> np.ndarray:
+    # In float64, y + copysign(0.5, y) is exact for every float32 y with |y| < 2**31 (and for
+    # |y| < 0.5 it stays below 1), so truncating it rounds half away from zero exactly; doing
+    # the same in float32 would turn 0.49999997 into 1.
+    y64 = y.astype(np.float64)
+    half = np.copysign(0.5, y64)
+    y64 += half
+    return np.trunc(y64, out=y64)
+
+
+def quantize(tensor, f) -> np.ndarray:
+    """``q = int32(round_half_away_from_zero(float32(x) * f))`` with the product in float32.
+
+    Raises OverflowError if a rounded product falls outside int32 (impossible with the
+    scale of :func:`scale` for this tensor's workers; possible with an arbitrary ``f``).
+    """
+    return _quantize_flat(as_gradient(tensor), f)
+
+
+def _quantize_flat(flat: np.ndarray, f) -> np.ndarray:
+    f = np.float32(f)
+    if not (np.isfinite(f) and f > 0):
+        raise ValueError(f"scale {f!r} must be finite and positive")
+    product = flat * f                       # float32 * float32 -> float32, correctly rounded
+    rounded = _round_half_away_from_zero(product)
+    peak = max(rounded.max(), -rounded.min()) if rounded.size else 0.0
+    if peak > INT32_MAX:
+        raise OverflowError(f"x * f reaches {peak:.0f}, outside int32: "
+                            f"the scale {f!r} is too large for this tensor")
+    return rounded.astype(np.int32)
+
+
+def dequantize(q, f) -> np.ndarray:
+    """``float32(q) / f`` in float32."""
+    q = np.asarray(q)
+    if q.dtype.kind not in "iu":
+        raise TypeError(f"quantised values must be integers, got dtype {q.dtype}")
+    return q.astype(np.float32) / np.float32(f)
+
+
+# ---------------------------------------------------------------------------------------
+# index bitmap (spec section 3.1)
+
+def n_blocks(n_elements: int) -> int:
+    """``G``: number of B-element blocks after zero padding."""
+    return -(-int(n_elements) // B)
+
+
+def encode_index(tensor) -> np.ndarray:
+    """Non-zero bitmap, LSB first (element 32m+j is bit j of word m), as uint32 words.
+
+    The tensor is zero padded to a multiple of B elements, so there are ``32 * G`` words.
+    A bit is set where the value is non-zero (``-0.0`` is zero). Works on float tensors
+    (what a worker sends, see the module docstring) and on integer ones (e.g. ``q``).
+    """
+    flat = np.asarray(tensor).reshape(-1)
+    if flat.dtype.kind == "f":
+        flat = as_gradient(flat)
+    return _index_of_mask(flat != 0)
+
+
+def _index_of_mask(mask: np.ndarray) -> np.ndarray:
+    padded = np.zeros(n_blocks(mask.size) * B, dtype=bool)
+    padded[:mask.size] = mask
+    return np.packbits(padded, bitorder="little").view("<u4").astype(np.uint32)
+
+
+def decode_index(words, n_elements: int | None = None) -> np.ndarray:
+    """Ascending element numbers of the set bits of an index bitmap (int64).
+
+    With ``n_elements``, raises ValueError if a bit is set beyond the tensor's end.
+    """
+    words = np.ascontiguousarray(words, dtype=np.uint32)
+    bits = np.unpackbits(words.astype("<u4").view(np.uint8), bitorder="little")
+    elements = np.flatnonzero(bits)
+    if n_elements is not None and elements.size and elements[-1] >= n_elements:
+        raise ValueError(f"index bit {elements[-1]} set beyond the tensor's {n_elements} "
+                         f"elements")
+    return elements
+
+
+def aggregate_index(bitmaps: Sequence) -> np.ndarray:
+    """The switch's merge of index bitmaps: bitwise OR."""
+    bitmaps = [np.asarray(b, dtype=np.uint32) for b in bitmaps]
+    _check_same_length(bitmaps, "index bitmaps")
+    return np.bitwise_or.reduce(np.stack(bitmaps), axis=0)
+
+
+def column_counts(elements) -> np.ndarray:
+    """``|U ∩ column t|`` for t in 0..B-1, from the ascending element numbers of U."""
+    return np.bincount(np.asarray(elements) & (B - 1), minlength=B)
+
+
+def _rows(max_column: int, load: float, r_min: int) -> int:
+    _check_load(load, r_min)
+    return max(int(r_min), math.ceil(int(max_column) / load))
+
+
+def rows_for(index_words, *, load: float = DEFAULT_LOAD, r_min: int = 1) -> int:
+    """``r = max(r_min, ceil(max_t |U ∩ column t| / load))`` from the merged bitmap."""
+    counts = column_counts(decode_index(index_words))
+    return _rows(int(counts.max()), load, r_min)
+
+
+# ---------------------------------------------------------------------------------------
+# the sketch (spec sections 1, 3.3, 4)
+
+@functools.lru_cache(maxsize=8)
+def _block_hashes_cached(blocks: int) -> np.ndarray:
+    hashes = np.stack([murmur3_32_u32(np.arange(blocks, dtype=np.uint32), j)
+                       for j in range(N_HASHES)])
+    hashes.setflags(write=False)
+    return hashes
+
+
+def block_hashes(blocks: int) -> np.ndarray:
+    """``h_j(b)`` for j in 0..2 and b in 0..blocks-1: uint32 array of shape (3, blocks)."""
+    if blocks < 0 or blocks > 2**32:
+        raise ValueError(f"block count {blocks} out of range")
+    return _block_hashes_cached(int(blocks))
+
+
+class SketchGeometry:
+    """Where each element goes: ``row_j(b) = h_j(b) mod r``, ``sign_j(b)`` from bit 31.
+
+    Parameters
+    ----------
+    blocks : int
+        Number of blocks ``G``.
+    rows : int
+        Sketch rows ``r`` (>= 1).
+    """
+
+    def __init__(self, blocks: int, rows: int):
+        if int(rows) != rows or rows < 1:
+            raise ValueError(f"the sketch needs at least one row, got {rows!r}")
+        self.blocks = int(blocks)
+        self.rows = int(rows)
+        hashes = block_hashes(self.blocks)
+        if self.cells > 2**31 - 1:
+            raise ValueError(f"{rows} rows x {B} cells do not fit int32 cell numbers")
+        # int32 cell numbers and int8 signs: peeling is memory bound
+        self.block_rows = (hashes % np.uint32(self.rows)).astype(np.int32)      # (3, G)
+        self.block_signs = np.where(hashes >> np.uint32(31), -1, 1).astype(np.int8)
+
+    @property
+    def cells(self) -> int:
+        return self.rows * B
+
+    def locate(self, elements) -> tuple[np.ndarray, np.ndarray]:
+        """``(cells, signs)``: int32 cells (row*B + t) and int8 signs, shape (3, len)."""
+        elements = np.asarray(elements, dtype=np.int64)
+        if elements.size and (elements.min() < 0 or elements.max() >= self.blocks * B):
+            raise ValueError(f"element numbers must lie in 0..{self.blocks * B - 1}")
+        block = elements >> 10
+        column = (elements & (B - 1)).astype(np.int32)
+        cells = self.block_rows[:, block]
+        cells *= np.int32(B)
+        cells += column
+        return cells, self.block_signs[:, block]
+
+
+def encode_sketch(q, rows: int) -> np.ndarray:
+    """Count sketch ``Y[row_j(b)*B + t] += sign_j(b) * q[i]`` in int32 with wrap-around.
+
+    Parameters
+    ----------
+    q : array_like of int32
+        One worker's quantised tensor (any length; padding is zero).
+    rows : int
+        Sketch rows ``r``.
+
+    Returns
+    -------
+    numpy.ndarray of int32, ``rows * B`` cells, row-major.
+    """
+    q = np.asarray(q).reshape(-1)
+    if q.dtype != np.int32:
+        raise TypeError(f"quantised values must be int32, got dtype {q.dtype}")
+    geometry = SketchGeometry(n_blocks(q.size), rows)
+    elements = np.flatnonzero(q)
+    cells, signs = geometry.locate(elements)
+    sums = np.zeros(geometry.cells, dtype=np.int64)
+    # int64 accumulation is exact (at most 3*G terms of |q| < 2**31 per cell); wrapping at
+    # the end equals wrapping after every addition.
+    np.add.at(sums, cells.reshape(-1), (signs * q[elements].astype(np.int64)).reshape(-1))
+    return wrap_int32(sums)
+
+
+def aggregate_sketch(sketches: Sequence) -> np.ndarray:
+    """The switch's merge of int32 vectors: wrap-around ADD."""
+    sketches = [np.asarray(s) for s in sketches]
+    _check_same_length(sketches, "sketches")
+    total = np.zeros(sketches[0].shape, dtype=np.int64)
+    for s in sketches:
+        total += s.astype(np.int64)
+    return wrap_int32(total)
+
+
+def count_map(elements, rows: int, blocks: int) -> np.ndarray:
+    """``C[c]`` = number of (i in U, j) whose j-th cell is c (int64, ``rows * B`` cells)."""
+    geometry = SketchGeometry(blocks, rows)
+    cells, _ = geometry.locate(elements)
+    return np.bincount(cells.reshape(-1), minlength=geometry.cells)
+
+
+@dataclasses.dataclass(frozen=True)
+class PeelResult:
+    """Outcome of peeling. ``values[k]`` and ``peeled[k]`` refer to ``elements[k]``."""
+    elements: np.ndarray   # ascending element numbers of U (int64)
+    values: np.ndarray     # int32 sums of the peeled elements (0 where not peeled)
+    peeled: np.ndarray     # bool
+    rounds: int            # rounds that peeled at least one element
+
+    @property
+    def unpeeled(self) -> np.ndarray:
+        """Ascending element numbers left for the exact fallback round."""
+        return self.elements[~self.peeled]
+
+
+def peel(sketch, elements, rows: int, blocks: int) -> PeelResult:
+    """Deterministic synchronous peeling of a summed sketch (spec section 4).
+
+    Each round takes a snapshot of the counts; every unpeeled element picks its first cell
+    (j = 0, 1, 2) whose snapshot count is 1; all picks are then removed. The spec walks the
+    picks in ascending element order, removing one before reading the next; this does them
+    all at once, which is the same: a cell with snapshot count 1 is touched by exactly one
+    (element, j) of the remaining elements, so no other pick of the round changes its value.
+
+    Parameters
+    ----------
+    sketch : array_like of int32
+        The summed sketch ``Y`` (``rows * B`` cells).
+    elements : array_like of int
+        Ascending element numbers of the union U.
+    rows, blocks : int
+        Sketch rows ``r`` and tensor blocks ``G``.
+    """
+    geometry = SketchGeometry(blocks, rows)
+    sketch = np.asarray(sketch).reshape(-1)
+    if sketch.size != geometry.cells:
+        raise ValueError(f"sketch has {sketch.size} cells, expected {rows} x {B}")
+    elements = np.asarray(elements, dtype=np.int64)
+    if elements.size and np.any(np.diff(elements) <= 0):
+        raise ValueError("union elements must be strictly ascending")
+    cells, signs = geometry.locate(elements)
+    counts = np.bincount(cells.reshape(-1), minlength=geometry.cells)
+    # Congruent to the true residual modulo 2**32. Never wrapped: it moves by less than
+    # 2**31 per removal and a cell sees at most 3*|U| removals, far inside int64.
+    residual = sketch.astype(np.int64)
+    values = np.zeros(elements.size, dtype=np.int32)
+    peeled = np.zeros(elements.size, dtype=bool)
+    pending = np.arange(elements.size)
+    rounds = 0
+    while pending.size:
+        # snapshot of the counts, one row per hash (row-wise: faster than a (3, p) gather)
+        one0, one1, one2 = (counts[cells[j]] == 1 for j in range(N_HASHES))
+        picked = one0 | one1 | one2
+        sel = np.flatnonzero(picked)
+        if not sel.size:
+            break
+        # first j whose cell has count 1
+        j = np.where(one0[sel], 0, np.where(one1[sel], 1, 2))
+        cell = cells[j, sel]
+        value = wrap_int32(signs[j, sel] * residual[cell])
+        values[pending[sel]] = value
+        peeled[pending[sel]] = True
+        all_cells = cells[:, sel].reshape(-1)
+        np.subtract.at(residual, all_cells,
+                       (signs[:, sel] * value.astype(np.int64)).reshape(-1))
+        np.subtract.at(counts, all_cells, 1)
+        keep = ~picked
+        pending, cells, signs = pending[keep], cells[:, keep], signs[:, keep]
+        rounds += 1
+    return PeelResult(elements=elements, values=values, peeled=peeled, rounds=rounds)
+
+
+def decode(peeling: PeelResult, fallback_sums, n_elements: int) -> np.ndarray:
+    """The exact int32 sum: peeled values, fallback sums for the unpeeled, 0 outside U.
+
+    ``fallback_sums`` are the switch-summed exact values of ``peeling.unpeeled`` (ascending).
+    """
+    fallback_sums = np.asarray(fallback_sums).reshape(-1)
+    unpeeled = ~peeling.peeled
+    if fallback_sums.size != int(unpeeled.sum()):
+        raise ValueError(f"{fallback_sums.size} fallback values for "
+                         f"{int(unpeeled.sum())} unpeeled elements")
+    out = np.zeros(n_elements, dtype=np.int32)
+    values = peeling.values.copy()
+    values[unpeeled] = wrap_int32(fallback_sums)
+    if peeling.elements.size and peeling.elements[-1] >= n_elements:
+        raise ValueError("union elements beyond the tensor's end")
+    out[peeling.elements] = values
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# the protocol, one worker at a time
+
+@dataclasses.dataclass(frozen=True)
+class LhcPlan:
+    """What every worker derives identically from the merged index and exponent."""
+    n_workers: int
+    n_elements: int
+    blocks: int
+    exponent: int           # e_max
+    scale: np.float32       # f
+    rows: int               # r
+    load: float
+    r_min: int
+    elements: np.ndarray    # ascending element numbers of U
+    max_column: int
+
+
+def make_plan(union_words, e_max: int, n_workers: int, n_elements: int, *,
+              load: float = DEFAULT_LOAD, r_min: int = 1) -> LhcPlan:
+    """Derive ``U``, ``r`` and ``f`` from the switch's phase-A result."""
+    _check_workers(n_workers)
+    _check_load(load, r_min)
+    blocks = n_blocks(n_elements)
+    union_words = np.asarray(union_words, dtype=np.uint32).reshape(-1)
+    if union_words.size != blocks * _WORDS_PER_BLOCK:
+        raise ValueError(f"merged index has {union_words.size} words, expected "
+                         f"{blocks * _WORDS_PER_BLOCK} for {n_elements} elements")
+    elements = decode_index(union_words, n_elements)
+    max_column = int(column_counts(elements).max()) if elements.size else 0
+    return LhcPlan(n_workers=n_workers, n_elements=int(n_elements), blocks=blocks,
+                   exponent=int(e_max),
+                   scale=scale(e_max, n_workers, all_zero=elements.size == 0),
+                   rows=_rows(max_column, load, r_min), load=float(load), r_min=int(r_min),
+                   elements=elements, max_column=max_column)
+
+
+@dataclasses.dataclass(frozen=True)
+class LhcStats:
+    """What one all-reduce did. Byte counts are per worker, payload only (no headers, no
+    padding to packets), against ``dense_bytes`` for a dense int32 all-reduce.
+
+    Readable as attributes or as a mapping (``stats["rows"]``); :meth:`as_dict` for JSON.
+    """
+    workers: int
+    elements: int
+    blocks: int
+    exponent: int
+    scale: float
+    rows: int
+    load: float
+    r_min: int
+    union_nnz: int
+    max_column: int
+    cells: int
+    peeled: int
+    unpeeled: int
+    rounds: int
+    index_bytes: int
+    sketch_bytes: int
+    fallback_bytes: int
+    total_bytes: int
+    dense_bytes: int
+
+    @property
+    def compression(self) -> float:
+        """``dense_bytes / total_bytes`` (how many times fewer bytes than dense int32)."""
+        return self.dense_bytes / self.total_bytes if self.total_bytes else float("inf")
+
+    def as_dict(self) -> dict:
+        d = dataclasses.asdict(self)
+        d["compression"] = self.compression
+        return d
+
+    def __getitem__(self, key):
+        return self.as_dict()[key]
+
+    def keys(self):
+        return self.as_dict().keys()
+
+
+class LhcWorker:
+    """One worker's side of the protocol, phase by phase.
+
+    Usage (what :func:`allreduce` and the packet driver do)::
+
+        w = LhcWorker(x, n_workers)
+        union, e_max = switch_or(w.index_words), switch_max(w.exponent)        # phase A
+        sketch_sum = switch_add(w.sketch_phase(union, e_max))                  # phase B
+        fallback_sum = switch_add(w.fallback_phase(sketch_sum))                # phase C
+        result, stats = w.finish(fallback_sum)                                 # (maybe empty)
+
+    ``plan`` / ``peeling`` arguments let a driver that simulates many workers in one process
+    compute the identical per-worker derivations once.
+    """
+
+    def __init__(self, tensor, n_workers: int, *, load: float = DEFAULT_LOAD, r_min: int = 1,
+                 name: str = "tensor"):
+        _check_workers(n_workers)
+        _check_load(load, r_min)
+        self.shape = np.shape(tensor)
+        self.values = as_gradient(tensor, name=name)
+        self.n_workers = int(n_workers)
+        self.load = float(load)
+        self.r_min = int(r_min)
+        try:
+            self.exponent = _exponent_of(self.values)
+        except ValueError as exc:
+            raise ValueError(f"{name}: {exc}") from None
+        self.index_words = _index_of_mask(self.values != 0)
+        self.plan: LhcPlan | None = None
+        self.q: np.ndarray | None = None
+        self.peeling: PeelResult | None = None
+
+    @property
+    def n_elements(self) -> int:
+        return self.values.size
+
+    def sketch_phase(self, union_words, e_max: int, plan: LhcPlan | None = None) -> np.ndarray:
+        """After phase A: quantise with the common scale; return this worker's int32 sketch."""
+        if plan is None:
+            plan = make_plan(union_words, e_max, self.n_workers, self.n_elements,
+                             load=self.load, r_min=self.r_min)
+        self.plan = plan
+        self.q = _quantize_flat(self.values, plan.scale)
+        # The scale keeps n * max|q| within int32, so the exact sum never wraps.
+        peak = max(int(self.q.max()), -int(self.q.min())) if self.q.size else 0
+        if self.n_workers * peak > INT32_MAX:
+            raise AssertionError("quantised values exceed the int32 budget of n workers")
+        # Every non-zero q must be in U, or the sketch would hold values nobody can peel:
+        # this catches a switch that lost bits of the OR.
+        if np.any(self.index_words & ~np.asarray(union_words, dtype=np.uint32)):
+            raise RuntimeError("the merged index misses elements this worker sent: the "
+                               "switch's OR result is wrong")
+        return encode_sketch(self.q, plan.rows)
+
+    def fallback_phase(self, sketch_sum, peeling: PeelResult | None = None) -> np.ndarray:
+        """After phase B: peel; return this worker's exact int32 values of the unpeeled."""
+        plan = self._need(self.plan, "sketch_phase")
+        if peeling is None:
+            peeling = peel(sketch_sum, plan.elements, plan.rows, plan.blocks)
+        self.peeling = peeling
+        return self.q[peeling.unpeeled]
+
+    def finish(self, fallback_sum) -> tuple[np.ndarray, LhcStats]:
+        """After phase C: the float32 result (input shape) and the statistics."""
+        plan = self._need(self.plan, "sketch_phase")
+        peeling = self._need(self.peeling, "fallback_phase")
+        exact = decode(peeling, fallback_sum, self.n_elements)
+        result = dequantize(exact, plan.scale).reshape(self.shape)
+        n_unpeeled = int((~peeling.peeled).sum())
+        index_bytes = plan.blocks * B // 8
+        sketch_bytes = 4 * plan.rows * B
+        fallback_bytes = 4 * n_unpeeled
+        stats = LhcStats(
+            workers=self.n_workers, elements=self.n_elements, blocks=plan.blocks,
+            exponent=plan.exponent, scale=float(plan.scale), rows=plan.rows, load=plan.load,
+            r_min=plan.r_min, union_nnz=int(plan.elements.size), max_column=plan.max_column,
+            cells=plan.rows * B, peeled=int(peeling.peeled.sum()), unpeeled=n_unpeeled,
+            rounds=peeling.rounds, index_bytes=index_bytes, sketch_bytes=sketch_bytes,
+            fallback_bytes=fallback_bytes,
+            total_bytes=index_bytes + sketch_bytes + fallback_bytes,
+            dense_bytes=4 * self.n_elements)
+        return result, stats
+
+    @staticmethod
+    def _need(value, step):
+        if value is None:
+            raise RuntimeError(f"call {step}() first")
+        return value
+
+
+def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1):
+    """Sum the workers' tensors through the lossless homomorphic sketch.
+
+    Parameters
+    ----------
+    tensors : sequence of array_like
+        One float32 tensor per worker (1..32 workers), all the same shape, any length.
+    load : float
+        Target non-zeros per sketch cell (``r = ceil(max column / load)``), default 0.7.
+    r_min : int
+        Minimum number of sketch rows.
+
+    Returns
+    -------
+    result : numpy.ndarray of float32
+        ``dequantize(sum_w quantize(x_w, f), f)`` bit for bit, in the input shape.
+    stats : LhcStats
+        rows, load, union size, peeled / unpeeled, rounds, bytes per worker per phase.
+
+    Raises
+    ------
+    ValueError
+        No tensor or more than 32, shapes differ, NaN/Inf, a magnitude >= 2**127, bad
+        ``load`` / ``r_min``.
+    """
+    tensors = list(tensors)
+    _check_workers(len(tensors))
+    shapes = {np.shape(t) for t in tensors}
+    if len(shapes) != 1:
+        raise ValueError(f"all workers' tensors must have the same shape, got {sorted(shapes)}")
+    n = len(tensors)
+    workers = [LhcWorker(t, n, load=load, r_min=r_min, name=f"worker {w}'s tensor")
+               for w, t in enumerate(tensors)]
+    union = aggregate_index([w.index_words for w in workers])
+    e_max = aggregate_exponent([w.exponent for w in workers])
+    plan = make_plan(union, e_max, n, workers[0].n_elements, load=load, r_min=r_min)
+    sketch_sum = aggregate_sketch([w.sketch_phase(union, e_max, plan) for w in workers])
+    peeling = peel(sketch_sum, plan.elements, plan.rows, plan.blocks)
+    fallback_sum = aggregate_sketch([w.fallback_phase(sketch_sum, peeling) for w in workers])
+    return workers[0].finish(fallback_sum)
+
+
+# ---------------------------------------------------------------------------------------
+# argument checks
+
+def _check_workers(n_workers):
+    if isinstance(n_workers, bool) or int(n_workers) != n_workers \
+            or not 1 <= n_workers <= MAX_WORKERS:
+        raise ValueError(f"number of workers must be 1..{MAX_WORKERS}, got {n_workers!r}")
+
+
+def _check_load(load, r_min):
+    if isinstance(load, bool) or not isinstance(load, (int, float, np.integer, np.floating)) \
+            or not (math.isfinite(load) and load > 0):
+        raise ValueError(f"load must be a finite positive number, got {load!r}")
+    if isinstance(r_min, bool) or int(r_min) != r_min or r_min < 1:
+        raise ValueError(f"r_min must be an integer >= 1, got {r_min!r}")
+
+
+def _check_same_length(vectors, what):
+    if not vectors:
+        raise ValueError(f"no {what} to aggregate")
+    sizes = {v.shape for v in vectors}
+    if len(sizes) != 1:
+        raise ValueError(f"{what} differ in shape: {sorted(sizes)}")
