@@ -1,0 +1,214 @@
+"""INCEPTIONN decompressor: the NIC receive path (``notes/nic-contract.md``, RX).
+
+Pipeline:
+
+====  ===============  ======================================================================
+ #    stage            what it does
+====  ===============  ======================================================================
+ 0    front (comb)     header checks; drops bad-header / bad-k / too-large packets whole
+                       (their beats are swallowed, nothing is written); marks bypass packets
+ 1    unpack           one block per clock out of the bitstream (:class:`~hdl.unpacker.Unpacker`),
+                       end-of-packet verdict (good / truncated / over-long)
+ 2-4  block decode     prefix sum, payload extraction, lane decode (:class:`~hdl.lane_decoder.BlockDecoder`)
+ 5    packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
+====  ===============  ======================================================================
+
+Truncation and over-length are only known at the end of a packet, so decoded beats go into
+the packet buffer, whose reader only sees committed beats: a good packet commits at its end,
+a malformed one rewinds the write pointer and disappears whole. Bypassed packets commit every
+beat (cut-through, any length). The buffer holds a whole ``max_count`` packet
+(``ceil(max_count / 8) + 1`` beats, rounded up to a power of two: 512 for 2048), so a packet in
+progress can always complete while earlier committed packets drain.
+"""
+from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from host.counters import NIC_RX_COUNTERS
+from host.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, PacketType
+
+from .axis import AxisBeat
+from .header import HeaderLayout
+from .lane_decoder import BlockDecoder, BufferItem
+from .unpacker import End, Unpacker
+
+__all__ = ["RxEvents", "PacketBuffer", "Decompressor", "buffer_depth"]
+
+#: One strobe per receive counter (``host.counters.NIC_RX_COUNTERS`` order).
+RxEvents = data.StructLayout({name: unsigned(1) for name in NIC_RX_COUNTERS})
+
+#: Largest ``max_count`` accepted: keeps the buffer within reason for an ECP5's block RAM.
+MAX_COUNT_LIMIT = 1 << 16
+
+
+def buffer_depth(max_count):
+    """Beats of packet buffer for packets of up to ``max_count`` values (power of two)."""
+    beats = 1 + -(-max_count // LANES)
+    return 1 << (beats - 1).bit_length() if beats > 1 else 2
+
+
+class PacketBuffer(wiring.Component):
+    """A FIFO of output beats whose reader only sees committed packets.
+
+    Each input item may write one beat and then apply its ``end``: ``COMMIT`` publishes all
+    beats written so far, ``REWIND`` forgets the beats written since the last commit
+    (including the item's own). The reader side is a first-word-fall-through stream out of a
+    synchronous block-RAM read port, one beat per clock.
+
+    Parameters
+    ----------
+    depth : int
+        Beats held; a power of two, at least 2.
+
+    Ports
+    -----
+    i : In(stream.Signature(BufferItem))
+    o : Out(stream.Signature(AxisBeat))
+    """
+
+    def __init__(self, *, depth):
+        if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
+            raise ValueError(f"PacketBuffer depth must be a power of two >= 2, not {depth!r}")
+        self._depth = depth
+        super().__init__({
+            "i": In(stream.Signature(BufferItem)),
+            "o": Out(stream.Signature(AxisBeat)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self._depth
+        abits = (depth - 1).bit_length()
+        m.submodules.memory = memory = Memory(shape=AxisBeat, depth=depth, init=[])
+        write = memory.write_port()
+        read = memory.read_port()
+
+        # Pointers carry one extra bit so that full (difference == depth) and empty differ.
+        write_ptr = Signal(abits + 1)
+        commit_ptr = Signal(abits + 1)
+        read_ptr = Signal(abits + 1)   # next entry to move into the output register
+
+        item = self.i.p
+        has_room = Signal()
+        m.d.comb += [
+            has_room.eq((write_ptr - read_ptr)[:abits + 1] < depth),
+            self.i.ready.eq(~item.write | has_room),
+            write.addr.eq(write_ptr[:abits]),
+            write.data.eq(Cat(item.data, item.keep, item.last)),
+        ]
+        with m.If(self.i.valid & self.i.ready):
+            written = write_ptr + item.write
+            m.d.comb += write.en.eq(item.write)
+            m.d.sync += write_ptr.eq(written)
+            with m.If(item.end == End.COMMIT):
+                m.d.sync += commit_ptr.eq(written)
+            with m.Elif(item.end == End.REWIND):
+                m.d.sync += write_ptr.eq(commit_ptr)
+
+        # Reader: the read port's data register is the output register; it holds its value
+        # while `en` is low, so an unaccepted beat stays put.
+        load = Signal()
+        m.d.comb += [
+            load.eq((read_ptr != commit_ptr) & (~self.o.valid | self.o.ready)),
+            read.addr.eq(read_ptr[:abits]),
+            read.en.eq(load),
+            self.o.p.eq(read.data),
+        ]
+        with m.If(load):
+            m.d.sync += [read_ptr.eq(read_ptr + 1), self.o.valid.eq(1)]
+        with m.Elif(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        return m
+
+
+class Decompressor(wiring.Component):
+    """The NIC receive engine: ``INC_F32`` packets in, ``RAW_F32`` out; malformed ones dropped.
+
+    Parameters
+    ----------
+    max_count : int
+        Largest ``count`` of an ``INC_F32`` packet that is decompressed (default 2048); larger
+        ones are dropped (``drop_too_large``). Sizes the packet buffer.
+
+    Ports
+    -----
+    i : In(stream.Signature(AxisBeat))
+    o : Out(stream.Signature(AxisBeat))
+    events : Out(RxEvents)
+        Counter strobes, each high for one cycle per packet it counts.
+    """
+
+    def __init__(self, *, max_count=2048):
+        if isinstance(max_count, bool) or not isinstance(max_count, int) or \
+                not 1 <= max_count <= MAX_COUNT_LIMIT:
+            raise ValueError(f"max_count must be an integer in 1..{MAX_COUNT_LIMIT}, "
+                             f"not {max_count!r}")
+        self.max_count = max_count
+        super().__init__({
+            "i": In(stream.Signature(AxisBeat)),
+            "o": Out(stream.Signature(AxisBeat)),
+            "events": Out(RxEvents),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.unpack = unpack = Unpacker(max_count=self.max_count)
+        m.submodules.decode = decode = BlockDecoder()
+        m.submodules.buffer = buffer = PacketBuffer(depth=buffer_depth(self.max_count))
+        wiring.connect(m, unpack.o, decode.i)
+        wiring.connect(m, decode.o, buffer.i)
+        wiring.connect(m, buffer.o, wiring.flipped(self.o))
+
+        # -- front end: header checks ---------------------------------------------------
+        in_payload = Signal()
+        dropping = Signal()
+        bypassing = Signal()
+
+        beat = self.i.p
+        header = data.View(HeaderLayout, beat.data)
+        bad_header = Signal()
+        is_inc = Signal()
+        bad_k = Signal()
+        too_large = Signal()
+        m.d.comb += [
+            bad_header.eq((header.magic != MAGIC) | (header.version != VERSION)),
+            is_inc.eq(header.type == PacketType.INC_F32),
+            bad_k.eq((header.k < K_MIN) | (header.k > K_MAX)),
+            too_large.eq(header.count > self.max_count),
+        ]
+        # Causes in priority order (host.counters): the first that applies counts.
+        drop_now = bad_header | (is_inc & (bad_k | too_large))
+        bypass_now = ~bad_header & ~is_inc
+
+        dropped_beat = Signal()
+        m.d.comb += dropped_beat.eq(Mux(in_payload, dropping, drop_now))
+        m.d.comb += [
+            unpack.i.p.data.eq(beat.data),
+            unpack.i.p.keep.eq(beat.keep),
+            unpack.i.p.last.eq(beat.last),
+            unpack.i.p.bypass.eq(Mux(in_payload, bypassing, bypass_now)),
+            unpack.i.valid.eq(self.i.valid & ~dropped_beat),
+            self.i.ready.eq(dropped_beat | unpack.i.ready),
+        ]
+
+        events = self.events
+        m.d.sync += events.eq(0)
+        m.d.sync += [
+            events.decompressed.eq(unpack.events.decompressed),
+            events.drop_truncated.eq(unpack.events.drop_truncated),
+            events.drop_overlong.eq(unpack.events.drop_overlong),
+        ]
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += in_payload.eq(~beat.last)
+            with m.If(~in_payload):
+                m.d.sync += [
+                    dropping.eq(drop_now),
+                    bypassing.eq(bypass_now),
+                    events.packets.eq(1),
+                    events.bypassed.eq(bypass_now),
+                    events.drop_bad_header.eq(bad_header),
+                    events.drop_bad_k.eq(~bad_header & is_inc & bad_k),
+                    events.drop_too_large.eq(~bad_header & is_inc & ~bad_k & too_large),
+                ]
+        return m

@@ -1,0 +1,337 @@
+"""Unpacker: cut one INCEPTIONN block per clock out of a compressed packet's bitstream.
+
+The receive path's front end hands this component the beats of every packet it does not
+drop, each marked ``bypass`` (passed through) or not (an ``INC_F32`` packet: header beat,
+then bitstream beats). For an ``INC_F32`` packet it emits the rewritten header
+(``type = RAW_F32``) and then one item per block, each the 34 bytes starting at the block
+(tag vector in bits 0..15), plus the packet's end verdict.
+
+How a block is found
+--------------------
+Every field of the bitstream is a whole number of bytes, so blocks start on byte
+boundaries. The unread part of the bitstream sits in a window of three 256-bit words
+(``win_bytes`` valid bytes) with a byte pointer ``ptr < 32`` into the first word. Each clock:
+
+* the tag vector is the two bytes at ``ptr`` (a 32-way byte mux), its block length
+  ``2 + payload bytes`` (2..34) follows from the eight tags;
+* if the window holds the whole block, the 34 bytes at ``ptr`` go out as one item and
+  ``ptr`` advances by the length; the words it passes (0, 1 or 2) leave the window;
+* a new input word enters the window whenever fewer than three are held.
+
+This pointer-advance loop (``ptr`` -> tags -> length -> ``ptr``) is the only recurrence; the
+34-byte extraction hangs off it and is registered. With blocks of up to 32 bytes the
+window never runs dry (two words always hold the next block), so a block leaves every
+clock as long as the input keeps up; 34-byte blocks are limited by the input word rate.
+
+End of packet (``notes/nic-contract.md``)
+------------------------------------------
+The block count is ``ceil(count / 8)``; lanes past ``count`` in the last block carry
+nothing whatever their tag bits (as the golden decoder reads them). The packet is
+
+* **truncated** if the input ends (``tlast`` in the window) before a block is complete;
+* **over-long** if any 32-bit word follows the last block's padded end (in the window
+  already, or arriving before ``tlast``);
+* good otherwise.
+
+The verdict travels with the data as ``end``: ``COMMIT`` on the last item of a good packet,
+``REWIND`` on the item at which a bad one is detected (the output buffer then discards
+everything written since the last commit). Bypassed beats all carry ``COMMIT`` (cut-through).
+"""
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from host.header import BEAT_BYTES, LANES, PacketType
+
+from .axis import DATA_BITS
+from .block_packer import BLOCK_BITS, BLOCK_BYTES, TAG_VECTOR_BYTES
+from .header import HeaderLayout
+
+__all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
+           "Unpacker"]
+
+WINDOW_WORDS = 3
+WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
+
+
+class End(enum.Enum, shape=2):
+    """What the output packet buffer does after writing an item."""
+    NONE = 0      # packet goes on
+    COMMIT = 1    # make everything written so far visible to the reader
+    REWIND = 2    # forget everything written since the last commit (malformed packet)
+
+
+#: One input beat of a packet the front end did not drop.
+UnpackRequest = data.StructLayout({
+    "data": unsigned(DATA_BITS),
+    "keep": unsigned(BEAT_BYTES),
+    "last": unsigned(1),
+    "bypass": unsigned(1),     # pass the beat through untouched
+})
+
+#: One output item: a raw beat (header, bypassed beat) or a block (``bits`` = the 34 bytes
+#: from the block's first byte, tags of lanes past ``count`` cleared), or neither
+#: (``write`` clear: only an end verdict).
+UnpackedItem = data.StructLayout({
+    "bits": unsigned(BLOCK_BITS),
+    "raw": unsigned(1),
+    "write": unsigned(1),
+    "keep": unsigned(BEAT_BYTES),   # tkeep of the output beat this item becomes
+    "last": unsigned(1),
+    "end": End,
+    "k": unsigned(4),
+})
+
+#: Receive counters decided here (strobes).
+RxUnpackEvents = data.StructLayout({
+    "decompressed": unsigned(1),
+    "drop_truncated": unsigned(1),
+    "drop_overlong": unsigned(1),
+})
+
+
+def block_payload_bytes(m, tags, name):
+    """Payload bytes of a block from its 16-bit tag vector (tags 00/01/10/11 -> 0/1/2/4)."""
+    widths = []
+    for j in range(LANES):
+        w = Signal(3, name=f"{name}_w{j}")
+        tag = tags[2 * j:2 * j + 2]
+        # 00 -> 0, 01 -> 1, 10 -> 2, 11 -> 4
+        m.d.comb += w.eq(Cat(tag[0] & ~tag[1], tag[1] & ~tag[0], tag[0] & tag[1]))
+        widths.append(w)
+    total = Signal(6, name=name)
+    m.d.comb += total.eq(sum(widths))
+    return total, widths
+
+
+def select_bytes(m, window, ptr, nbytes, name):
+    """``nbytes`` bytes of ``window`` starting at byte ``ptr``: a byte-granular mux."""
+    out = Signal(8 * nbytes, name=name)
+    with m.Switch(ptr):
+        for p in range(2 ** len(ptr)):
+            with m.Case(p):
+                m.d.comb += out.eq(window[8 * p:8 * (p + nbytes)])
+    return out
+
+
+def keep_for_lanes(lanes):
+    return (1 << (4 * lanes)) - 1
+
+
+class Unpacker(wiring.Component):
+    """Extract one block per clock from compressed packets; pass bypassed beats through.
+
+    Parameters
+    ----------
+    max_count : int
+        Largest ``count`` the front end lets through (sizes the block counter).
+
+    Ports
+    -----
+    i : In(stream.Signature(UnpackRequest))
+    o : Out(stream.Signature(UnpackedItem))
+    events : Out(RxUnpackEvents)
+        One-cycle strobes when a packet's verdict is reached.
+    """
+
+    def __init__(self, *, max_count=2048):
+        if not isinstance(max_count, int) or isinstance(max_count, bool) or max_count < 1:
+            raise TypeError(f"max_count must be a positive integer, not {max_count!r}")
+        self._max_count = max_count
+        super().__init__({
+            "i": In(stream.Signature(UnpackRequest)),
+            "o": Out(stream.Signature(UnpackedItem)),
+            "events": Out(RxUnpackEvents),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        max_blocks = -(-self._max_count // LANES)
+
+        window = Signal(8 * WINDOW_BYTES)
+        win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from the window start
+        ptr = Signal(5)                               # next block's first byte, < 32
+        ended = Signal()                              # the packet's tlast is in the window
+        blocks_left = Signal(range(max_blocks + 1))
+        k = Signal(4)
+        last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
+        last_keep = Signal(BEAT_BYTES)
+
+        class Phase(enum.Enum):
+            BETWEEN = 0   # next beat is a header or a bypassed beat
+            BLOCKS = 1    # cutting blocks
+            TAIL = 2      # all blocks out, nothing extra yet, tlast still to come
+            DRAIN = 3     # verdict given (dropped), swallow the rest of the packet
+        phase = Signal(Phase)
+
+        beat = self.i.p
+        out = self.o.p
+        out_free = Signal()
+        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
+        with m.If(self.o.ready):
+            m.d.sync += self.o.valid.eq(0)
+        events = self.events
+        m.d.sync += events.eq(0)
+
+        def emit(**fields):
+            m.d.sync += self.o.valid.eq(1)
+            defaults = dict(bits=0, raw=0, write=0, keep=(1 << BEAT_BYTES) - 1, last=0,
+                            end=End.NONE, k=k)
+            defaults.update(fields)
+            for name, value in defaults.items():
+                target = out.end.as_value() if name == "end" else getattr(out, name)
+                if isinstance(value, End):
+                    value = value.value
+                m.d.sync += target.eq(value)
+
+        in_bytes = Signal(range(BEAT_BYTES + 1))      # bytes of this input beat
+        m.d.comb += in_bytes.eq(4 * sum(beat.keep[4 * j] for j in range(LANES)))
+
+        # -- block finder (the per-clock recurrence) -------------------------------------
+        is_last_block = Signal()
+        m.d.comb += is_last_block.eq(blocks_left == 1)
+        tags = Signal(2 * LANES)
+        m.d.comb += tags.eq(select_bytes(m, window, ptr, TAG_VECTOR_BYTES, "tags_at_ptr") &
+                            Mux(is_last_block, last_tag_mask, (1 << 2 * LANES) - 1))
+        payload_bytes, _ = block_payload_bytes(m, tags, "payload_bytes")
+        length = Signal(6)
+        m.d.comb += length.eq(TAG_VECTOR_BYTES + payload_bytes)
+        available = Signal(range(WINDOW_BYTES + 1))
+        m.d.comb += available.eq(win_bytes - ptr)
+        block_in_window = Signal()
+        m.d.comb += block_in_window.eq(available >= length)
+        block_bits = Signal(BLOCK_BITS)
+        m.d.comb += block_bits.eq(Cat(tags, select_bytes(m, window, ptr, BLOCK_BYTES,
+                                                         "block_at_ptr")[16:]))
+        ptr_after = Signal(7)                         # up to 31 + 34
+        m.d.comb += ptr_after.eq(ptr + length)
+
+        # Window bookkeeping: words passed by this clock's block leave, one word may enter.
+        fire = Signal()
+        take_word = Signal()
+        drop_words = Signal(2)
+        m.d.comb += drop_words.eq(Mux(fire, ptr_after[5:7], 0))
+        shifted = Signal(8 * WINDOW_BYTES)
+        with m.Switch(drop_words):
+            for d in range(3):
+                with m.Case(d):
+                    m.d.comb += shifted.eq(window >> (DATA_BITS * d))
+        bytes_kept = Signal(range(WINDOW_BYTES + 1))
+        m.d.comb += bytes_kept.eq(win_bytes - BEAT_BYTES * drop_words)
+        next_window = Signal(8 * WINDOW_BYTES)
+        m.d.comb += next_window.eq(shifted)
+        with m.If(take_word):
+            # Before tlast the window holds whole words, so the free slot is bytes_kept / 32.
+            with m.Switch(bytes_kept[5:7]):
+                for s in range(WINDOW_WORDS):
+                    with m.Case(s):
+                        m.d.comb += next_window.word_select(s, DATA_BITS).eq(beat.data)
+        with m.If(phase == Phase.BLOCKS):
+            m.d.sync += [
+                window.eq(next_window),
+                win_bytes.eq(bytes_kept + Mux(take_word, in_bytes, 0)),
+                ptr.eq(Mux(fire, ptr_after[:5], ptr)),
+            ]
+            with m.If(take_word & beat.last):
+                m.d.sync += ended.eq(1)
+
+        # -- header beat: decode count and k, rewrite type ------------------------------
+        header = data.View(HeaderLayout, beat.data)
+        rewritten = Signal(HeaderLayout)
+        m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
+        count_lanes_left = header.count[:3]           # values in a partial last block
+        count_blocks = Signal(range(max_blocks + 1))
+        m.d.comb += count_blocks.eq((header.count + LANES - 1) >> 3)
+
+        with m.Switch(phase):
+            with m.Case(Phase.BETWEEN):
+                m.d.comb += self.i.ready.eq(out_free)
+                with m.If(self.i.valid & out_free):
+                    with m.If(beat.bypass):
+                        emit(bits=beat.data, raw=1, write=1, keep=beat.keep, last=beat.last,
+                             end=End.COMMIT)
+                    with m.Elif(header.count == 0):
+                        # No values: good iff nothing follows the header.
+                        emit(bits=rewritten, raw=1, write=1, last=1,
+                             end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
+                        with m.If(beat.last):
+                            m.d.sync += events.decompressed.eq(1)
+                        with m.Else():
+                            m.d.sync += phase.eq(Phase.TAIL)
+                    with m.Else():
+                        emit(bits=rewritten, raw=1, write=1, last=0,
+                             end=Mux(beat.last, End.REWIND.value, End.NONE.value))
+                        with m.If(beat.last):
+                            m.d.sync += events.drop_truncated.eq(1)
+                        with m.Else():
+                            m.d.sync += phase.eq(Phase.BLOCKS)
+                    with m.If(~beat.bypass):
+                        lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
+                        m.d.sync += [
+                            k.eq(header.k),
+                            blocks_left.eq(count_blocks),
+                            window.eq(0), win_bytes.eq(0), ptr.eq(0), ended.eq(0),
+                        ]
+                        with m.Switch(lanes):
+                            for n in range(1, LANES + 1):
+                                with m.Case(n):
+                                    m.d.sync += [last_tag_mask.eq((1 << 2 * n) - 1),
+                                                 last_keep.eq(keep_for_lanes(n))]
+                        # the emitted header must carry this packet's k, not the last one's
+                        m.d.sync += out.k.eq(header.k)
+
+            with m.Case(Phase.BLOCKS):
+                m.d.comb += [
+                    take_word.eq(self.i.valid & ~ended & (win_bytes < WINDOW_BYTES)),
+                    self.i.ready.eq(~ended & (win_bytes < WINDOW_BYTES)),
+                    fire.eq(block_in_window & out_free),
+                ]
+                with m.If(fire):
+                    m.d.sync += blocks_left.eq(blocks_left - 1)
+                    with m.If(~is_last_block):
+                        emit(bits=block_bits, write=1)
+                    with m.Else():
+                        # Verdict: any whole 32-bit word past the padded end is over-long.
+                        # The word entering this clock counts too: it is either data
+                        # past the end (over-long) or the packet's tlast.
+                        padded_end = Signal(7)
+                        bytes_in_packet = Signal(range(WINDOW_BYTES + BEAT_BYTES + 1))
+                        ended_now = Signal()
+                        m.d.comb += [
+                            padded_end.eq((ptr_after + 3) & 0x7C),
+                            bytes_in_packet.eq(win_bytes + Mux(take_word, in_bytes, 0)),
+                            ended_now.eq(ended | (take_word & beat.last)),
+                        ]
+                        with m.If(bytes_in_packet > padded_end):
+                            emit(bits=block_bits, write=1, keep=last_keep, last=1,
+                                 end=End.REWIND)
+                            m.d.sync += [events.drop_overlong.eq(1),
+                                         phase.eq(Mux(ended_now, Phase.BETWEEN, Phase.DRAIN))]
+                        with m.Elif(ended_now):
+                            emit(bits=block_bits, write=1, keep=last_keep, last=1,
+                                 end=End.COMMIT)
+                            m.d.sync += [events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
+                        with m.Else():
+                            emit(bits=block_bits, write=1, keep=last_keep, last=1)
+                            m.d.sync += phase.eq(Phase.TAIL)
+                with m.Elif(ended & ~block_in_window & out_free):
+                    # The input is over and the next block is not all there.
+                    emit(end=End.REWIND)
+                    m.d.sync += [events.drop_truncated.eq(1), phase.eq(Phase.BETWEEN)]
+
+            with m.Case(Phase.TAIL):
+                m.d.comb += self.i.ready.eq(out_free)
+                with m.If(self.i.valid & out_free):
+                    with m.If(in_bytes != 0):
+                        emit(end=End.REWIND)
+                        m.d.sync += [events.drop_overlong.eq(1),
+                                     phase.eq(Mux(beat.last, Phase.BETWEEN, Phase.DRAIN))]
+                    with m.Elif(beat.last):
+                        emit(end=End.COMMIT)
+                        m.d.sync += [events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
+
+            with m.Case(Phase.DRAIN):
+                m.d.comb += self.i.ready.eq(1)
+                with m.If(self.i.valid & beat.last):
+                    m.d.sync += phase.eq(Phase.BETWEEN)
+        return m
