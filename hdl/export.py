@@ -10,6 +10,7 @@ from pathlib import Path
 
 #: top module name -> "module:factory" (imported lazily)
 TOPS = {
+    "nic_top": "hdl.nic_top:NicTop",
 }
 
 
