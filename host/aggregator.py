@@ -1,0 +1,353 @@
+"""Reference model of the switch aggregator (SwitchML-style slots with ADD / OR / MAX).
+
+This is the behaviour contract of ``notes/agg-contract.md`` (spec:
+``shared/spec/aggregator-protocol.md`` section 2) written as executable Python: the gateware
+aggregator is compared against :class:`AggregatorModel` packet for packet and counter for
+counter. Everything below is normative for the comparison.
+
+Parameters
+----------
+``slots`` (pool size, default 64), ``lanes`` P (32-bit lanes per packet, default 64, a
+multiple of 8), ``max_workers`` (1..32, default 32), ``jobs`` (job configs, default 4).
+
+Per-job configuration (control interface only; data packets never change it)
+-----------------------------------------------------------------------------
+:meth:`AggregatorModel.configure_job` ``(job, workers, slot_base, slot_count)``: the job
+uses the absolute pool slots ``[slot_base, slot_base + slot_count)``. Configuring resets the
+state of those slots (both versions: lanes, exponent, count, op, seen bits).
+:meth:`AggregatorModel.clear_job` makes a job unconfigured (and resets its slots too, which
+nobody can observe). The model rejects bad arguments and a range overlapping another
+configured job's with ValueError (the hardware does not check overlaps).
+
+Per data packet
+---------------
+Checks, in this priority order; the first that applies drops the whole packet, increments
+``drop_<cause>`` and leaves every slot untouched:
+
+1. ``bad_header``: magic != 0x47 or version != 1;
+2. ``bad_type``: type is not AGG_ADD_I32 (2) or AGG_OR32 (3);
+3. ``unconfigured_job``: job >= ``jobs`` or the job is not configured;
+4. ``bad_worker``: worker >= the job's worker count n (so 0xFF too);
+5. ``bad_slot``: slot (absolute pool index) outside the job's range;
+6. ``bad_count``: the header's count != P;
+7. ``bad_length``: payload not exactly 4*P bytes (early or late tlast; a byte image that is
+   not a whole number of 32-bit words is a length error too). A byte image shorter than the
+   32-byte header counts as ``bad_length`` whatever its content;
+8. ``mixed_op``: a new contribution whose op differs from the op of a round in progress on
+   that (slot, version).
+
+Every packet in counts in ``packets`` (dropped or not). Counters are 32-bit and wrap, like
+the hardware's.
+
+Then, with ``v = slot_version & 1`` (the contract does not define versions above 1; the
+model uses bit 0, like a gateware that indexes its state with one bit) and state per
+(slot, v): lanes[P] (u32), exponent (s8), count (0..n), op, seen bitmap::
+
+    if not seen[slot][v][w]:                       # new contribution
+        if count not in (0, n) and op != packet op:  -> drop_mixed_op (no change)
+        seen[slot][v][w] = 1; seen[slot][1-v][w] = 0
+        if count in (0, n):                        # first contribution of a new round
+            count = 1; lanes = payload; exponent = packet exponent; op = packet op
+        else:
+            count += 1; lanes = lanes (op) payload  # per lane: wrap-around ADD or OR
+            exponent = max(exponent, packet exponent)   # signed
+        accepted += 1
+        if count == n: emit result (multicast), results_multicast += 1
+    else:                                          # retransmission
+        if count == n: emit result unicast to w, results_unicast += 1
+        else: retransmit_dropped += 1 (no output)
+
+With n == 1 every new contribution completes at once.
+
+Result packet: the triggering packet's header with ``flags |= RESULT``, ``worker = 0xFF``
+(multicast) or ``w`` (unicast), ``exponent`` = the aggregated exponent, ``count = P``;
+payload = the P lanes (little-endian u32). Everything else (type, k, job, slot,
+slot_version as received, seq, offset) is copied from the triggering packet; reserved bytes
+are zero.
+
+Control registers (:meth:`AggregatorModel.write` / :meth:`AggregatorModel.read`, the
+gateware's ``ctrl_`` port): ``4*job + 0`` workers (0 = clear), ``+1`` slot_base, ``+2``
+slot_count, ``+3`` write 1 = commit; ``0x100 + i`` counter i (index in ``AGG_COUNTERS``);
+``0x1FF`` ``slots | lanes << 16``.
+"""
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import numpy as np
+
+from .counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from .header import HEADER_BYTES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, PacketType
+from .packet import Packet
+
+__all__ = ["AggregatorModel", "JobConfig", "AGG_OPS", "REG_COUNTERS", "REG_PARAMETERS",
+           "model_transport"]
+
+#: Packet types the aggregator accepts and the per-lane operation of each.
+AGG_OPS = {PacketType.AGG_ADD_I32: "add", PacketType.AGG_OR32: "or"}
+#: Control register addresses.
+REG_COUNTERS = 0x100
+REG_PARAMETERS = 0x1FF
+_REGS_PER_JOB = 4
+_COUNTER_MASK = 0xFFFFFFFF
+_NO_OP = 0   # op of a (slot, version) that has never had a contribution
+
+
+@dataclasses.dataclass(frozen=True)
+class JobConfig:
+    workers: int
+    slot_base: int
+    slot_count: int
+
+    @property
+    def slot_range(self) -> range:
+        return range(self.slot_base, self.slot_base + self.slot_count)
+
+
+class AggregatorModel:
+    """The switch aggregator, one packet at a time (see the module docstring).
+
+    Parameters
+    ----------
+    slots : int
+        Slot pool size (1..65536: the header's slot field is 16 bits).
+    lanes : int
+        P, 32-bit lanes per packet (a positive multiple of 8).
+    max_workers : int
+        Width of the seen bitmap (1..32).
+    jobs : int
+        Number of job configurations (1..256: the header's job field is 8 bits).
+
+    Attributes
+    ----------
+    counters : dict[str, int]
+        Keys exactly ``host.counters.AGG_COUNTERS``, in that order, starting at 0.
+    """
+
+    def __init__(self, *, slots: int = 64, lanes: int = 64, max_workers: int = 32,
+                 jobs: int = 4):
+        _check_int("slots", slots, 1, 1 << 16)
+        _check_int("lanes", lanes, 8, 1 << 16)
+        if lanes % 8:
+            raise ValueError(f"lanes must be a multiple of 8 (one 256-bit beat holds 8), "
+                             f"got {lanes}")
+        _check_int("max_workers", max_workers, 1, 32)
+        _check_int("jobs", jobs, 1, 256)
+        if (REG_COUNTERS - 1) // _REGS_PER_JOB < jobs - 1:
+            raise ValueError(f"{jobs} jobs do not fit below the counter registers")
+        self.slots, self.lanes, self.max_workers, self.jobs = slots, lanes, max_workers, jobs
+        self.counters = {name: 0 for name in AGG_COUNTERS}
+        self._configs: list[JobConfig | None] = [None] * jobs
+        self._staged = [[0, 0, 0] for _ in range(jobs)]   # control registers before commit
+        # state per (slot, version)
+        self._lanes = np.zeros((slots, 2, lanes), dtype=np.uint32)
+        self._exponent = np.zeros((slots, 2), dtype=np.int64)
+        self._count = np.zeros((slots, 2), dtype=np.int64)
+        self._op = np.zeros((slots, 2), dtype=np.int64)
+        self._seen = np.zeros((slots, 2), dtype=np.int64)   # bit w = worker w
+
+    # -- configuration -------------------------------------------------------------------
+
+    def configure_job(self, job: int, workers: int, slot_base: int, slot_count: int) -> None:
+        """Configure ``job`` and reset the state of its slots.
+
+        Raises ValueError for a job number >= ``jobs``, workers outside 1..max_workers, an
+        empty range, a range outside the pool, or one overlapping another configured job's.
+        """
+        _check_int("job", job, 0, self.jobs - 1)
+        _check_int("workers", workers, 1, self.max_workers)
+        _check_int("slot_count", slot_count, 1, self.slots)
+        _check_int("slot_base", slot_base, 0, self.slots - slot_count)
+        config = JobConfig(workers, slot_base, slot_count)
+        for other, other_config in enumerate(self._configs):
+            if other != job and other_config is not None:
+                r = other_config.slot_range
+                if slot_base < r.stop and r.start < slot_base + slot_count:
+                    raise ValueError(f"slots {slot_base}..{slot_base + slot_count - 1} of job "
+                                     f"{job} overlap job {other}'s {r.start}..{r.stop - 1}")
+        self._reset_slots(config.slot_range)
+        self._configs[job] = config
+
+    def clear_job(self, job: int) -> None:
+        """Make ``job`` unconfigured (its packets are then dropped as unconfigured_job)."""
+        _check_int("job", job, 0, self.jobs - 1)
+        config = self._configs[job]
+        if config is not None:
+            self._reset_slots(config.slot_range)
+        self._configs[job] = None
+
+    def job_config(self, job: int) -> JobConfig | None:
+        _check_int("job", job, 0, self.jobs - 1)
+        return self._configs[job]
+
+    def _reset_slots(self, slot_range: range) -> None:
+        s = slice(slot_range.start, slot_range.stop)
+        self._lanes[s] = 0
+        self._exponent[s] = 0
+        self._count[s] = 0
+        self._op[s] = _NO_OP
+        self._seen[s] = 0
+
+    # -- control registers ---------------------------------------------------------------
+
+    def write(self, addr: int, value: int) -> None:
+        """Write a control register (the gateware's ``ctrl_`` port; map in the module doc).
+
+        A commit (1 to ``4*job + 3``) configures the job from the staged workers, slot_base
+        and slot_count (workers 0: clears it) and may raise ValueError where the hardware
+        would silently take a bad configuration.
+        """
+        _check_int("addr", addr, 0, 0xFFFF)
+        _check_int("value", value, 0, _COUNTER_MASK)
+        job, reg = divmod(addr, _REGS_PER_JOB)
+        if addr >= REG_COUNTERS or job >= self.jobs:
+            return   # read-only or unmapped: ignored, as by the hardware
+        if reg < 3:
+            self._staged[job][reg] = value
+        elif value == 1:
+            workers, slot_base, slot_count = self._staged[job]
+            if workers == 0:
+                self.clear_job(job)
+            else:
+                self.configure_job(job, workers, slot_base, slot_count)
+
+    def read(self, addr: int) -> int:
+        """Read a control register: staged job registers, counters, parameters; else 0."""
+        _check_int("addr", addr, 0, 0xFFFF)
+        if addr == REG_PARAMETERS:
+            return (self.slots | (self.lanes << 16)) & _COUNTER_MASK
+        if REG_COUNTERS <= addr < REG_COUNTERS + len(AGG_COUNTERS):
+            return self.counters[AGG_COUNTERS[addr - REG_COUNTERS]]
+        job, reg = divmod(addr, _REGS_PER_JOB)
+        if addr < REG_COUNTERS and job < self.jobs and reg < 3:
+            return self._staged[job][reg]
+        return 0
+
+    # -- data path -----------------------------------------------------------------------
+
+    def process(self, packet: Packet | bytes | bytearray | memoryview) -> list[Packet]:
+        """Feed one packet; return the 0 or 1 packets the engine emits for it."""
+        data = packet.to_bytes() if isinstance(packet, Packet) else bytes(packet)
+        self._bump("packets")
+        if len(data) < HEADER_BYTES:
+            return self._drop("bad_length")
+        header = Header.parse(data[:HEADER_BYTES])
+        payload = data[HEADER_BYTES:]
+        cause = self._check(header, len(payload))
+        if cause is not None:
+            return self._drop(cause)
+        return self._fold(header, payload)
+
+    def _check(self, header: Header, payload_bytes: int) -> str | None:
+        """First drop cause that applies (priority order of AGG_DROP_CAUSES), or None.
+
+        ``mixed_op`` needs the slot state and is checked in :meth:`_fold`.
+        """
+        if header.magic != MAGIC or header.version != VERSION:
+            return "bad_header"
+        if header.type not in AGG_OPS:
+            return "bad_type"
+        config = self._configs[header.job] if header.job < self.jobs else None
+        if config is None:
+            return "unconfigured_job"
+        if header.worker >= config.workers:
+            return "bad_worker"
+        if header.slot not in config.slot_range:
+            return "bad_slot"
+        if header.count != self.lanes:
+            return "bad_count"
+        if payload_bytes != 4 * self.lanes:
+            return "bad_length"
+        return None
+
+    def _fold(self, header: Header, payload: bytes) -> list[Packet]:
+        n = self._configs[header.job].workers
+        slot, v, w = header.slot, header.slot_version & 1, header.worker
+        bit = 1 << w
+        count = int(self._count[slot, v])
+        if not self._seen[slot, v] & bit:                       # new contribution
+            if count not in (0, n) and self._op[slot, v] != header.type:
+                return self._drop("mixed_op")
+            values = np.frombuffer(payload, dtype="<u4").astype(np.uint32)
+            self._seen[slot, v] |= bit
+            self._seen[slot, 1 - v] &= ~bit
+            if count in (0, n):                                 # first of a new round
+                self._count[slot, v] = 1
+                self._lanes[slot, v] = values
+                self._exponent[slot, v] = header.exponent
+                self._op[slot, v] = header.type
+            else:
+                self._count[slot, v] = count + 1
+                if header.type == PacketType.AGG_ADD_I32:
+                    self._lanes[slot, v] += values               # uint32: wraps mod 2**32
+                else:
+                    self._lanes[slot, v] |= values
+                self._exponent[slot, v] = max(int(self._exponent[slot, v]), header.exponent)
+            self._bump("accepted")
+            if self._count[slot, v] == n:
+                self._bump("results_multicast")
+                return [self._result(header, slot, v, WORKER_MULTICAST)]
+            return []
+        if count == n:                                          # retransmission
+            self._bump("results_unicast")
+            return [self._result(header, slot, v, w)]
+        self._bump("retransmit_dropped")
+        return []
+
+    def _result(self, header: Header, slot: int, v: int, worker: int) -> Packet:
+        result_header = header.replace(flags=int(header.flags) | int(Flags.RESULT), worker=worker,
+                                       exponent=int(self._exponent[slot, v]),
+                                       count=self.lanes)
+        return Packet(result_header, self._lanes[slot, v].astype("<u4").tobytes())
+
+    def _bump(self, name: str) -> None:
+        self.counters[name] = (self.counters[name] + 1) & _COUNTER_MASK
+
+    def _drop(self, cause: str) -> list[Packet]:
+        assert cause in AGG_DROP_CAUSES, cause
+        self._bump(f"drop_{cause}")
+        return []
+
+    # -- inspection ----------------------------------------------------------------------
+
+    def slot_state(self, slot: int, version: int) -> dict:
+        """One (slot, version): lanes (uint32 copy), exponent, count, op (packet type or 0
+        if never used), seen (bitmap as int)."""
+        _check_int("slot", slot, 0, self.slots - 1)
+        _check_int("version", version, 0, 1)
+        return {"lanes": self._lanes[slot, version].copy(),
+                "exponent": int(self._exponent[slot, version]),
+                "count": int(self._count[slot, version]),
+                "op": int(self._op[slot, version]),
+                "seen": int(self._seen[slot, version])}
+
+    def state(self) -> dict:
+        """A deep copy of everything but the counters (for before/after comparisons)."""
+        return {"configs": list(self._configs), "staged": copy.deepcopy(self._staged),
+                "lanes": self._lanes.copy(), "exponent": self._exponent.copy(),
+                "count": self._count.copy(), "op": self._op.copy(), "seen": self._seen.copy()}
+
+    @staticmethod
+    def states_equal(a: dict, b: dict) -> bool:
+        """Compare two :meth:`state` snapshots exactly."""
+        return a.keys() == b.keys() and all(
+            np.array_equal(a[k], b[k]) if isinstance(a[k], np.ndarray) else a[k] == b[k]
+            for k in a)
+
+
+def model_transport(model: AggregatorModel):
+    """A transport callable over the model: ``send(packets) -> emitted packets`` in order."""
+    def send(packets):
+        out = []
+        for p in packets:
+            out.extend(model.process(p))
+        return out
+    return send
+
+
+def _check_int(name, value, lo, hi):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in {lo}..{hi}, got {value}")
