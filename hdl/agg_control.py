@@ -1,0 +1,207 @@
+"""The aggregator's control registers: job configuration, slot clearing, counters.
+
+Register map (``ctrl_*`` port; read data is valid the cycle after ``ctrl_re`` and held until
+the next read), as in ``notes/agg-contract.md``:
+
+========================  ====  ====================================================
+address                   dir   meaning
+========================  ====  ====================================================
+``0x000 + 4*job + 0``     R/W   workers ``n`` (0 = unconfigured); write: pending value,
+                                read: the active value
+``0x000 + 4*job + 1``     R/W   slot_base (pending / active)
+``0x000 + 4*job + 2``     R/W   slot_count (pending / active)
+``0x000 + 4*job + 3``     W     write bit 0 = 1: commit the pending values of this job
+                          R     status: bit 0 busy (a commit waits or slots are being
+                                cleared), bit 1 the job's last commit was rejected
+``0x100 + i``             R     counter ``i`` of ``AGG_COUNTERS`` (32 bits, wrapping)
+``0x1FF``                 R     ``slots | lanes << 16``
+========================  ====  ====================================================
+
+A commit waits until the engine is drained (it stops taking new packets meanwhile), then
+applies the pending values and clears the metadata of the job's slots, one slot per clock.
+Values the hardware cannot hold (``n > max_workers``, a range beyond the pool) are rejected:
+the job becomes unconfigured and status bit 1 is set. Commits of several jobs queue, one
+per job; overlapping ranges are the driver's business (the model rejects them).
+"""
+from amaranth import Array, Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from host.counters import AGG_COUNTERS
+
+__all__ = ["AggControl", "REG_COUNTERS", "REG_PARAMS", "JOB_STRIDE"]
+
+JOB_STRIDE = 4
+REG_COUNTERS = 0x100
+REG_PARAMS = 0x1FF
+
+
+class AggControl(wiring.Component):
+    """Register file of the aggregator (see the module docstring for the map).
+
+    Parameters
+    ----------
+    slots, lanes, max_workers, jobs : int
+        The engine's parameters (checked by the engine).
+
+    Attributes
+    ----------
+    ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re, ctrl_rdata : Signal
+        The register port.
+    count_inc : Signal(len(AGG_COUNTERS)), in
+        One strobe per counter: add one this cycle.
+    lookup_job : Signal(8), in
+        Job number to look up (combinationally) for the header checks.
+    lookup_configured, lookup_workers, lookup_base, lookup_end : Signal, out
+        Its active configuration; ``lookup_configured`` is 0 for a job beyond ``jobs``.
+    drained : Signal(1), in
+        The engine holds no packet (nothing in flight, between packets at the input).
+    busy : Signal(1), out
+        A commit is waiting or slots are being cleared: the engine must not start packets.
+    clear_en, clear_slot : Signal, out
+        Metadata row to clear this cycle (only while ``busy`` and drained).
+    """
+
+    def __init__(self, *, slots, lanes, max_workers, jobs):
+        self._slots, self._lanes, self._max_workers, self._jobs = slots, lanes, max_workers, jobs
+        super().__init__({
+            "ctrl_addr": In(16),
+            "ctrl_wdata": In(32),
+            "ctrl_we": In(1),
+            "ctrl_re": In(1),
+            "ctrl_rdata": Out(32),
+            "count_inc": In(len(AGG_COUNTERS)),
+            "lookup_job": In(8),
+            "lookup_configured": Out(1),
+            "lookup_workers": Out(range(max_workers + 1)),
+            "lookup_base": Out(16),
+            "lookup_end": Out(17),
+            "drained": In(1),
+            "busy": Out(1),
+            "clear_en": Out(1),
+            "clear_slot": Out(range(slots)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        S, W, J = self._slots, self._max_workers, self._jobs
+
+        # Pending values hold the full 32-bit writes so that a commit can reject what does
+        # not fit instead of silently truncating it.
+        pend_workers = Array(Signal(32, name=f"pend_workers{j}") for j in range(J))
+        pend_base = Array(Signal(32, name=f"pend_base{j}") for j in range(J))
+        pend_count = Array(Signal(32, name=f"pend_count{j}") for j in range(J))
+        act_workers = Array(Signal(range(W + 1), name=f"act_workers{j}") for j in range(J))
+        act_base = Array(Signal(16, name=f"act_base{j}") for j in range(J))
+        act_count = Array(Signal(17, name=f"act_count{j}") for j in range(J))
+        act_end = Array(Signal(17, name=f"act_end{j}") for j in range(J))
+        commit_req = Signal(J)
+        rejected = Signal(J)
+        counters = Array(Signal(32, name=f"counter_{name}") for name in AGG_COUNTERS)
+
+        # -- lookup for the header checks ---------------------------------------------
+        job_bits = max(1, ceil_log2(J))
+        job_index = self.lookup_job[:job_bits]
+        in_range = self.lookup_job < J
+        m.d.comb += [
+            self.lookup_workers.eq(act_workers[job_index]),
+            self.lookup_base.eq(act_base[job_index]),
+            self.lookup_end.eq(act_end[job_index]),
+            self.lookup_configured.eq(in_range & (act_workers[job_index] != 0)),
+        ]
+
+        # -- counters ---------------------------------------------------------------------
+        for i in range(len(AGG_COUNTERS)):
+            with m.If(self.count_inc[i]):
+                m.d.sync += counters[i].eq(counters[i] + 1)
+
+        # -- register writes --------------------------------------------------------------
+        reg_job = self.ctrl_addr[2:8]
+        reg_field = self.ctrl_addr[:2]
+        job_reg = (self.ctrl_addr < REG_COUNTERS) & (reg_job < J)
+        with m.If(self.ctrl_we & job_reg):
+            with m.Switch(reg_field):
+                with m.Case(0):
+                    m.d.sync += pend_workers[reg_job].eq(self.ctrl_wdata)
+                with m.Case(1):
+                    m.d.sync += pend_base[reg_job].eq(self.ctrl_wdata)
+                with m.Case(2):
+                    m.d.sync += pend_count[reg_job].eq(self.ctrl_wdata)
+                # Field 3 (commit) is handled with the grant logic below, so a grant in
+                # the same cycle cannot lose a new request.
+
+        # -- commit: wait for the engine to drain, apply, clear the slots -----------------
+        clearing = Signal()
+        clear_slot = Signal(range(S))
+        clear_last = Signal(range(S))
+        m.d.comb += [
+            self.busy.eq((commit_req != 0) | clearing),
+            self.clear_en.eq(clearing),
+            self.clear_slot.eq(clear_slot),
+        ]
+        with m.If(clearing):
+            m.d.sync += clear_slot.eq(clear_slot + 1)
+            with m.If(clear_slot == clear_last):
+                m.d.sync += clearing.eq(0)
+
+        # Lowest requested job first.
+        grant_job = Signal(range(J))
+        for j in reversed(range(J)):
+            with m.If(commit_req[j]):
+                m.d.comb += grant_job.eq(j)
+        grant = (commit_req != 0) & ~clearing & self.drained
+        req_next = Signal(J)
+        m.d.comb += req_next.eq(commit_req)
+        with m.If(grant):
+            m.d.comb += req_next.bit_select(grant_job, 1).eq(0)
+            workers, base, count = (pend_workers[grant_job], pend_base[grant_job],
+                                    pend_count[grant_job])
+            fits = (workers <= W) & (base < S) & (count <= S) & (base + count <= S)
+            with m.If(fits):
+                m.d.sync += [
+                    act_workers[grant_job].eq(workers),
+                    act_base[grant_job].eq(base),
+                    act_count[grant_job].eq(count),
+                    act_end[grant_job].eq(base + count),
+                    rejected.bit_select(grant_job, 1).eq(0),
+                ]
+                with m.If((workers != 0) & (count != 0)):
+                    m.d.sync += [
+                        clearing.eq(1),
+                        clear_slot.eq(base),
+                        clear_last.eq(base + count - 1),
+                    ]
+            with m.Else():
+                m.d.sync += [
+                    act_workers[grant_job].eq(0),
+                    act_base[grant_job].eq(0),
+                    act_count[grant_job].eq(0),
+                    act_end[grant_job].eq(0),
+                    rejected.bit_select(grant_job, 1).eq(1),
+                ]
+        with m.If(self.ctrl_we & job_reg & (reg_field == 3) & self.ctrl_wdata[0]):
+            m.d.comb += req_next.bit_select(reg_job, 1).eq(1)
+        m.d.sync += commit_req.eq(req_next)
+
+        # -- register reads ---------------------------------------------------------------
+        with m.If(self.ctrl_re):
+            with m.If(job_reg):
+                with m.Switch(reg_field):
+                    with m.Case(0):
+                        m.d.sync += self.ctrl_rdata.eq(act_workers[reg_job])
+                    with m.Case(1):
+                        m.d.sync += self.ctrl_rdata.eq(act_base[reg_job])
+                    with m.Case(2):
+                        m.d.sync += self.ctrl_rdata.eq(act_count[reg_job])
+                    with m.Case(3):
+                        m.d.sync += self.ctrl_rdata.eq(
+                            self.busy | (rejected.bit_select(reg_job, 1) << 1))
+            with m.Elif((self.ctrl_addr >= REG_COUNTERS)
+                        & (self.ctrl_addr < REG_COUNTERS + len(AGG_COUNTERS))):
+                m.d.sync += self.ctrl_rdata.eq(counters[self.ctrl_addr - REG_COUNTERS])
+            with m.Elif(self.ctrl_addr == REG_PARAMS):
+                m.d.sync += self.ctrl_rdata.eq(self._slots | (self._lanes << 16))
+            with m.Else():
+                m.d.sync += self.ctrl_rdata.eq(0)
+        return m

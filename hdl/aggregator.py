@@ -1,0 +1,429 @@
+"""The switch aggregator: a SwitchML-style streaming engine for LHC's ADD and OR merges.
+
+Behaviour: ``shared/spec/aggregator-protocol.md`` section 2 and ``notes/agg-contract.md``
+(the reference model is ``host/aggregator.py``; the cocotb suite checks the two agree on
+every output byte and every counter).
+
+Structure (one 256-bit beat per clock, the pipeline after the input never stalls)::
+
+    s_axis -> A: input register ----------------------------------------------+
+               | header beat: HeaderCheck (+ job lookup), slot metadata read   |
+               | payload beat i: slot row i read (ForwardedMemory, 2 cycles)   |
+               v                                                               |
+              H1, H2: header fields wait for the metadata  -> decisions (h+2)  |
+              B, C: payload waits for the row -> LaneALU -> staging[i] (a+2)   |
+               v                                                               v
+              E1 (tlast+1): drop cause incl. length;  E2 (tlast+2): verdict, counters,
+              metadata write, result header -> FIFO; then B cycles of commit: staging[i]
+              -> slot row i (if accepted) and -> FIFO (if a result is due) -> m_axis
+
+Why it never stalls on a read-modify-write hazard: a packet's commit writes its metadata at
+``tlast + 2`` and its row ``i`` at ``tlast + 3 + i``; the next packet reads the metadata at
+its header (``>= tlast + 1``) and row ``i`` at its payload beat ``i`` (``>= tlast + 2 + i``).
+Every write therefore lands at most one cycle after a dependent read, which
+:class:`~hdl.slot_memory.ForwardedMemory` forwards. The commit reads staging row ``i`` at
+``tlast + 3 + i``, before the next packet overwrites it (``>= tlast + 4 + i``). Nothing
+touches slot state before ``tlast`` is checked, so a packet with a bad length (or any other
+drop cause) leaves every slot as it was.
+
+Why results are never lost: a packet's last beat is only taken when the result FIFO has
+room for a whole result packet (``P/8 + 1`` beats) on top of the results already queued or
+promised to packets in flight; so back-pressure on ``m_axis`` stalls ``s_axis``, at packet
+ends, and a result already decided is always written.
+
+Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata row with,
+per version, the worker bitmap, the count, the op and the exponent
+(:attr:`Aggregator.ram_bits_per_slot`).
+"""
+from amaranth import Cat, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+from host.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from host.header import BEAT_BYTES, Flags, PacketType, WORKER_MULTICAST
+
+from .agg_control import AggControl
+from .agg_header_check import CAUSE, CAUSE_NONE, HeaderCheck, cause_bits
+from .axis import DATA_BITS, axis_signature
+from .header import HeaderLayout
+from .lane_alu import LaneALU
+from .slot_memory import ForwardedMemory
+
+__all__ = ["Aggregator", "slot_state_layout", "check_parameters"]
+
+FULL_KEEP = (1 << BEAT_BYTES) - 1
+MAX_SLOTS = 0xFFFF     # the parameter register holds the pool size in 16 bits
+MAX_LANES = 2048       # 8 KiB payloads: beyond any jumbo frame
+MAX_JOBS = 64          # 4 registers per job below the counters at 0x100
+
+
+def slot_state_layout(max_workers):
+    """Metadata row of one slot: per version (index 0 and 1) bitmap, count, op, exponent."""
+    version = data.StructLayout({
+        "seen": unsigned(max_workers),
+        "count": range(max_workers + 1),
+        "op_or": unsigned(1),
+        "exponent": signed(8),
+    })
+    return data.ArrayLayout(version, 2)
+
+
+def check_parameters(slots, lanes, max_workers, jobs):
+    """Raise a ``TypeError``/``ValueError`` naming the first bad aggregator parameter."""
+    for name, value in (("slots", slots), ("lanes", lanes), ("max_workers", max_workers),
+                        ("jobs", jobs)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"Aggregator parameter {name} must be an integer, not {value!r}")
+    if not 1 <= slots <= MAX_SLOTS:
+        raise ValueError(f"Aggregator slots must be 1..{MAX_SLOTS}, not {slots}")
+    if not 8 <= lanes <= MAX_LANES or lanes % 8:
+        raise ValueError(f"Aggregator lanes (P) must be a multiple of 8 in 8..{MAX_LANES} "
+                         f"(whole 256-bit beats), not {lanes}")
+    if not 1 <= max_workers <= 32:
+        raise ValueError(f"Aggregator max_workers must be 1..32, not {max_workers}")
+    if not 1 <= jobs <= MAX_JOBS:
+        raise ValueError(f"Aggregator jobs must be 1..{MAX_JOBS}, not {jobs}")
+
+
+class Aggregator(wiring.Component):
+    """Streaming switch aggregator (see the module docstring).
+
+    Parameters
+    ----------
+    slots : int
+        Pool size (slot indices ``0 .. slots-1``), 1..65535.
+    lanes : int
+        ``P``, 32-bit lanes per packet, a multiple of 8 (one payload beat holds 8).
+    max_workers : int
+        Largest worker count of a job, 1..32 (width of the worker bitmaps).
+    jobs : int
+        Number of job configurations, 1..64.
+
+    Attributes
+    ----------
+    i : In(axis_signature())
+        Data packets (header beat first).
+    o : Out(axis_signature())
+        Result packets.
+    ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re, ctrl_rdata : Signal
+        Control registers (:mod:`hdl.agg_control`).
+    """
+
+    def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
+        check_parameters(slots, lanes, max_workers, jobs)
+        self.slots, self.lanes, self.max_workers, self.jobs = slots, lanes, max_workers, jobs
+        self.beats = lanes // 8
+        super().__init__({
+            "i": In(axis_signature()),
+            "o": Out(axis_signature()),
+            "ctrl_addr": In(16),
+            "ctrl_wdata": In(32),
+            "ctrl_we": In(1),
+            "ctrl_re": In(1),
+            "ctrl_rdata": Out(32),
+        })
+
+    @property
+    def result_fifo_depth(self):
+        """Result FIFO beats: room for a queued result, one being written and one promised."""
+        return 4 * (self.beats + 1)
+
+    @property
+    def ram_bits_per_slot(self):
+        """Block RAM bits per slot: two versions of ``P`` lanes plus the metadata row."""
+        return 2 * self.beats * DATA_BITS + slot_state_layout(self.max_workers).size
+
+    @property
+    def ram_bits_fixed(self):
+        """Memory bits independent of the pool size: staging rows and the result FIFO."""
+        return self.beats * DATA_BITS + self.result_fifo_depth * (DATA_BITS + 1)
+
+    def elaborate(self, platform):
+        m = Module()
+        S, P, W, B = self.slots, self.lanes, self.max_workers, self.beats
+        D = self.result_fifo_depth
+        slot_bits = ceil_log2(S)
+
+        m.submodules.control = ctl = AggControl(slots=S, lanes=P, max_workers=W,
+                                                jobs=self.jobs)
+        m.d.comb += [
+            ctl.ctrl_addr.eq(self.ctrl_addr),
+            ctl.ctrl_wdata.eq(self.ctrl_wdata),
+            ctl.ctrl_we.eq(self.ctrl_we),
+            ctl.ctrl_re.eq(self.ctrl_re),
+            self.ctrl_rdata.eq(ctl.ctrl_rdata),
+        ]
+        m.submodules.check = check = HeaderCheck(lanes=P, max_workers=W)
+        m.submodules.meta = meta = ForwardedMemory(shape=slot_state_layout(W), depth=S)
+        m.submodules.rows = rows = ForwardedMemory(shape=unsigned(DATA_BITS), depth=S * 2 * B)
+        m.submodules.staging = staging = Memory(shape=unsigned(DATA_BITS), depth=B, init=[])
+        stage_wr = staging.write_port()
+        # Transparent: with P = 8 the commit reads the staging row in the cycle it is written.
+        stage_rd = staging.read_port(transparent_for=(stage_wr,))
+        m.submodules.alu = alu = LaneALU(lanes=DATA_BITS // 32)
+        m.submodules.results = fifo = SyncFIFOBuffered(width=DATA_BITS + 1, depth=D)
+
+        # -- input: take a beat when a whole result still fits -----------------------------
+        accept = Signal()
+        in_packet = Signal()            # the next input beat is a payload beat
+        reserved = Signal(range(D + 1))  # FIFO beats promised to packet ends in flight
+        quiet_cycles = B + 6            # last beat -> end of its commit, with margin
+        quiet = Signal(range(quiet_cycles + 1))
+        space_ok = fifo.level + reserved + (B + 1) <= D
+        m.d.comb += [
+            self.i.ready.eq(space_ok & ~(ctl.busy & ~in_packet)),
+            accept.eq(self.i.valid & self.i.ready),
+            ctl.drained.eq((quiet == 0) & ~in_packet),
+        ]
+        with m.If(accept):
+            m.d.sync += [in_packet.eq(~self.i.payload.last), quiet.eq(quiet_cycles)]
+        with m.Elif(quiet != 0):
+            m.d.sync += quiet.eq(quiet - 1)
+
+        # -- stage A: the input register --------------------------------------------------
+        a_valid = Signal()
+        a_header = Signal()     # this beat is a header beat
+        a_data = Signal(DATA_BITS)
+        a_keep = Signal(BEAT_BYTES)
+        a_last = Signal()
+        m.d.sync += a_valid.eq(accept)
+        with m.If(accept):
+            m.d.sync += [
+                a_header.eq(~in_packet),
+                a_data.eq(self.i.payload.data),
+                a_keep.eq(self.i.payload.keep),
+                a_last.eq(self.i.payload.last),
+            ]
+        a_is_header = a_valid & a_header
+        a_is_payload = a_valid & ~a_header
+        hdr = data.View(HeaderLayout, a_data)
+        slot_index = hdr.slot[:slot_bits]
+        row_base = slot_index * (2 * B) + hdr.slot_version[0] * B
+        m.d.comb += [
+            ctl.lookup_job.eq(hdr.job),
+            check.header.eq(a_data),
+            check.job_configured.eq(ctl.lookup_configured),
+            check.workers.eq(ctl.lookup_workers),
+            check.slot_base.eq(ctl.lookup_base),
+            check.slot_end.eq(ctl.lookup_end),
+            meta.read_addr.eq(slot_index),   # used only for header beats
+        ]
+
+        # Packet registers, loaded by the header beat, valid until the next header beat.
+        pkt_hdr = Signal(HeaderLayout)
+        pkt_cause = Signal(cause_bits())
+        pkt_row_base = Signal(range(S * 2 * B))
+        pay_index = Signal(range(B + 1))   # payload beat number; B = beyond the payload
+        row_addr = Signal(range(S * 2 * B))
+        with m.If(a_is_header):
+            m.d.sync += [
+                pkt_hdr.eq(a_data),
+                pkt_cause.eq(check.cause),
+                pkt_row_base.eq(row_base),
+                row_addr.eq(row_base),
+                pay_index.eq(0),
+            ]
+        with m.If(a_is_payload):
+            m.d.sync += row_addr.eq(row_addr + 1)
+            with m.If(pay_index != B):
+                m.d.sync += pay_index.eq(pay_index + 1)
+        m.d.comb += rows.read_addr.eq(row_addr)
+
+        # -- H1, H2: header fields meet the slot metadata two cycles later ----------------
+        fields = data.StructLayout({
+            "worker": unsigned(8), "version": unsigned(1), "exponent": signed(8),
+            "op_or": unsigned(1), "workers": range(W + 1),
+        })
+        h1_valid, h2_valid = Signal(), Signal()
+        h1, h2 = Signal(fields), Signal(fields)
+        m.d.sync += [h1_valid.eq(a_is_header), h2_valid.eq(h1_valid), h2.eq(h1)]
+        with m.If(a_is_header):
+            m.d.sync += [
+                h1.worker.eq(hdr.worker),
+                h1.version.eq(hdr.slot_version[0]),
+                h1.exponent.eq(hdr.exponent),
+                h1.op_or.eq(hdr.type == PacketType.AGG_OR32),
+                h1.workers.eq(ctl.lookup_workers),
+            ]
+
+        # Decisions (cycle h+2), registered: valid from h+3 until the next packet's h+2,
+        # which covers this packet's payload ALU stages and its verdict at tlast + 2.
+        state = meta.read_data
+        worker_bit = Signal(W)   # one-hot; all zero for a worker >= W (dropped anyway)
+        m.d.comb += worker_bit.bit_select(h2.worker, 1).eq(1)
+        cur_seen = Mux(h2.version, state[1].seen, state[0].seen)
+        cur_count = Mux(h2.version, state[1].count, state[0].count)
+        cur_op_or = Mux(h2.version, state[1].op_or, state[0].op_or)
+        cur_exponent = Signal(signed(8))
+        m.d.comb += cur_exponent.eq(Mux(h2.version, state[1].exponent, state[0].exponent))
+        seen = (cur_seen & worker_bit) != 0
+        first = (cur_count == 0) | (cur_count == h2.workers)
+        new_count = Mux(first, 1, cur_count + 1)
+        new_exponent = Signal(signed(8))
+        m.d.comb += new_exponent.eq(Mux(first | (h2.exponent > cur_exponent),
+                                        h2.exponent, cur_exponent))
+        new_state = Signal(slot_state_layout(W))
+        for version in (0, 1):
+            mine = h2.version == version
+            m.d.comb += [
+                new_state[version].seen.eq(Mux(mine, state[version].seen | worker_bit,
+                                               state[version].seen & ~worker_bit)),
+                new_state[version].count.eq(Mux(mine, new_count, state[version].count)),
+                new_state[version].op_or.eq(Mux(mine, h2.op_or, state[version].op_or)),
+                new_state[version].exponent.eq(Mux(mine, new_exponent,
+                                                   state[version].exponent)),
+            ]
+        dec_first, dec_op_or, dec_retransmit, dec_mixed = Signal(), Signal(), Signal(), Signal()
+        dec_complete_stored, dec_complete_new = Signal(), Signal()
+        dec_exponent_stored, dec_exponent_new = Signal(signed(8)), Signal(signed(8))
+        dec_state = Signal(slot_state_layout(W))
+        with m.If(h2_valid):
+            m.d.sync += [
+                dec_first.eq(first),
+                dec_op_or.eq(h2.op_or),
+                dec_retransmit.eq(seen),
+                dec_mixed.eq(~seen & ~first & (cur_op_or != h2.op_or)),
+                dec_complete_stored.eq(cur_count == h2.workers),
+                dec_complete_new.eq(new_count == h2.workers),
+                dec_exponent_stored.eq(cur_exponent),
+                dec_exponent_new.eq(new_exponent),
+                dec_state.eq(new_state),
+            ]
+
+        # -- B, C: payload beat meets its slot row; the ALU result goes to staging ---------
+        b_valid, c_valid = Signal(), Signal()
+        b_row, c_row = Signal(range(B)), Signal(range(B))
+        b_payload, c_payload = Signal(DATA_BITS), Signal(DATA_BITS)
+        m.d.sync += [
+            b_valid.eq(a_is_payload & (pay_index != B)),
+            b_row.eq(pay_index),
+            b_payload.eq(a_data),
+            c_valid.eq(b_valid),
+            c_row.eq(b_row),
+            c_payload.eq(b_payload),
+        ]
+        m.d.comb += [
+            alu.old.eq(rows.read_data),
+            alu.payload.eq(c_payload),
+            alu.first.eq(dec_first),
+            alu.op_or.eq(dec_op_or),
+            alu.keep_old.eq(dec_retransmit),   # a unicast answer re-sends the stored value
+            stage_wr.en.eq(c_valid),
+            stage_wr.addr.eq(c_row),
+            stage_wr.data.eq(alu.result),
+        ]
+
+        # -- E1 (tlast + 1): the packet's drop cause, length included ----------------------
+        e1_valid, e1_length_ok = Signal(), Signal()
+        m.d.sync += [
+            e1_valid.eq(a_valid & a_last),
+            e1_length_ok.eq(~a_header & (pay_index == B - 1) & (a_keep == FULL_KEEP)),
+        ]
+        e2_valid = Signal()
+        e2_cause = Signal(cause_bits())
+        e2_hdr = Signal(HeaderLayout)
+        e2_row_base = Signal(range(S * 2 * B))
+        m.d.sync += e2_valid.eq(e1_valid)
+        with m.If(e1_valid):
+            m.d.sync += [
+                e2_cause.eq(Mux(pkt_cause != CAUSE_NONE, pkt_cause,
+                                Mux(e1_length_ok, CAUSE_NONE, CAUSE["bad_length"]))),
+                e2_hdr.eq(pkt_hdr),
+                e2_row_base.eq(pkt_row_base),
+            ]
+
+        # -- E2 (tlast + 2): verdict --------------------------------------------------------
+        good = e2_valid & (e2_cause == CAUSE_NONE)
+        retransmit = good & dec_retransmit
+        mixed = good & ~dec_retransmit & dec_mixed
+        accepted = good & ~dec_retransmit & ~dec_mixed
+        unicast = retransmit & dec_complete_stored
+        multicast = accepted & dec_complete_new
+        result = unicast | multicast
+        events = {
+            "packets": e2_valid,
+            "accepted": accepted,
+            "results_multicast": multicast,
+            "results_unicast": unicast,
+            "retransmit_dropped": retransmit & ~dec_complete_stored,
+            "drop_mixed_op": mixed,
+        }
+        for cause in AGG_DROP_CAUSES:
+            if cause != "mixed_op":
+                events[f"drop_{cause}"] = e2_valid & (e2_cause == CAUSE[cause])
+        assert set(events) == set(AGG_COUNTERS)
+        m.d.comb += ctl.count_inc.eq(Cat(events[name] for name in AGG_COUNTERS))
+
+        # Metadata: the verdict's write, or a slot being cleared by a job commit (the
+        # control only clears while the engine is drained, so the two never meet).
+        with m.If(ctl.clear_en):
+            m.d.comb += [
+                meta.write_en.eq(1),
+                meta.write_addr.eq(ctl.clear_slot),
+                meta.write_data.eq(0),
+            ]
+        with m.Else():
+            m.d.comb += [
+                meta.write_en.eq(accepted),
+                meta.write_addr.eq(e2_hdr.slot[:slot_bits]),
+                meta.write_data.eq(dec_state),
+            ]
+
+        result_hdr = Signal(HeaderLayout)
+        m.d.comb += [
+            result_hdr.eq(e2_hdr),
+            result_hdr.flags.eq(e2_hdr.flags | Flags.RESULT),
+            result_hdr.worker.eq(Mux(unicast, e2_hdr.worker, WORKER_MULTICAST)),
+            result_hdr.exponent.eq(Mux(unicast, dec_exponent_stored, dec_exponent_new)),
+            result_hdr.reserved0.eq(0),
+            result_hdr.reserved1.eq(0),
+        ]
+
+        # -- commit: B cycles, staging row i -> slot row i and/or the result FIFO ---------
+        cm_active, cm_write, cm_push = Signal(), Signal(), Signal()
+        cm_row = Signal(range(B))
+        cm_addr = Signal(range(S * 2 * B))
+        m.d.comb += stage_rd.addr.eq(Mux(cm_active, cm_row + 1, 0))
+        with m.If(cm_active):
+            m.d.comb += [
+                rows.write_en.eq(cm_write),
+                rows.write_addr.eq(cm_addr),
+                rows.write_data.eq(stage_rd.data),
+            ]
+            m.d.sync += [cm_row.eq(cm_row + 1), cm_addr.eq(cm_addr + 1)]
+            with m.If(cm_row == B - 1):
+                m.d.sync += cm_active.eq(0)
+        # A packet's verdict comes B + 1 cycles after the previous one's at the earliest,
+        # when that commit is over: starting here never cuts one short.
+        with m.If(accepted | result):
+            m.d.sync += [
+                cm_active.eq(1),
+                cm_row.eq(0),
+                cm_addr.eq(e2_row_base),
+                cm_write.eq(accepted),
+                cm_push.eq(result),
+            ]
+        with m.If(result):
+            m.d.comb += [fifo.w_en.eq(1), fifo.w_data.eq(Cat(result_hdr.as_value(), 0))]
+        with m.Elif(cm_active & cm_push):
+            m.d.comb += [fifo.w_en.eq(1),
+                         fifo.w_data.eq(Cat(stage_rd.data, cm_row == B - 1))]
+
+        # Reservations: B + 1 beats per packet end taken at the input, returned by a verdict
+        # without a result, or consumed beat by beat as the result is written.
+        taken = Mux(accept & self.i.payload.last, B + 1, 0)
+        returned = Mux(e2_valid & ~result, B + 1, 0)
+        m.d.sync += reserved.eq(reserved + taken - returned - fifo.w_en)
+
+        # -- output -------------------------------------------------------------------------
+        m.d.comb += [
+            self.o.valid.eq(fifo.r_rdy),
+            self.o.payload.data.eq(fifo.r_data[:DATA_BITS]),
+            self.o.payload.last.eq(fifo.r_data[DATA_BITS]),
+            self.o.payload.keep.eq(FULL_KEEP),
+            fifo.r_en.eq(self.o.ready),
+        ]
+        return m

@@ -1,0 +1,48 @@
+"""The switch top for Verilog export and cocotb: the aggregator behind flat ports.
+
+Ports: ``clk``/``rst`` (sync domain), AXI-Stream ``s_axis_t*`` (data packets in) and
+``m_axis_t*`` (result packets out) named the way ``cocotbext-axi`` binds by prefix, and the
+``ctrl_*`` register port of ``notes/agg-contract.md`` (map in :mod:`hdl.agg_control`).
+"""
+from amaranth import Module
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .aggregator import Aggregator
+from .axis import connect_flat_axis, flat_axis_members
+
+__all__ = ["SwitchTop"]
+
+
+class SwitchTop(wiring.Component):
+    """:class:`~hdl.aggregator.Aggregator` with flat ports; parameters are passed through.
+
+    The export default (``make verilog``) is the contract's default engine: 64 slots,
+    P = 64 lanes, 32 workers, 4 jobs.
+    """
+
+    def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
+        self.engine = Aggregator(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
+        super().__init__({
+            **flat_axis_members("s_axis", sink=True),
+            **flat_axis_members("m_axis", sink=False),
+            "ctrl_addr": In(16),
+            "ctrl_wdata": In(32),
+            "ctrl_we": In(1),
+            "ctrl_re": In(1),
+            "ctrl_rdata": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = engine = self.engine
+        connect_flat_axis(m, self, "s_axis", engine.i, sink=True)
+        connect_flat_axis(m, self, "m_axis", engine.o, sink=False)
+        m.d.comb += [
+            engine.ctrl_addr.eq(self.ctrl_addr),
+            engine.ctrl_wdata.eq(self.ctrl_wdata),
+            engine.ctrl_we.eq(self.ctrl_we),
+            engine.ctrl_re.eq(self.ctrl_re),
+            self.ctrl_rdata.eq(engine.ctrl_rdata),
+        ]
+        return m
