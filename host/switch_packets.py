@@ -1,0 +1,602 @@
+"""Host side of the in-network path: packetisation, SwitchML windowing, retransmission.
+
+Each worker's vector of 32-bit words (an index bitmap for ``AGG_OR32``, an int32 sketch or
+fallback vector for ``AGG_ADD_I32``) is cut into chunks of P lanes (the last one padded
+with zeros) and sent over the job's slot pool as the aggregator protocol says
+(``shared/spec/aggregator-protocol.md`` section 3):
+
+- chunk ``g`` goes to slot ``slot_base + g % slot_count``, version ``(g // slot_count) % 2``,
+  with ``seq = g`` and ``offset`` = the word offset of the chunk within its phase's vector;
+  ``g`` counts chunks over the whole message, so versions keep alternating across phases
+  (a phase that restarted at version 0 could be taken for a retransmission of the last
+  round on that slot);
+- a worker keeps at most one outstanding packet per slot: it sends chunk ``g + slot_count``
+  only once the result of chunk ``g`` is in;
+- a worker resends an outstanding packet (same bytes) when its timeout expires; the switch
+  answers a retransmission of a complete round with a unicast result and drops one of an
+  incomplete round;
+- results (multicast or unicast) are matched by ``seq`` and checked against what was sent;
+  duplicates and stale results are ignored.
+
+The network is a simulated clock (an event loop in integer ticks) with an optional
+:class:`FaultInjector` that loses, duplicates and delays (reorders) packets both ways. Its
+one rule, which SwitchML's scheme needs: **every copy of a worker's packet for a slot
+reaches the switch before that worker's next-round packet for the same slot does.** A
+stale copy that arrived later would find the worker's seen bit already moved to the other
+version and be folded in as a new contribution, corrupting the slot
+(``tests/test_aggregator_model.py`` shows it). Copies of the *same* packet, other workers'
+packets and all results may be reordered freely.
+
+The engine talks to the switch through a **transport**: any callable
+``send(packets: list[Packet]) -> list[Packet]`` that feeds packets to the aggregator in
+order and returns what it emits (e.g. :func:`host.aggregator.model_transport`, or a
+hardware driver's ``lambda ps: transport.exchange("agg", ps)``). Configuring the job on the
+switch is the caller's business.
+
+Entry points: :func:`run_allreduce_packets` (LHC all-reduce through an
+:class:`~host.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
+any transport), :func:`aggregate_phase` (one OR/ADD vector per worker), and the lower-level
+:func:`make_packets` / :func:`collect_results` / :func:`run_protocols`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import random
+from typing import Callable, Generator, Iterable, Sequence
+
+import numpy as np
+
+from .aggregator import AggregatorModel, model_transport
+from .golden import lhc
+from .header import Flags, Header, PacketType
+from .packet import Packet
+
+__all__ = [
+    "ProtocolError", "Phase", "make_packets", "collect_results", "chunk_slot", "FaultInjector",
+    "PacketStats", "run_protocols", "aggregate_phase", "lhc_protocol",
+    "allreduce_over_transport", "run_allreduce_packets", "DEFAULT_TIMEOUT",
+]
+
+Transport = Callable[[list], list]
+
+#: Ticks a worker waits for a result before resending.
+DEFAULT_TIMEOUT = 24
+_OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
+
+
+class ProtocolError(RuntimeError):
+    """The switch answered something inconsistent, or the exchange made no progress."""
+
+
+# ---------------------------------------------------------------------------------------
+# packetisation
+
+def chunk_slot(chunk: int, slot_base: int, slot_count: int) -> tuple[int, int]:
+    """``(slot, version)`` of message chunk ``chunk``."""
+    return slot_base + chunk % slot_count, (chunk // slot_count) % 2
+
+
+def _as_words(words) -> np.ndarray:
+    words = np.ascontiguousarray(words).reshape(-1)
+    if words.dtype.itemsize != 4 or words.dtype.kind not in "iu":
+        raise TypeError(f"expected 32-bit integer words, got dtype {words.dtype}")
+    return words.view(np.uint32)
+
+
+def _check_layout(op, job, worker, slot_base, slot_count, lanes):
+    if op not in _OPS:
+        raise ValueError(f"op must be AGG_ADD_I32 or AGG_OR32, got {op!r}")
+    for name, value, lo, hi in (("job", job, 0, 255), ("worker", worker, 0, 254),
+                                ("slot_base", slot_base, 0, 0xFFFF),
+                                ("slot_count", slot_count, 1, 0x10000),
+                                ("lanes", lanes, 8, 0xFFFF)):
+        if isinstance(value, bool) or int(value) != value or not lo <= value <= hi:
+            raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
+    if slot_base + slot_count > 0x10000:
+        raise ValueError("slot range goes beyond the 16-bit slot field")
+    if lanes % 8:
+        raise ValueError(f"lanes must be a multiple of 8, got {lanes}")
+
+
+def _chunk_packet(words, index, *, op, job, worker, slot_base, slot_count, lanes,
+                  first_chunk, exponent) -> Packet:
+    g = first_chunk + index
+    if g >= 2**32:
+        raise ValueError("chunk number exceeds the 32-bit seq field")
+    slot, version = chunk_slot(g, slot_base, slot_count)
+    lane_values = np.zeros(lanes, dtype="<u4")
+    piece = words[index * lanes:(index + 1) * lanes]
+    lane_values[:piece.size] = piece
+    header = Header(type=int(op), job=job, worker=worker, exponent=int(exponent), count=lanes,
+                    slot=slot, slot_version=version, seq=g, offset=index * lanes)
+    return Packet(header, lane_values.tobytes())
+
+
+def make_packets(words, *, op, job: int, worker: int, slot_base: int, slot_count: int,
+                 lanes: int, first_chunk: int = 0, exponent: int = 0) -> list[Packet]:
+    """One worker's vector of 32-bit words as aggregator packets, chunk by chunk.
+
+    Parameters
+    ----------
+    words : array_like of 32-bit integers
+        uint32 index words or int32 sketch / fallback values (sent as their bits).
+    op : PacketType
+        ``AGG_OR32`` or ``AGG_ADD_I32``.
+    job, worker : int
+        Header fields.
+    slot_base, slot_count : int
+        The job's slot pool (absolute slot numbers).
+    lanes : int
+        P, words per packet; the last chunk is zero padded.
+    first_chunk : int
+        Message chunk number of the first chunk (versions and seq continue from there).
+    exponent : int
+        Exponent byte of every packet (the worker's ``e_w`` in phase A).
+    """
+    words = _as_words(words)
+    _check_layout(op, job, worker, slot_base, slot_count, lanes)
+    count = -(-words.size // lanes)
+    return [_chunk_packet(words, i, op=op, job=job, worker=worker, slot_base=slot_base,
+                          slot_count=slot_count, lanes=lanes, first_chunk=first_chunk,
+                          exponent=exponent) for i in range(count)]
+
+
+def collect_results(results: Iterable[Packet], n_words: int, *, lanes: int,
+                    first_chunk: int = 0) -> tuple[np.ndarray, int | None]:
+    """Assemble RESULT packets into the aggregated vector (uint32, ``n_words`` long).
+
+    Results are placed by ``seq`` (chunk ``seq - first_chunk``); the ``offset`` must agree.
+    Duplicates must carry identical payloads. Returns the vector and the MAX of the result
+    exponents (None if ``n_words`` is 0). Raises ProtocolError for a missing, foreign or
+    inconsistent result.
+    """
+    count = -(-n_words // lanes)
+    buffer = np.zeros(count * lanes, dtype=np.uint32)
+    have = np.zeros(count, dtype=bool)
+    exponent = None
+    for packet in results:
+        h = packet.header
+        index = h.seq - first_chunk
+        if not h.flags & Flags.RESULT or not 0 <= index < count:
+            raise ProtocolError(f"not a result of this message: {packet}")
+        if h.offset != index * lanes or len(packet.payload) != 4 * lanes:
+            raise ProtocolError(f"result with inconsistent offset or length: {packet}")
+        values = np.frombuffer(packet.payload, dtype="<u4")
+        piece = buffer[index * lanes:(index + 1) * lanes]
+        if have[index] and not np.array_equal(piece, values):
+            raise ProtocolError(f"two different results for chunk {h.seq}")
+        piece[:] = values
+        have[index] = True
+        exponent = h.exponent if exponent is None else max(exponent, h.exponent)
+    if not have.all():
+        raise ProtocolError(f"missing results for chunks "
+                            f"{(np.flatnonzero(~have) + first_chunk).tolist()[:10]}")
+    return buffer[:n_words], exponent
+
+
+# ---------------------------------------------------------------------------------------
+# the simulated network
+
+class FaultInjector:
+    """Loses, duplicates and delays packets on the simulated network, reproducibly.
+
+    Parameters
+    ----------
+    seed : int
+        Seed of the injector's own random generator.
+    loss : float
+        Probability that a transmission (worker to switch, or one copy of a result to one
+        worker) is lost.
+    dup : float
+        Probability that a transmission that was not lost is delivered twice (the copy has
+        its own random delay).
+    reorder : float
+        Probability that a delivery gets an extra delay of 1..``max_delay`` ticks, so that
+        later packets overtake it.
+    max_delay : int
+        Largest extra delay in ticks.
+    latency : int
+        Base one-way latency in ticks (>= 1).
+    keep_window_order : bool
+        Enforce the windowing bound below (default). False lets stale copies arrive after
+        the worker's next round on the slot: only to show that the bound is needed.
+
+    Notes
+    -----
+    Worker-to-switch deliveries keep the windowing bound (module docstring): per (job,
+    worker, slot), a packet with a new ``seq`` is never delivered before the last delivery
+    already scheduled for the previous ``seq`` (it is held back if needed).
+    """
+
+    def __init__(self, seed: int = 0, *, loss: float = 0.0, dup: float = 0.0,
+                 reorder: float = 0.0, max_delay: int = 8, latency: int = 1,
+                 keep_window_order: bool = True):
+        for name, p in (("loss", loss), ("dup", dup), ("reorder", reorder)):
+            if not 0.0 <= p <= 1.0:
+                raise ValueError(f"{name} must be a probability in [0, 1], got {p!r}")
+        if loss >= 1.0:
+            raise ValueError("loss = 1 would never deliver anything")
+        if int(max_delay) != max_delay or max_delay < 1:
+            raise ValueError(f"max_delay must be a positive integer, got {max_delay!r}")
+        if int(latency) != latency or latency < 1:
+            raise ValueError(f"latency must be a positive integer, got {latency!r}")
+        self.loss, self.dup, self.reorder = loss, dup, reorder
+        self.max_delay, self.latency = int(max_delay), int(latency)
+        self.keep_window_order = bool(keep_window_order)
+        self._rng = random.Random(seed)
+        self._rounds = {}   # (job, worker, slot) -> [seq, floor, horizon]
+        self.lost = self.duplicated = self.delayed = self.held_back = 0
+
+    def _arrivals(self, now: int) -> list[int]:
+        if self.loss and self._rng.random() < self.loss:
+            self.lost += 1
+            return []
+        copies = 2 if self.dup and self._rng.random() < self.dup else 1
+        self.duplicated += copies - 1
+        times = []
+        for _ in range(copies):
+            delay = self.latency
+            if self.reorder and self._rng.random() < self.reorder:
+                delay += self._rng.randint(1, self.max_delay)
+                self.delayed += 1
+            times.append(now + delay)
+        return times
+
+    def to_switch(self, packet: Packet, now: int) -> list[int]:
+        """Arrival ticks at the switch of one transmission of ``packet`` (maybe none)."""
+        h = packet.header
+        key = (h.job, h.worker, h.slot)
+        seq, floor, horizon = self._rounds.get(key, (None, -1, -1))
+        if seq != h.seq:                    # the worker's next round on this slot
+            seq, floor = h.seq, horizon
+        times = []
+        for t in self._arrivals(now):
+            if t <= floor and self.keep_window_order:
+                self.held_back += 1
+                t = floor + 1
+            times.append(t)
+        self._rounds[key] = (seq, floor, max([horizon, *times]))
+        return times
+
+    def to_worker(self, packet: Packet, worker: int, now: int) -> list[int]:
+        """Arrival ticks at ``worker`` of one copy of a result (maybe none)."""
+        return self._arrivals(now)
+
+
+class _NoFaults(FaultInjector):
+    def __init__(self):
+        super().__init__()
+
+
+# ---------------------------------------------------------------------------------------
+# windowed workers
+
+@dataclasses.dataclass(frozen=True)
+class Phase:
+    """What a worker protocol yields: send ``words`` with ``op``; it receives back
+    ``(aggregated uint32 vector, aggregated exponent or None)``."""
+    name: str
+    op: PacketType
+    words: np.ndarray
+    exponent: int = 0
+
+
+@dataclasses.dataclass
+class PacketStats:
+    """Totals of one packet-level run (all workers)."""
+    workers: int = 0
+    lanes: int = 0
+    slot_count: int = 0
+    chunks: dict = dataclasses.field(default_factory=dict)       # phase -> chunks
+    packets_sent: int = 0          # first transmissions
+    resends: int = 0               # timeout retransmissions
+    results_accepted: int = 0
+    results_ignored: int = 0       # duplicates, stale, already answered
+    results_multicast: int = 0
+    results_unicast: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    delayed: int = 0
+    held_back: int = 0
+    ticks: int = 0
+    next_chunk: int = 0            # first chunk number free for the next message
+    wire_bytes_per_worker: dict = dataclasses.field(default_factory=dict)   # phase -> bytes
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+class _Endpoint:
+    """One worker: drives its protocol generator and keeps its window of slots."""
+
+    def __init__(self, worker, protocol, *, job, slot_base, slot_count, lanes, first_chunk,
+                 stats):
+        self.worker, self.protocol = worker, protocol
+        self.job, self.slot_base, self.slot_count, self.lanes = job, slot_base, slot_count, lanes
+        self.next_chunk = first_chunk
+        self.stats = stats
+        self.outstanding = {}      # chunk -> [packet, attempt]
+        self.finished = False
+        self.result = None
+        self.phase = None
+        self.phase_log = []        # (name, first_chunk, chunks) for cross-worker checks
+
+    def start(self):
+        return self._advance(None, first=True)
+
+    def _advance(self, value, first=False):
+        """Feed the finished phase to the protocol until it asks for a non-empty phase."""
+        while True:
+            try:
+                phase = next(self.protocol) if first else self.protocol.send(value)
+            except StopIteration as stop:
+                self.finished, self.result, self.phase = True, stop.value, None
+                return []
+            first = False
+            if not isinstance(phase, Phase):
+                raise TypeError(f"a worker protocol must yield Phase objects, got {phase!r}")
+            words = _as_words(phase.words)
+            if words.size == 0:
+                self.phase_log.append((phase.name, self.next_chunk, 0))
+                value = (words.copy(), None)
+                continue
+            chunks = -(-words.size // self.lanes)
+            self.phase = dict(phase=phase, words=words, first=self.next_chunk, chunks=chunks,
+                              buffer=np.zeros(chunks * self.lanes, dtype=np.uint32),
+                              remaining=chunks, exponent=None)
+            self.phase_log.append((phase.name, self.next_chunk, chunks))
+            if self.worker == 0:
+                self.stats.chunks[phase.name] = self.stats.chunks.get(phase.name, 0) + chunks
+            self.next_chunk += chunks
+            first_chunk = self.phase["first"]
+            return [self._packet(g) for g in range(first_chunk,
+                                                   first_chunk + min(self.slot_count, chunks))]
+
+    def _packet(self, g):
+        p = self.phase
+        packet = _chunk_packet(p["words"], g - p["first"], op=p["phase"].op, job=self.job,
+                               worker=self.worker, slot_base=self.slot_base,
+                               slot_count=self.slot_count, lanes=self.lanes,
+                               first_chunk=p["first"], exponent=p["phase"].exponent)
+        self.outstanding[g] = [packet, 0]
+        return packet
+
+    def resend(self, g, attempt):
+        entry = self.outstanding.get(g)
+        if entry is None or entry[1] != attempt:
+            return None
+        entry[1] += 1
+        return entry[0]
+
+    def on_result(self, packet):
+        """Returns (accepted, packets to send next)."""
+        h = packet.header
+        entry = self.outstanding.get(h.seq)
+        if entry is None:
+            return False, []
+        sent = entry[0].header
+        if (not h.flags & Flags.RESULT or h.type != sent.type or h.job != sent.job
+                or h.slot != sent.slot or h.slot_version != sent.slot_version
+                or h.offset != sent.offset or h.count != self.lanes
+                or len(packet.payload) != 4 * self.lanes):
+            raise ProtocolError(f"worker {self.worker}: result {packet} does not answer "
+                                f"{entry[0]}")
+        del self.outstanding[h.seq]
+        p = self.phase
+        index = h.seq - p["first"]
+        p["buffer"][index * self.lanes:(index + 1) * self.lanes] = \
+            np.frombuffer(packet.payload, dtype="<u4")
+        p["exponent"] = h.exponent if p["exponent"] is None else max(p["exponent"], h.exponent)
+        p["remaining"] -= 1
+        out = []
+        following = h.seq + self.slot_count
+        if following < p["first"] + p["chunks"]:
+            out.append(self._packet(following))
+        if p["remaining"] == 0:
+            vector = p["buffer"][:p["words"].size].copy()
+            out.extend(self._advance((vector, p["exponent"])))
+        return True, out
+
+
+_TO_SWITCH, _TO_WORKER, _TIMEOUT = 0, 1, 2
+
+
+def run_protocols(protocols: Sequence[Generator], transport: Transport, *, job: int = 0,
+                  slot_base: int = 0, slot_count: int, lanes: int,
+                  fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
+                  first_chunk: int = 0, max_ticks: int = 10_000_000):
+    """Run one protocol generator per worker over ``transport`` on a simulated clock.
+
+    A protocol yields :class:`Phase` objects and receives ``(vector, exponent)`` back for
+    each; its return value is the worker's result. A worker starts its next phase as soon
+    as its own previous phase is complete, independently of the others. Empty phases send
+    nothing and give back ``(empty vector, None)``. Every worker must produce phases of the
+    same sizes (ProtocolError otherwise).
+
+    Returns
+    -------
+    results : list
+        Each worker's protocol return value.
+    stats : PacketStats
+    """
+    n = len(protocols)
+    if not 1 <= n <= 32:
+        raise ValueError(f"1..32 workers, got {n}")
+    _check_layout(PacketType.AGG_ADD_I32, job, 0, slot_base, slot_count, lanes)
+    if int(timeout) != timeout or timeout < 1:
+        raise ValueError(f"timeout must be a positive number of ticks, got {timeout!r}")
+    fault = fault if fault is not None else _NoFaults()
+    stats = PacketStats(workers=n, lanes=lanes, slot_count=slot_count)
+    endpoints = [_Endpoint(w, iter(proto), job=job, slot_base=slot_base, slot_count=slot_count,
+                           lanes=lanes, first_chunk=first_chunk, stats=stats)
+                 for w, proto in enumerate(protocols)]
+    packet_bytes = 32 + 4 * lanes
+    events = []
+    order = itertools.count()
+
+    def transmit(w, packet, now, attempt):
+        for t in fault.to_switch(packet, now):
+            heapq.heappush(events, (t, next(order), _TO_SWITCH, packet))
+        heapq.heappush(events, (now + timeout, next(order), _TIMEOUT, (w, packet.header.seq,
+                                                                        attempt)))
+        name = endpoints[w].phase["phase"].name
+        if w == 0:
+            stats.wire_bytes_per_worker[name] = \
+                stats.wire_bytes_per_worker.get(name, 0) + packet_bytes
+
+    def send_new(w, packets, now):
+        for packet in packets:
+            stats.packets_sent += 1
+            transmit(w, packet, now, 0)
+
+    for w, endpoint in enumerate(endpoints):
+        send_new(w, endpoint.start(), 0)
+    now = 0
+    while not all(e.finished for e in endpoints):
+        if not events:
+            raise ProtocolError("deadlock: nothing in flight but workers unfinished")
+        now = events[0][0]
+        if now > max_ticks:
+            waiting = {e.worker: sorted(e.outstanding)[:5] for e in endpoints if e.outstanding}
+            raise ProtocolError(f"no completion after {max_ticks} ticks; outstanding chunks "
+                                f"(first few per worker): {waiting}")
+        batch, deliveries, timeouts = [], [], []
+        while events and events[0][0] == now:
+            _, _, kind, item = heapq.heappop(events)
+            (batch if kind == _TO_SWITCH else deliveries if kind == _TO_WORKER
+             else timeouts).append(item)
+        if batch:
+            for out in transport(batch):
+                h = out.header
+                if h.worker == 0xFF:
+                    stats.results_multicast += 1
+                    targets = range(n)
+                elif h.worker < n:
+                    stats.results_unicast += 1
+                    targets = (h.worker,)
+                else:
+                    raise ProtocolError(f"result for unknown worker: {out}")
+                for w in targets:
+                    for t in fault.to_worker(out, w, now):
+                        heapq.heappush(events, (t, next(order), _TO_WORKER, (w, out)))
+        for w, packet in deliveries:
+            accepted, following = endpoints[w].on_result(packet)
+            if accepted:
+                stats.results_accepted += 1
+            else:
+                stats.results_ignored += 1
+            send_new(w, following, now)
+        for w, seq, attempt in timeouts:
+            packet = endpoints[w].resend(seq, attempt)
+            if packet is not None:
+                stats.resends += 1
+                transmit(w, packet, now, attempt + 1)
+    logs = {tuple(e.phase_log) for e in endpoints}
+    if len(logs) != 1:
+        raise ProtocolError(f"workers disagree on phase sizes: {sorted(logs)}")
+    stats.ticks = now
+    stats.next_chunk = endpoints[0].next_chunk
+    stats.lost, stats.duplicated = fault.lost, fault.duplicated
+    stats.delayed, stats.held_back = fault.delayed, fault.held_back
+    return [e.result for e in endpoints], stats
+
+
+def aggregate_phase(vectors: Sequence, transport: Transport, *, op, exponents=None,
+                    **options):
+    """Aggregate one vector per worker (OR or wrap-around ADD) through ``transport``.
+
+    ``options`` go to :func:`run_protocols` (job, slot_base, slot_count, lanes, fault,
+    timeout, first_chunk). Returns ``(vector uint32, exponent or None, PacketStats)``;
+    raises ProtocolError if workers ended with different vectors.
+    """
+    vectors = [_as_words(v) for v in vectors]
+    exponents = [0] * len(vectors) if exponents is None else list(exponents)
+
+    def protocol(words, exponent):
+        result = yield Phase("phase", op, words, exponent)
+        return result
+
+    results, stats = run_protocols([protocol(v, e) for v, e in zip(vectors, exponents)],
+                                   transport, **options)
+    for vector, exponent in results[1:]:
+        if not np.array_equal(vector, results[0][0]) or exponent != results[0][1]:
+            raise ProtocolError("workers received different aggregates")
+    return results[0][0], results[0][1], stats
+
+
+# ---------------------------------------------------------------------------------------
+# the LHC all-reduce over packets
+
+def lhc_protocol(worker: lhc.LhcWorker):
+    """One worker's LHC all-reduce as a protocol generator (phases index, sketch, fallback).
+
+    Returns ``(result, LhcStats)`` like :meth:`host.golden.lhc.LhcWorker.finish`.
+    """
+    union, e_max = yield Phase("index", PacketType.AGG_OR32, worker.index_words,
+                               worker.exponent)
+    if e_max is None:            # empty tensor: no index chunks, so nothing was aggregated
+        e_max = lhc.EXPONENT_ZERO
+    sketch = worker.sketch_phase(union, e_max)
+    sketch_sum, _ = yield Phase("sketch", PacketType.AGG_ADD_I32, sketch.view(np.uint32))
+    fallback = worker.fallback_phase(sketch_sum.view(np.int32))
+    fallback_sum, _ = yield Phase("fallback", PacketType.AGG_ADD_I32, fallback.view(np.uint32))
+    return worker.finish(fallback_sum.view(np.int32))
+
+
+def allreduce_over_transport(tensors, transport: Transport, *, slot_count: int, lanes: int,
+                             job: int = 0, slot_base: int = 0,
+                             load: float = lhc.DEFAULT_LOAD, r_min: int = 1,
+                             fault: FaultInjector | None = None,
+                             timeout: int = DEFAULT_TIMEOUT, first_chunk: int = 0,
+                             max_ticks: int = 10_000_000):
+    """LHC all-reduce of ``tensors`` (one per worker) through a switch behind ``transport``.
+
+    The job must already be configured on the switch with ``len(tensors)`` workers and the
+    slot range ``[slot_base, slot_base + slot_count)``, with slot state fresh or continuing
+    from a previous message whose ``next_chunk`` is passed as ``first_chunk``.
+
+    Returns
+    -------
+    result : numpy.ndarray of float32
+        Bit for bit what :func:`host.golden.lhc.allreduce` gives.
+    stats : dict
+        ``{"lhc": LhcStats, "packets": PacketStats}``.
+    """
+    tensors = list(tensors)
+    lhc._check_workers(len(tensors))
+    shapes = {np.shape(t) for t in tensors}
+    if len(shapes) != 1:
+        raise ValueError(f"all workers' tensors must have the same shape, got {sorted(shapes)}")
+    workers = [lhc.LhcWorker(t, len(tensors), load=load, r_min=r_min,
+                             name=f"worker {w}'s tensor") for w, t in enumerate(tensors)]
+    results, packet_stats = run_protocols(
+        [lhc_protocol(w) for w in workers], transport, job=job, slot_base=slot_base,
+        slot_count=slot_count, lanes=lanes, fault=fault, timeout=timeout,
+        first_chunk=first_chunk, max_ticks=max_ticks)
+    result, lhc_stats = results[0]
+    for w, (other, other_stats) in enumerate(results[1:], 1):
+        if not np.array_equal(other.view(np.uint32), result.view(np.uint32)) \
+                or other_stats != lhc_stats:
+            raise ProtocolError(f"worker {w} decoded a different result than worker 0")
+    return result, {"lhc": lhc_stats, "packets": packet_stats}
+
+
+def run_allreduce_packets(tensors, model: AggregatorModel, *, job: int = 0,
+                          slot_base: int = 0, slot_count: int | None = None,
+                          configure: bool = True, **options):
+    """LHC all-reduce packet by packet through an :class:`AggregatorModel`.
+
+    With ``configure`` (default) the job is (re)configured first, which resets its slots,
+    so the message starts at chunk 0. ``slot_count`` defaults to the rest of the pool from
+    ``slot_base``. Other options as :func:`allreduce_over_transport` (``fault``, ``load``,
+    ``r_min``, ``timeout``, ...).
+    """
+    if slot_count is None:
+        slot_count = model.slots - slot_base
+    if configure:
+        model.configure_job(job, len(tensors), slot_base, slot_count)
+    return allreduce_over_transport(tensors, model_transport(model), job=job,
+                                    slot_base=slot_base, slot_count=slot_count,
+                                    lanes=model.lanes, **options)
