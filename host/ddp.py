@@ -1,0 +1,464 @@
+"""PyTorch DDP communication hooks that reproduce the two hardware paths' arithmetic.
+
+Both hooks are callable objects for :meth:`torch.nn.parallel.DistributedDataParallel.
+register_comm_hook`::
+
+    ddp_model.register_comm_hook(state=None, hook=InceptionnHook(k=10))
+    ddp_model.register_comm_hook(state=None, hook=LhcHook())
+
+``state`` is ``None`` (the default process group) or a :class:`torch.distributed.ProcessGroup`.
+They run on CPU tensors with the gloo backend, for any bucket size (also buckets smaller
+than the world size or not a multiple of it), and compute through the NumPy golden models
+(:mod:`host.golden.inceptionn`, :mod:`host.golden.lhc`), so their arithmetic is, bit for
+bit, the arithmetic of the gateware.
+
+:class:`InceptionnHook`
+    Gradient-centric ring all-reduce (INCEPTIONN's NIC path) over point-to-point messages:
+    a reduce-scatter of ``N - 1`` steps, in which every hop carries the sender's partial
+    sum compressed by :func:`host.golden.inceptionn.encode` and the receiver adds the
+    decoded chunk to its own in float32; then an all-gather of ``N - 1`` steps in which every
+    forwarded chunk is compressed and decoded again. The owner of a finished chunk replaces
+    it by its quantised value (``quantize`` = decode(encode(.))) before forwarding it, and
+    the codec is idempotent, so every rank ends with the same bits.
+
+    Error: each chunk is quantised ``N - 1`` times on its way round the reduce-scatter and
+    once more by its owner, each time truncated toward zero by less than ``2^-k``, so the
+    ring's sum differs from the exact sum by less than ``N * 2^-k`` per element (plus
+    float32 rounding of the partial sums). ``(N - 1) * 2^-k`` is *not* a bound: with N = 2,
+    k = 1 and the values 0.49 on both ranks, both quantisations give 0 and the error is
+    0.98 > 0.5.
+
+:class:`LhcHook`
+    Lossless homomorphic compression (the in-network sketch path): the workers' exponents
+    are MAX-reduced, the index bitmaps OR-reduced, the int32 count sketches SUM-reduced
+    (exact modulo 2^32: summed as int64, then wrapped), every worker peels the summed
+    sketch with the golden decoder, and one more SUM all-reduce carries the exact quantised
+    values of the elements that peeling left. The result is the dequantised exact sum,
+    bit for bit :func:`host.golden.lhc.allreduce` of the ranks' tensors.
+
+Both return the *average* DDP expects, computed in one fixed order on every rank: first the
+float32 sum (bit-identical on all ranks), then one float32 division by the world size
+(IEEE division, correctly rounded, hence the same bits on every rank).
+
+Bytes on the wire: every call appends a :class:`CallStats` to ``hook.calls`` and adds to
+``hook.bytes_sent`` (payload bytes this rank sent) and ``hook.dense_ring_bytes`` (what a plain
+fp32 ring all-reduce of the same bucket sends from this rank: ``4 * 2 * (N-1)/N * numel``,
+exactly, chunk by chunk). Message framing is not counted in ``bytes_sent`` but reported as
+``control_bytes`` (the 8-byte length word that precedes every compressed INCEPTIONN chunk,
+which in hardware is the packet header's ``count``).
+"""
+# No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the
+# hook's annotations and accepts only the real objects, not strings.
+import dataclasses
+import datetime
+import numbers
+import os
+import pickle
+import socket
+import tempfile
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from .golden import inceptionn as _inc
+from .golden import lhc as _lhc
+
+__all__ = [
+    "CallStats", "InceptionnHook", "LhcHook",
+    "ring_chunk_bounds", "dense_ring_bytes", "inceptionn_ring_allreduce", "lhc_allreduce",
+    "free_loopback_port", "run_local_group",
+]
+
+#: Tag of the point-to-point messages of the INCEPTIONN ring (any fixed value works: every
+#: message is matched in order between one pair of ranks, and each step is waited for).
+_RING_TAG = 0x1CE
+
+
+@dataclasses.dataclass
+class CallStats:
+    """What one hook call (one bucket of one step) sent from this rank.
+
+    Attributes
+    ----------
+    bucket_index : int
+        DDP's bucket index (``-1`` when called outside DDP).
+    numel : int
+        Values in the bucket.
+    bytes_sent : int
+        Payload bytes this rank sent (compressed streams, index, sketch, fallback...).
+    dense_ring_bytes : int
+        Bytes this rank would send in a plain fp32 ring all-reduce of the same bucket.
+    control_bytes : int
+        Framing this rank sent on top of ``bytes_sent`` (length words).
+    details : dict
+        Codec-specific numbers (see each hook).
+    """
+
+    bucket_index: int
+    numel: int
+    bytes_sent: int
+    dense_ring_bytes: int
+    control_bytes: int = 0
+    details: dict = dataclasses.field(default_factory=dict)
+
+
+def ring_chunk_bounds(numel: int, world_size: int) -> list:
+    """``[(start, stop), ...]`` of the ``world_size`` ring chunks of ``numel`` values.
+
+    Chunk ``c`` is ``[c * numel // world_size, (c + 1) * numel // world_size)``: sizes differ
+    by at most one, and some are empty when ``numel < world_size``.
+    """
+    return [(c * numel // world_size, (c + 1) * numel // world_size) for c in range(world_size)]
+
+
+def _ring_schedule(rank: int, world_size: int):
+    """The ring's ``(phase, step, send_chunk, recv_chunk)`` for ``rank``, in order.
+
+    Reduce-scatter step ``s``: send chunk ``rank - s``, receive chunk ``rank - s - 1`` (mod N);
+    afterwards rank ``r`` owns the full sum of chunk ``r + 1``. All-gather step ``s``: send
+    chunk ``rank + 1 - s``, receive chunk ``rank - s``.
+    """
+    n = world_size
+    for s in range(n - 1):
+        yield "reduce_scatter", s, (rank - s) % n, (rank - s - 1) % n
+    for s in range(n - 1):
+        yield "all_gather", s, (rank + 1 - s) % n, (rank - s) % n
+
+
+def dense_ring_bytes(numel: int, world_size: int, rank: int) -> int:
+    """Bytes ``rank`` sends in a plain fp32 ring all-reduce of ``numel`` values
+    (same chunking and schedule as the INCEPTIONN ring, 4 bytes per value)."""
+    bounds = ring_chunk_bounds(numel, world_size)
+    return sum(4 * (bounds[send][1] - bounds[send][0])
+               for _, _, send, _ in _ring_schedule(rank, world_size))
+
+
+def _group_info(group):
+    """``(group, rank in group, world size, local rank -> global rank)``."""
+    if group is None:
+        group = dist.group.WORLD
+    rank = dist.get_rank(group)
+    world = dist.get_world_size(group)
+    if group is dist.group.WORLD:
+        return group, rank, world, (lambda r: r)
+    return group, rank, world, (lambda r: dist.get_global_rank(group, r))
+
+
+def _wait_all(works):
+    for work in works:
+        work.wait()
+
+
+def _ring_exchange(payload, expect_payload, right, left, group):
+    """Send ``payload`` (bytes or ``None``) to ``right`` while receiving from ``left``.
+
+    Compressed chunks have a data-dependent size, so each message is a length word followed
+    by the bytes. Sends and receives are posted together (``isend``/``irecv``) so that the
+    ring cannot deadlock. Returns the received bytes (or ``None``).
+    """
+    works = []
+    if payload is not None:
+        out_len = torch.tensor([len(payload)], dtype=torch.int64)
+        works.append(dist.isend(out_len, right, group=group, tag=_RING_TAG))
+    if expect_payload:
+        in_len = torch.zeros(1, dtype=torch.int64)
+        works.append(dist.irecv(in_len, left, group=group, tag=_RING_TAG))
+    _wait_all(works)
+    works = []
+    if payload is not None and len(payload):
+        out = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+        works.append(dist.isend(out, right, group=group, tag=_RING_TAG))
+    received = None
+    if expect_payload:
+        received = torch.empty(int(in_len.item()), dtype=torch.uint8)
+        if received.numel():
+            works.append(dist.irecv(received, left, group=group, tag=_RING_TAG))
+    _wait_all(works)
+    return None if received is None else received.numpy().tobytes()
+
+
+def _check_k(k) -> int:
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
+        raise TypeError(f"k must be an integer in {_inc.K_MIN}..{_inc.K_MAX}, not {k!r}")
+    return _inc.check_k(int(k))
+
+
+def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
+    """Sum ``values`` over the ranks of ``group`` with the compressed INCEPTIONN ring.
+
+    Every rank calls it with its own float32 vector of the same length.
+
+    Parameters
+    ----------
+    values : array_like or torch.Tensor
+        This rank's values (flattened, float32).
+    k : int
+        Error bound exponent, 1..15.
+    group : ProcessGroup, optional
+        Default: the world.
+
+    Returns
+    -------
+    total : numpy.ndarray
+        float32 sum, identical bits on every rank (NaN/Inf travel raw and propagate).
+        With one rank nothing crosses the network and the values come back unchanged.
+    stats : CallStats
+        ``details``: ``k``, ``world_size``, ``messages``, ``compressed_values`` (values this
+        rank compressed), ``ratio`` (dense ring bytes / bytes sent).
+    """
+    k = _check_k(k)
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    values = np.asarray(values)
+    if values.dtype != np.float32:
+        raise TypeError(f"values must be float32, not {values.dtype}")
+    acc = values.astype(np.float32, copy=True).reshape(-1)
+    group, rank, world, to_global = _group_info(group)
+    bounds = ring_chunk_bounds(acc.size, world)
+    right, left = to_global((rank + 1) % world), to_global((rank - 1) % world)
+    sent = messages = compressed = 0
+    for phase, step, send_chunk, recv_chunk in _ring_schedule(rank, world):
+        if phase == "all_gather" and step == 0:
+            # The owner of the finished chunk keeps exactly what the others will decode.
+            a, b = bounds[(rank + 1) % world]
+            acc[a:b] = _inc.quantize(acc[a:b], k)
+        sa, sb = bounds[send_chunk]
+        ra, rb = bounds[recv_chunk]
+        payload = _inc.encode(acc[sa:sb], k) if sb > sa else None
+        data = _ring_exchange(payload, rb > ra, right, left, group)
+        if payload is not None:
+            sent += len(payload)
+            messages += 1
+            compressed += sb - sa
+        if data is not None:
+            decoded = _inc.decode(data, rb - ra, k)
+            if phase == "reduce_scatter":
+                acc[ra:rb] = decoded + acc[ra:rb]
+            else:
+                acc[ra:rb] = decoded
+    dense = dense_ring_bytes(acc.size, world, rank)
+    stats = CallStats(bucket_index=-1, numel=acc.size, bytes_sent=sent, dense_ring_bytes=dense,
+                      control_bytes=8 * messages,
+                      details={"k": k, "world_size": world, "messages": messages,
+                               "compressed_values": compressed,
+                               "ratio": (dense / sent) if sent else None})
+    return acc, stats
+
+
+class _CommHook:
+    """Common part of the hooks: bucket in, averaged bucket out, statistics."""
+
+    def __init__(self):
+        # register_comm_hook reads a hook's __name__ and __qualname__ like a function's.
+        self.__name__ = type(self).__name__
+        self.__qualname__ = type(self).__qualname__
+        self.calls: list = []
+        self.bytes_sent = 0
+        self.dense_ring_bytes = 0
+        self.control_bytes = 0
+
+    def reset_stats(self):
+        """Forget the recorded calls and zero the byte counters."""
+        self.calls = []
+        self.bytes_sent = self.dense_ring_bytes = self.control_bytes = 0
+
+    def _allreduce_sum(self, values: np.ndarray, group):
+        raise NotImplementedError
+
+    def __call__(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+        group = state if isinstance(state, dist.ProcessGroup) else None
+        if state is not None and group is None:
+            raise TypeError(f"{type(self).__name__}: state must be None or a ProcessGroup, "
+                            f"not {type(state).__name__}")
+        buffer = bucket.buffer()
+        if buffer.dtype != torch.float32:
+            raise TypeError(f"{type(self).__name__} handles float32 gradients only, "
+                            f"not {buffer.dtype}")
+        if buffer.is_sparse:
+            raise TypeError(f"{type(self).__name__} needs dense gradient buckets "
+                            "(use nn.Embedding(sparse=False))")
+        total, stats = self._allreduce_sum(buffer.detach().cpu().numpy(), group)
+        stats.bucket_index = bucket.index()
+        world = dist.get_world_size(group if group is not None else dist.group.WORLD)
+        # Sum first (identical bits everywhere), then one float32 division by the world size.
+        averaged = torch.from_numpy(total).div_(world).view_as(buffer).to(buffer.device)
+        self.calls.append(stats)
+        self.bytes_sent += stats.bytes_sent
+        self.dense_ring_bytes += stats.dense_ring_bytes
+        self.control_bytes += stats.control_bytes
+        future = torch.futures.Future()
+        future.set_result(averaged)
+        return future
+
+
+class InceptionnHook(_CommHook):
+    """DDP hook: compressed INCEPTIONN ring all-reduce with error bound ``2^-k``.
+
+    See :func:`inceptionn_ring_allreduce` and the module docstring.
+    """
+
+    def __init__(self, k: int = _inc.K_DEFAULT):
+        super().__init__()
+        self.k = _check_k(k)
+
+    def __repr__(self):
+        return f"InceptionnHook(k={self.k})"
+
+    def _allreduce_sum(self, values, group):
+        return inceptionn_ring_allreduce(values, self.k, group)
+
+
+def _sum_int32_wrapped(values: np.ndarray, group) -> np.ndarray:
+    """Wrap-around int32 SUM over the group (the switch's ``AGG_ADD_I32``): summed exactly
+    as int64 (at most 32 workers cannot overflow it), then reduced modulo 2^32."""
+    wide = torch.from_numpy(np.asarray(values, dtype=np.int64).copy())
+    dist.all_reduce(wide, op=dist.ReduceOp.SUM, group=group)
+    return _lhc.wrap_int32(wide.numpy())
+
+
+def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1):
+    """Sum ``values`` over the ranks of ``group`` through the lossless homomorphic sketch.
+
+    Every rank calls it with its own finite float32 vector of the same length; the phases
+    run as collectives, each standing for one switch operation:
+
+    A. ``all_reduce(BOR)`` of the index bitmap (as int32 words: OR does not care about the
+       sign) and ``all_reduce(MAX)`` of the worker exponent;
+    B. ``all_reduce(SUM)`` of the int32 count sketch, computed in int64 and wrapped;
+    C. when peeling left elements (the same set on every rank), ``all_reduce(SUM)`` of their
+       exact quantised values, wrapped the same way.
+
+    Each rank runs :class:`host.golden.lhc.LhcWorker`, so the result is bit for bit
+    :func:`host.golden.lhc.allreduce` of the ranks' vectors.
+
+    Returns
+    -------
+    total : numpy.ndarray
+        float32 ``dequantize(sum_w quantize(x_w, f), f)``, identical on every rank.
+    stats : CallStats
+        ``bytes_sent`` = index + sketch + fallback bytes of one worker (the int32 wire
+        format; the exponent travels in the packet header); ``details`` holds
+        :class:`host.golden.lhc.LhcStats` as a dict (rows, union size, unpeeled, ...,
+        ``dense_bytes`` = 4 bytes per value, what a dense in-network int32 all-reduce sends).
+
+    Raises
+    ------
+    ValueError
+        NaN/Inf in ``values`` (gradients must be finite), bad ``load``/``r_min``, or more
+        than 32 ranks.
+    """
+    if isinstance(values, torch.Tensor):
+        values = values.detach().cpu().numpy()
+    values = np.asarray(values)
+    if values.dtype != np.float32:
+        raise TypeError(f"values must be float32, not {values.dtype}")
+    group, rank, world, _ = _group_info(group)
+    worker = _lhc.LhcWorker(values.reshape(-1), world, load=load, r_min=r_min,
+                            name=f"rank {rank}'s gradient")
+    # Phase A: index OR, exponent MAX.
+    index = torch.from_numpy(worker.index_words.view(np.int32).copy())
+    dist.all_reduce(index, op=dist.ReduceOp.BOR, group=group)
+    exponent = torch.tensor([worker.exponent], dtype=torch.int32)
+    dist.all_reduce(exponent, op=dist.ReduceOp.MAX, group=group)
+    union = index.numpy().view(np.uint32)
+    # Phase B: sketch SUM.
+    sketch_sum = _sum_int32_wrapped(worker.sketch_phase(union, int(exponent.item())), group)
+    # Phase C: exact fallback for what peeling could not recover (same set on every rank).
+    fallback = worker.fallback_phase(sketch_sum)
+    fallback_sum = _sum_int32_wrapped(fallback, group) if fallback.size else fallback
+    total, lhc_stats = worker.finish(fallback_sum)
+    details = lhc_stats.as_dict()
+    details["world_size"] = world
+    dense = dense_ring_bytes(values.size, world, rank)
+    stats = CallStats(bucket_index=-1, numel=int(values.size), bytes_sent=lhc_stats.total_bytes,
+                      dense_ring_bytes=dense, control_bytes=0, details=details)
+    return total.reshape(-1), stats
+
+
+class LhcHook(_CommHook):
+    """DDP hook: lossless homomorphic sketch all-reduce (exact sum of the quantised values).
+
+    Parameters
+    ----------
+    load : float
+        Target non-zeros per sketch cell (default 0.7).
+    r_min : int
+        Minimum number of sketch rows (default 1).
+
+    See :func:`lhc_allreduce` and the module docstring. Gradients must be finite.
+    """
+
+    def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1):
+        super().__init__()
+        # Reject a bad load / r_min now rather than in the middle of a backward pass.
+        _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min)
+        self.load = float(load)
+        self.r_min = int(r_min)
+
+    def __repr__(self):
+        return f"LhcHook(load={self.load}, r_min={self.r_min})"
+
+    def _allreduce_sum(self, values, group):
+        return lhc_allreduce(values, group, load=self.load, r_min=self.r_min)
+
+
+# ---------------------------------------------------------------------------------------
+# running a process group on this machine (tests, the accuracy experiment)
+
+def free_loopback_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _local_group_entry(rank, world_size, port, timeout, out_dir, fn, args):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    # Keep gloo's pairwise connections on the loopback interface too.
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world_size,
+                            timeout=datetime.timedelta(seconds=timeout))
+    try:
+        result = fn(rank, world_size, *args)
+    finally:
+        dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(result, f)
+
+
+def run_local_group(fn, world_size: int, *args, timeout: float = 300.0) -> list:
+    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes that form a
+    gloo process group on 127.0.0.1, and return their return values, in rank order.
+
+    ``fn`` must be importable (a module-level function) and its return value picklable.
+    Each process uses one intra-op thread. ``timeout`` (seconds) bounds every collective and
+    the whole run: a hung group is terminated and :class:`TimeoutError` raised. A worker's
+    exception is re-raised here (``torch.multiprocessing.ProcessRaisedException``).
+    """
+    import torch.multiprocessing as mp
+
+    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) \
+            or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, not {world_size!r}")
+    with tempfile.TemporaryDirectory(prefix="gradwire-ddp-") as out_dir:
+        context = mp.start_processes(
+            _local_group_entry, args=(world_size, free_loopback_port(), timeout, out_dir, fn,
+                                      args),
+            nprocs=world_size, join=False, start_method="spawn")
+        deadline = time.monotonic() + timeout + 60.0
+        while not context.join(timeout=1.0):
+            if time.monotonic() > deadline:
+                for process in context.processes:
+                    if process.is_alive():
+                        process.terminate()
+                raise TimeoutError(f"process group of {world_size} did not finish within "
+                                   f"{timeout:.0f} s")
+        results = []
+        for rank in range(world_size):
+            with open(os.path.join(out_dir, f"rank{rank}.pkl"), "rb") as f:
+                results.append(pickle.load(f))
+        return results
