@@ -6,11 +6,10 @@ the next read), as in ``notes/agg-contract.md``:
 ========================  ====  ====================================================
 address                   dir   meaning
 ========================  ====  ====================================================
-``0x000 + 4*job + 0``     R/W   workers ``n`` (0 = unconfigured); write: pending value,
-                                read: the active value
-``0x000 + 4*job + 1``     R/W   slot_base (pending / active)
-``0x000 + 4*job + 2``     R/W   slot_count (pending / active)
-``0x000 + 4*job + 3``     W     write bit 0 = 1: commit the pending values of this job
+``0x000 + 4*job + 0``     R/W   workers ``n`` (0 = unconfigured), pending until a commit
+``0x000 + 4*job + 1``     R/W   slot_base, pending until a commit
+``0x000 + 4*job + 2``     R/W   slot_count, pending until a commit
+``0x000 + 4*job + 3``     W     write 1: commit the pending values of this job
                           R     status: bit 0 busy (a commit waits or slots are being
                                 cleared), bit 1 the job's last commit was rejected
 ``0x100 + i``             R     counter ``i`` of ``AGG_COUNTERS`` (32 bits, wrapping)
@@ -21,7 +20,8 @@ A commit waits until the engine is drained (it stops taking new packets meanwhil
 applies the pending values and clears the metadata of the job's slots, one slot per clock.
 Values the hardware cannot hold (``n > max_workers``, a range beyond the pool) are rejected:
 the job becomes unconfigured and status bit 1 is set. Commits of several jobs queue, one
-per job; overlapping ranges are the driver's business (the model rejects them).
+per job; overlapping ranges are the driver's business (the model rejects them). Reads of
+the job registers return the pending values, as the reference model's do.
 """
 from amaranth import Array, Module, Signal
 from amaranth.lib import wiring
@@ -94,7 +94,6 @@ class AggControl(wiring.Component):
         pend_count = Array(Signal(32, name=f"pend_count{j}") for j in range(J))
         act_workers = Array(Signal(range(W + 1), name=f"act_workers{j}") for j in range(J))
         act_base = Array(Signal(16, name=f"act_base{j}") for j in range(J))
-        act_count = Array(Signal(17, name=f"act_count{j}") for j in range(J))
         act_end = Array(Signal(17, name=f"act_end{j}") for j in range(J))
         commit_req = Signal(J)
         rejected = Signal(J)
@@ -162,7 +161,6 @@ class AggControl(wiring.Component):
                 m.d.sync += [
                     act_workers[grant_job].eq(workers),
                     act_base[grant_job].eq(base),
-                    act_count[grant_job].eq(count),
                     act_end[grant_job].eq(base + count),
                     rejected.bit_select(grant_job, 1).eq(0),
                 ]
@@ -176,11 +174,10 @@ class AggControl(wiring.Component):
                 m.d.sync += [
                     act_workers[grant_job].eq(0),
                     act_base[grant_job].eq(0),
-                    act_count[grant_job].eq(0),
                     act_end[grant_job].eq(0),
                     rejected.bit_select(grant_job, 1).eq(1),
                 ]
-        with m.If(self.ctrl_we & job_reg & (reg_field == 3) & self.ctrl_wdata[0]):
+        with m.If(self.ctrl_we & job_reg & (reg_field == 3) & (self.ctrl_wdata == 1)):
             m.d.comb += req_next.bit_select(reg_job, 1).eq(1)
         m.d.sync += commit_req.eq(req_next)
 
@@ -189,11 +186,11 @@ class AggControl(wiring.Component):
             with m.If(job_reg):
                 with m.Switch(reg_field):
                     with m.Case(0):
-                        m.d.sync += self.ctrl_rdata.eq(act_workers[reg_job])
+                        m.d.sync += self.ctrl_rdata.eq(pend_workers[reg_job])
                     with m.Case(1):
-                        m.d.sync += self.ctrl_rdata.eq(act_base[reg_job])
+                        m.d.sync += self.ctrl_rdata.eq(pend_base[reg_job])
                     with m.Case(2):
-                        m.d.sync += self.ctrl_rdata.eq(act_count[reg_job])
+                        m.d.sync += self.ctrl_rdata.eq(pend_count[reg_job])
                     with m.Case(3):
                         m.d.sync += self.ctrl_rdata.eq(
                             self.busy | (rejected.bit_select(reg_job, 1) << 1))

@@ -68,7 +68,8 @@ class HeaderCheck(wiring.Component):
         m = Module()
         h = self.header
         checks = [   # in priority order
-            ("bad_header", (h.magic != MAGIC) | (h.version != VERSION) | (h.slot_version > 1)),
+            # slot_version is not checked: the engine uses its bit 0, like the model.
+            ("bad_header", (h.magic != MAGIC) | (h.version != VERSION)),
             ("bad_type", (h.type != PacketType.AGG_ADD_I32) & (h.type != PacketType.AGG_OR32)),
             ("unconfigured_job", ~self.job_configured),
             ("bad_worker", h.worker >= self.workers),

@@ -317,10 +317,12 @@ class Aggregator(wiring.Component):
         ]
 
         # -- E1 (tlast + 1): the packet's drop cause, length included ----------------------
-        e1_valid, e1_length_ok = Signal(), Signal()
+        e1_valid, e1_length_ok, e1_short = Signal(), Signal(), Signal()
         m.d.sync += [
             e1_valid.eq(a_valid & a_last),
             e1_length_ok.eq(~a_header & (pay_index == B - 1) & (a_keep == FULL_KEEP)),
+            # Fewer than 32 bytes: no header at all, a length error whatever the bytes say.
+            e1_short.eq(a_header & (a_keep != FULL_KEEP)),
         ]
         e2_valid = Signal()
         e2_cause = Signal(cause_bits())
@@ -329,7 +331,7 @@ class Aggregator(wiring.Component):
         m.d.sync += e2_valid.eq(e1_valid)
         with m.If(e1_valid):
             m.d.sync += [
-                e2_cause.eq(Mux(pkt_cause != CAUSE_NONE, pkt_cause,
+                e2_cause.eq(Mux((pkt_cause != CAUSE_NONE) & ~e1_short, pkt_cause,
                                 Mux(e1_length_ok, CAUSE_NONE, CAUSE["bad_length"]))),
                 e2_hdr.eq(pkt_hdr),
                 e2_row_base.eq(pkt_row_base),
