@@ -1,11 +1,12 @@
 """Self-test counters as readable text: one line per period, unsigned decimal numbers.
 
-The line is a Python format string such as ``"t={seconds} nic err={nic_errors}\\r\\n"``.
-Each replacement field names a 32-bit input port of :class:`Report`; the literal text goes
-out as is. At every period the inputs are copied at once (so a line is one consistent
-snapshot), then the line is sent character by character into a byte stream (a
-:class:`hdl.uart_tx.UartTx` in the board top). Numbers are converted by repeated
-subtraction of powers of ten: one subtraction per clock, far faster than any UART.
+The line is a Python format string such as ``"t={line}s nic err={nic_errors}\\r\\n"``.
+Each replacement field names a 32-bit input port of :class:`Report`, except ``{line}``, the
+line's own number (1, 2, ...); the literal text goes out as is. At every period the inputs
+are copied at once (so a line is one consistent snapshot), then the line is sent character
+by character into a byte stream (a :class:`hdl.uart_tx.UartTx` in the board top). Numbers
+are converted by repeated subtraction of powers of ten: one subtraction per clock, far
+faster than any UART.
 """
 import string
 
@@ -43,7 +44,8 @@ class Report(wiring.Component):
     Parameters
     ----------
     template : str
-        The line, with ``{name}`` fields; each distinct name becomes an ``In(width)`` port.
+        The line, with ``{name}`` fields; each distinct name but ``line`` becomes an
+        ``In(width)`` port; ``{line}`` is the number of the line (1 for the first).
     period : int
         Clock cycles between the starts of two lines (a line that is still being sent when
         the next period starts makes that period's line be skipped, not queued).
@@ -54,8 +56,10 @@ class Report(wiring.Component):
     ----------
     o : Out(stream.Signature(8))
         The text, one ASCII byte per transfer.
+    tick : Out(1)
+        High for one cycle at the start of every period.
     lines : Out(32)
-        Lines started so far (for tests and for the uptime field of the caller, if wanted).
+        Lines started so far.
     <field name> : In(width)
         One port per field of the template.
     """
@@ -65,14 +69,15 @@ class Report(wiring.Component):
             raise ValueError(f"Report period must be a positive number of cycles, not {period!r}")
         self.pieces = parse_template(template)
         self.fields = list(dict.fromkeys(f for _, f in self.pieces if f is not None))
-        reserved = {"o", "lines"} & set(self.fields)
+        reserved = {"o", "tick", "lines"} & set(self.fields)
         if reserved:
             raise ValueError(f"Report field names {sorted(reserved)} clash with its ports")
         self.period, self.width = period, width
         super().__init__({
             "o": Out(stream.Signature(8)),
+            "tick": Out(1),
             "lines": Out(32),
-            **{name: In(width) for name in self.fields},
+            **{name: In(width) for name in self.fields if name != "line"},
         })
 
     def _program(self):
@@ -91,7 +96,7 @@ class Report(wiring.Component):
         powers = Array(Const(10 ** i, self.width) for i in range(digits))
 
         timer = Signal(range(self.period), init=self.period - 1)
-        tick = Signal()
+        tick = self.tick
         m.d.comb += tick.eq(timer == 0)
         m.d.sync += timer.eq(timer - 1)
         with m.If(tick):
@@ -119,7 +124,8 @@ class Report(wiring.Component):
             with m.State("IDLE"):
                 with m.If(tick):
                     for name, snap in zip(self.fields, snapshot):
-                        m.d.sync += snap.eq(getattr(self, name))
+                        value = self.lines + 1 if name == "line" else getattr(self, name)
+                        m.d.sync += snap.eq(value)
                     m.d.sync += [pc.eq(0), self.lines.eq(self.lines + 1)]
                     m.next = "FETCH"
             with m.State("FETCH"):

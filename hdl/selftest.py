@@ -18,28 +18,50 @@ Data paths (every arrow is a 256-bit AXI-Stream of :data:`hdl.axis.AxisBeat`):
 To put an Ethernet MAC + UDP front end in place of the self-test later, replace the sources
 and sinks by the front end's streams; the engines and their connections stay the same.
 """
-from amaranth import Module, Signal
-from amaranth.lib import data, stream, wiring
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
+from host.counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from hdl.agg_traffic import AggTraffic
+from hdl.axis import connect_flat_axis
+from hdl.counter_poller import CounterPoller
+from hdl.fault_inject import FaultInjector
+from hdl.gradient_gen import GradientGenerator
+from hdl.nic_checker import NicChecker
 from hdl.report import Report
 from hdl.uart_tx import UartTx, uart_divisor
 
-__all__ = ["ENGINES", "SelfTestStatus", "SelfTest"]
+__all__ = ["ENGINES", "SelfTestStatus", "SelfTest", "NIC_RX_BASE"]
 
 #: Engines the self-test can hold.
 ENGINES = ("nic", "switch")
 
+#: Where the NIC top maps its receive counters (``hdl/nic_top.py``).
+NIC_RX_BASE = 0x100
+#: Where the switch top maps its counters (``notes/agg-contract.md``).
+AGG_COUNTER_BASE = 0x100
+
 #: Status bits for LEDs (names used by constraints/boards.toml).
 SelfTestStatus = data.StructLayout({
-    "heartbeat": 1,        # toggles every second
+    "heartbeat": 1,        # toggles every report period (a second on the board)
     "pll_unlocked": 1,     # driven by the board top (the self-test runs only when locked)
-    "nic_ok": 1,           # NIC traffic checked, no error so far
+    "nic_ok": 1,           # NIC packets checked, no error so far
     "nic_error": 1,        # the NIC checker saw an error (sticky)
     "agg_ok": 1,
     "agg_error": 1,
     "fault_injected": 1,   # the fault-injection input is asserted
 })
+
+
+def _nic_top(**kwargs):
+    from hdl.nic_top import NicTop
+    return NicTop(**kwargs)
+
+
+def _switch_top(**kwargs):
+    from hdl.switch_top import SwitchTop
+    return SwitchTop(**kwargs)
 
 
 class SelfTest(wiring.Component):
@@ -56,19 +78,38 @@ class SelfTest(wiring.Component):
         UART rate of the report.
     report_period : int or None
         Cycles between report lines; default ``clk_hz`` (one line per second).
+    nic : dict
+        NIC engine parameters (``hdl.nic_top.NicTop``; default ``max_count=2048``).
+    nic_values : int
+        Largest packet the gradient generator makes (values, a power of two).
+    switch : dict
+        Aggregator parameters (``hdl.switch_top.SwitchTop``; default: 64 slots, 64 lanes,
+        32 workers, 4 jobs, the contract's engine).
+    agg_traffic : dict
+        :class:`hdl.agg_traffic.AggTraffic` parameters (default 4 workers, a window of 8
+        slots); ``lanes`` is taken from ``switch``.
+    stall_limit : int
+        Cycles a checker waits for an expected beat before it counts a stall error.
+    seed : int
+        Seeds of the traffic.
 
     Attributes
     ----------
     uart_tx : Out(1)
         The report, 8N1, idle high.
     inject_fault : In(1)
-        While high, one bit of every checked payload beat is flipped between the engines
-        and their checkers (NIC: after the decompressor; switch: in front of the
-        aggregator), so the checkers must count errors.
+        While high, bit 0 of lane 0 of every payload beat is flipped between the engines and
+        their checkers (NIC: after the decompressor; switch: in front of the aggregator),
+        so the checkers must count errors.
     status : Out(SelfTestStatus)
+
+    Every counter of the report is also an attribute after elaboration:
+    :attr:`counters` maps its name to the signal.
     """
 
-    def __init__(self, *, engines=ENGINES, clk_hz, baud=115200, report_period=None):
+    def __init__(self, *, engines=ENGINES, clk_hz, baud=115200, report_period=None,
+                 nic=None, nic_values=256, switch=None, agg_traffic=None,
+                 stall_limit=1 << 20, seed=1):
         engines = tuple(engines)
         unknown = set(engines) - set(ENGINES)
         if unknown:
@@ -78,6 +119,23 @@ class SelfTest(wiring.Component):
         self.clk_hz = int(clk_hz)
         self.divisor = uart_divisor(self.clk_hz, baud)
         self.report_period = self.clk_hz if report_period is None else int(report_period)
+        self.nic_params = {"max_count": 2048, **(nic or {})}
+        if nic_values > self.nic_params["max_count"]:
+            raise ValueError(f"nic_values {nic_values} exceeds the NIC's max_count "
+                             f"{self.nic_params['max_count']}: its packets would be dropped")
+        self.nic_values = nic_values
+        self.switch_params = {"slots": 64, "lanes": 64, "max_workers": 32, "jobs": 4,
+                              **(switch or {})}
+        self.agg_params = {"workers": 4, "window": 8, **(agg_traffic or {}),
+                           "lanes": self.switch_params["lanes"]}
+        if self.agg_params["window"] > self.switch_params["slots"]:
+            raise ValueError(f"agg_traffic window {self.agg_params['window']} exceeds the "
+                             f"aggregator's {self.switch_params['slots']} slots")
+        if self.agg_params["workers"] > self.switch_params["max_workers"]:
+            raise ValueError(f"agg_traffic workers {self.agg_params['workers']} exceeds the "
+                             f"aggregator's max_workers {self.switch_params['max_workers']}")
+        self.stall_limit, self.seed = stall_limit, seed
+        self.counters = {}
         super().__init__({
             "uart_tx": Out(1, init=1),
             "inject_fault": In(1),
@@ -85,27 +143,123 @@ class SelfTest(wiring.Component):
         })
 
     def report_template(self):
-        """The report line: ``t`` is seconds since reset (lines since reset)."""
-        fields = ["gradwire t={seconds}"]
-        return " ".join(fields) + "\r\n"
+        """The report line (``t`` is the line number: seconds on the board)."""
+        parts = ["gradwire t={line}s"]
+        if "nic" in self.engines:
+            parts.append("| nic pkts={nic_packets} in={nic_in_beats} wire={nic_wire_beats} "
+                         "out={nic_beats} comp={nic_compressed} drop={nic_drops} "
+                         "err={nic_errors} badpk={nic_bad_packets}")
+        if "switch" in self.engines:
+            parts.append("| agg sent={agg_sent} acc={agg_accepted} res={agg_results} "
+                         "drop={agg_drops} err={agg_errors} badpk={agg_bad_packets}")
+        parts.append("| fault={faults}")
+        return " ".join(parts) + "\r\n"
 
     def elaborate(self, platform):
         m = Module()
+        counters = self.counters
+        counters["faults"] = faults = Signal(32)
 
-        seconds = Signal(32)
-        second_timer = Signal(range(self.report_period), init=self.report_period - 1)
-        m.d.sync += second_timer.eq(second_timer - 1)
-        with m.If(second_timer == 0):
-            m.d.sync += [
-                second_timer.eq(self.report_period - 1),
-                seconds.eq(seconds + 1),
-                self.status.heartbeat.eq(~self.status.heartbeat),
-            ]
+        if "nic" in self.engines:
+            self._nic(m, counters)
+        else:
+            m.d.comb += self.status.nic_ok.eq(0)
+        if "switch" in self.engines:
+            self._switch(m, counters)
+
+        # every injected beat: what the fault counter shows (0 unless someone injects)
+        fault_sources = [c for n, c in counters.items() if n.endswith("_flipped")]
+        if fault_sources:
+            total = fault_sources[0]
+            for c in fault_sources[1:]:
+                total = total + c
+            m.d.comb += faults.eq(total)
         m.d.comb += self.status.fault_injected.eq(self.inject_fault)
 
         m.submodules.report = report = Report(self.report_template(),
                                               period=self.report_period)
+        for name in report.fields:
+            if name != "line":
+                m.d.comb += getattr(report, name).eq(counters[name])
+        with m.If(report.tick):
+            m.d.sync += self.status.heartbeat.eq(~self.status.heartbeat)
         m.submodules.uart = uart = UartTx(divisor=self.divisor)
         wiring.connect(m, report.o, uart.data)
-        m.d.comb += [report.seconds.eq(seconds), self.uart_tx.eq(uart.tx)]
+        m.d.comb += self.uart_tx.eq(uart.tx)
         return m
+
+    def _nic(self, m, counters):
+        """Generator -> TX -> (loopback wire) -> RX -> fault injector -> checker."""
+        m.submodules.nic = nic = _nic_top(**self.nic_params)
+        m.submodules.nic_source = source = GradientGenerator(seed=self.seed,
+                                                             max_count=self.nic_values)
+        m.submodules.nic_inject = inject = FaultInjector()
+        m.submodules.nic_check = check = NicChecker(seed=self.seed,
+                                                    max_count=self.nic_values,
+                                                    stall_limit=self.stall_limit)
+        connect_flat_axis(m, nic, "tx_s_axis", source.o, sink=False)
+        # the wire: TX output straight into RX input
+        m.d.comb += [
+            nic.rx_s_axis_tdata.eq(nic.tx_m_axis_tdata),
+            nic.rx_s_axis_tkeep.eq(nic.tx_m_axis_tkeep),
+            nic.rx_s_axis_tlast.eq(nic.tx_m_axis_tlast),
+            nic.rx_s_axis_tvalid.eq(nic.tx_m_axis_tvalid),
+            nic.tx_m_axis_tready.eq(nic.rx_s_axis_tready),
+        ]
+        connect_flat_axis(m, nic, "rx_m_axis", inject.i, sink=True)
+        wiring.connect(m, inject.o, check.received)
+        m.d.comb += inject.enable.eq(self.inject_fault)
+
+        in_beats, wire_beats = Signal(32), Signal(32)
+        with m.If(nic.tx_s_axis_tvalid & nic.tx_s_axis_tready):
+            m.d.sync += in_beats.eq(in_beats + 1)
+        with m.If(nic.tx_m_axis_tvalid & nic.tx_m_axis_tready):
+            m.d.sync += wire_beats.eq(wire_beats + 1)
+
+        m.submodules.nic_poll = poll = CounterPoller({
+            "compressed": [NIC_TX_COUNTERS.index("compressed")],
+            "drops": [NIC_RX_BASE + i for i, name in enumerate(NIC_RX_COUNTERS)
+                      if name.startswith("drop_")],
+        })
+        m.d.comb += [poll.enable.eq(1), nic.ctrl_addr.eq(poll.ctrl_addr),
+                     nic.ctrl_re.eq(poll.ctrl_re), poll.ctrl_rdata.eq(nic.ctrl_rdata)]
+
+        counters.update(nic_packets=check.packets, nic_beats=check.beats,
+                        nic_errors=check.errors, nic_bad_packets=check.bad_packets,
+                        nic_in_beats=in_beats, nic_wire_beats=wire_beats,
+                        nic_compressed=poll.compressed, nic_drops=poll.drops,
+                        nic_flipped=inject.flipped)
+        m.d.comb += [self.status.nic_ok.eq((check.packets != 0) & ~check.error),
+                     self.status.nic_error.eq(check.error)]
+
+    def _switch(self, m, counters):
+        """Virtual workers -> fault injector -> aggregator -> result checker."""
+        m.submodules.switch = switch = _switch_top(**self.switch_params)
+        m.submodules.agg_traffic = traffic = AggTraffic(seed=self.seed + 1,
+                                                        stall_limit=self.stall_limit,
+                                                        **self.agg_params)
+        connect_flat_axis(m, switch, "s_axis", traffic.o, sink=False)
+        connect_flat_axis(m, switch, "m_axis", traffic.results, sink=True)
+        m.d.comb += traffic.inject_fault.eq(self.inject_fault)
+
+        m.submodules.agg_poll = poll = CounterPoller({
+            "accepted": [AGG_COUNTER_BASE + AGG_COUNTERS.index("accepted")],
+            "drops": [AGG_COUNTER_BASE + i for i, name in enumerate(AGG_COUNTERS)
+                      if name.startswith("drop_") or name == "retransmit_dropped"],
+        })
+        m.d.comb += [
+            poll.enable.eq(traffic.configured),
+            # the traffic source owns the control port until the job is configured
+            switch.ctrl_addr.eq(Mux(traffic.configured, poll.ctrl_addr, traffic.ctrl_addr)),
+            switch.ctrl_wdata.eq(traffic.ctrl_wdata),
+            switch.ctrl_we.eq(traffic.ctrl_we),
+            switch.ctrl_re.eq(poll.ctrl_re),
+            poll.ctrl_rdata.eq(switch.ctrl_rdata),
+            traffic.ctrl_rdata.eq(switch.ctrl_rdata),
+        ]
+        counters.update(agg_sent=traffic.sent, agg_results=traffic.packets,
+                        agg_errors=traffic.errors, agg_bad_packets=traffic.bad_packets,
+                        agg_accepted=poll.accepted, agg_drops=poll.drops,
+                        agg_flipped=traffic.flipped)
+        m.d.comb += [self.status.agg_ok.eq((traffic.packets != 0) & ~traffic.error),
+                     self.status.agg_error.eq(traffic.error)]

@@ -1,0 +1,442 @@
+"""Switch self-test traffic: virtual workers feeding the aggregator, a checker of the sums.
+
+* :class:`AggTraffic` configures one job on the aggregator's control port (``workers``
+  workers, slots ``[slot_base, slot_base + window)``), then runs ``workers``
+  :class:`VirtualWorker` sources through a packet-level round-robin :class:`PacketArbiter`
+  into the aggregator, SwitchML style: round ``r`` uses slot ``slot_base + r % window``,
+  version ``(r // window) % 2``, and a worker may send round ``r`` only when fewer than
+  ``window`` rounds are outstanding (at most one packet in flight per slot and version).
+* Every worker sends one packet per round: a header with a random exponent, then ``lanes``
+  random 32-bit values; rounds with ``r % 4 == 3`` use ``AGG_OR32`` (with sparser values, so
+  that an OR of several workers is not all ones), the others ``AGG_ADD_I32``.
+* :class:`AggExpected` replays every worker's random streams (same seeds, so nothing is
+  stored) and makes the result packet each round must produce: wrap-around sum or OR of the
+  workers' lanes, the maximum exponent, the ``RESULT`` flag, worker 0xFF. A
+  :class:`hdl.stream_checker.StreamChecker` compares it with the aggregator's output.
+
+Results arrive in round order: round ``r`` completes with the last worker's round-``r``
+packet, and every worker sends its rounds in order.
+
+:class:`AggTrafficModel` is the same traffic in Python (for the tests, which also run it
+through the reference model ``host.aggregator.AggregatorModel``).
+"""
+from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
+    PacketType
+from hdl.axis import axis_signature
+from hdl.fault_inject import FaultInjector
+from hdl.gradient_gen import RNG_WIDTH, derive_seed
+from hdl.header import HeaderLayout
+from hdl.lfsr import LFSR, lfsr_advance
+from hdl.stream_checker import StreamChecker
+
+__all__ = ["AggTrafficModel", "VirtualWorker", "PacketArbiter", "AggExpected", "AggTraffic"]
+
+FULL_KEEP = (1 << BEAT_BYTES) - 1
+
+
+def _is_or_round(r):
+    return r & 3 == 3
+
+
+def _worker_seed(seed, worker, index):
+    # index 0..7: lane streams, 8: the header stream (exponents)
+    return derive_seed(seed, 16 * (worker + 1) + index)
+
+
+def _lane_word(r, op_or):
+    """A worker's 32-bit lane value from 64 random bits: all bits for ADD, ~1/4 set for OR."""
+    low, high = r & 0xFFFFFFFF, r >> 32
+    return low & high if op_or else low
+
+
+class AggTrafficModel:
+    """The traffic of :class:`AggTraffic` and the results it expects, in Python.
+
+    ``worker_packets(w)`` yields worker ``w``'s packets (``host.packet.Packet``-ready
+    ``(Header, payload words)``) round by round; ``expected_results()`` yields the result
+    ``(Header, words)`` of every round.
+    """
+
+    def __init__(self, *, workers=4, lanes=64, window=8, slot_base=0, job=0, seed=1):
+        self.workers, self.lanes, self.window = workers, lanes, window
+        self.slot_base, self.job, self.seed = slot_base, job, seed
+
+    def _round_header(self, r, worker, exponent):
+        return Header(type=PacketType.AGG_OR32 if _is_or_round(r) else PacketType.AGG_ADD_I32,
+                      job=self.job, worker=worker, exponent=exponent, count=self.lanes,
+                      slot=self.slot_base + r % self.window,
+                      slot_version=(r // self.window) & 1, seq=r & 0xFFFFFFFF,
+                      offset=(r * self.lanes) & 0xFFFFFFFF)
+
+    def worker_packets(self, worker):
+        header_state = _worker_seed(self.seed, worker, LANES)
+        lane_states = [_worker_seed(self.seed, worker, j) for j in range(LANES)]
+        r = 0
+        while True:
+            exponent = header_state & 0xFF
+            exponent -= 256 if exponent & 0x80 else 0
+            header_state = lfsr_advance(header_state, RNG_WIDTH, RNG_WIDTH)
+            words = []
+            for _ in range(self.lanes // LANES):
+                for j in range(LANES):
+                    words.append(_lane_word(lane_states[j], _is_or_round(r)))
+                    lane_states[j] = lfsr_advance(lane_states[j], RNG_WIDTH, RNG_WIDTH)
+            yield self._round_header(r, worker, exponent), words
+            r += 1
+
+    def expected_results(self):
+        streams = [self.worker_packets(w) for w in range(self.workers)]
+        r = 0
+        while True:
+            packets = [next(s) for s in streams]
+            words = [0] * self.lanes
+            for _, payload in packets:
+                for i, v in enumerate(payload):
+                    words[i] = (words[i] | v) if _is_or_round(r) else (words[i] + v) & 0xFFFFFFFF
+            exponent = max(h.exponent for h, _ in packets)
+            header = packets[-1][0].replace(flags=Flags.RESULT, worker=WORKER_MULTICAST,
+                                            exponent=exponent)
+            yield header, words
+            r += 1
+
+
+class _WorkerRandom:
+    """The LFSRs of one virtual worker (a source and its replica each have a set)."""
+
+    def __init__(self, m, seed, worker, prefix):
+        self.header = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker, LANES))
+        m.submodules[f"{prefix}_hdr"] = self.header
+        self.lanes = []
+        for j in range(LANES):
+            rng = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker, j))
+            m.submodules[f"{prefix}_lane{j}"] = rng
+            self.lanes.append(rng)
+
+    def exponent(self):
+        return self.header.value[0:8]
+
+    def beat(self, op_or):
+        """The 256-bit payload beat of the current random values."""
+        return Cat(Mux(op_or, rng.value[0:32] & rng.value[32:64], rng.value[0:32])
+                   for rng in self.lanes)
+
+    def advance_header(self, m):
+        m.d.comb += self.header.advance.eq(1)
+
+    def advance_lanes(self, m):
+        m.d.comb += [rng.advance.eq(1) for rng in self.lanes]
+
+
+class _RoundCounter:
+    """Round number, slot index inside the window and slot version, stepped together."""
+
+    def __init__(self, window, name):
+        self.round = Signal(32, name=f"{name}_round")
+        self.slot_index = Signal(range(window), name=f"{name}_slot")
+        self.version = Signal(name=f"{name}_version")
+        self.window = window
+
+    def step(self, m):
+        m.d.sync += self.round.eq(self.round + 1)
+        with m.If(self.slot_index == self.window - 1):
+            m.d.sync += [self.slot_index.eq(0), self.version.eq(~self.version)]
+        with m.Else():
+            m.d.sync += self.slot_index.eq(self.slot_index + 1)
+
+    def header(self, m, *, lanes, slot_base, job, worker, exponent, flags):
+        header = Signal(HeaderLayout)
+        op_or = self.round[0:2] == 3
+        m.d.comb += [
+            header.magic.eq(MAGIC), header.version.eq(VERSION),
+            header.type.eq(Mux(op_or, PacketType.AGG_OR32, PacketType.AGG_ADD_I32)),
+            header.flags.eq(flags), header.job.eq(job), header.worker.eq(worker),
+            header.exponent.eq(exponent), header.count.eq(lanes),
+            header.slot.eq(slot_base + self.slot_index), header.slot_version.eq(self.version),
+            header.seq.eq(self.round), header.offset.eq(self.round * lanes),
+        ]
+        return header, op_or
+
+
+class VirtualWorker(wiring.Component):
+    """One worker's packets, round after round, while ``round < limit``.
+
+    Attributes
+    ----------
+    o : Out(axis_signature())
+    limit : In(32)
+        The worker may start round ``r`` only if ``r < limit``.
+    """
+
+    def __init__(self, *, worker, lanes, window, slot_base, job, seed):
+        self.worker, self.lanes, self.window = worker, lanes, window
+        self.slot_base, self.job, self.seed = slot_base, job, seed
+        super().__init__({"o": Out(axis_signature()), "limit": In(32)})
+
+    def elaborate(self, platform):
+        m = Module()
+        rnd = _WorkerRandom(m, self.seed, self.worker, "rng")
+        rounds = _RoundCounter(self.window, "worker")
+        header, op_or = rounds.header(m, lanes=self.lanes, slot_base=self.slot_base,
+                                      job=self.job, worker=self.worker,
+                                      exponent=rnd.exponent(), flags=Flags.NONE)
+        beats_left = Signal(range(self.lanes // LANES + 1))   # payload beats still to send
+        take = Signal()
+        m.d.comb += take.eq(~self.o.valid | self.o.ready)
+        with m.If(take):
+            with m.If(beats_left == 0):
+                m.d.sync += self.o.valid.eq(rounds.round < self.limit)
+                with m.If(rounds.round < self.limit):
+                    rnd.advance_header(m)
+                    m.d.sync += [
+                        self.o.payload.data.eq(header.as_value()),
+                        self.o.payload.keep.eq(FULL_KEEP),
+                        self.o.payload.last.eq(0),
+                        beats_left.eq(self.lanes // LANES),
+                    ]
+            with m.Else():
+                rnd.advance_lanes(m)
+                m.d.sync += [
+                    self.o.valid.eq(1),
+                    self.o.payload.data.eq(rnd.beat(op_or)),
+                    self.o.payload.keep.eq(FULL_KEEP),
+                    self.o.payload.last.eq(beats_left == 1),
+                    beats_left.eq(beats_left - 1),
+                ]
+                with m.If(beats_left == 1):
+                    rounds.step(m)
+        return m
+
+
+class PacketArbiter(wiring.Component):
+    """Merges ``n`` packet streams into one, a whole packet at a time, round-robin.
+
+    Attributes
+    ----------
+    i : list of In(axis_signature()) (``i0``, ``i1``, ...)
+    o : Out(axis_signature())
+    """
+
+    def __init__(self, n):
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"PacketArbiter needs at least one input, not {n!r}")
+        self.n = n
+        super().__init__({**{f"i{k}": In(axis_signature()) for k in range(n)},
+                          "o": Out(axis_signature())})
+
+    @property
+    def inputs(self):
+        return [getattr(self, f"i{k}") for k in range(self.n)]
+
+    def elaborate(self, platform):
+        m = Module()
+        inputs = self.inputs
+        current = Signal(range(self.n))      # the input being forwarded (or last forwarded)
+        locked = Signal()                    # inside a packet of `current`
+        chosen = Signal(range(self.n))       # the next input with a beat waiting
+        m.d.comb += chosen.eq(current)
+        with m.Switch(current):
+            for cur in range(self.n):
+                with m.Case(cur):
+                    # round-robin: the inputs after `current` first, `current` itself last;
+                    # the last matching If wins, so scan in reverse priority
+                    for offset in reversed(range(1, self.n + 1)):
+                        k = (cur + offset) % self.n
+                        with m.If(inputs[k].valid):
+                            m.d.comb += chosen.eq(k)
+        select = Mux(locked, current, chosen)
+        valid = Array(s.valid for s in inputs)
+        payload = Array(s.payload for s in inputs)
+        m.d.comb += [self.o.valid.eq(valid[select]), self.o.payload.eq(payload[select])]
+        for k, s in enumerate(inputs):
+            m.d.comb += s.ready.eq(self.o.ready & (select == k))
+        with m.If(self.o.valid & self.o.ready):
+            m.d.sync += [current.eq(select), locked.eq(~self.o.payload.last)]
+        return m
+
+
+class AggExpected(wiring.Component):
+    """The result packets the aggregator must emit, round after round (two pipeline stages).
+
+    Attributes
+    ----------
+    o : Out(axis_signature())
+    """
+
+    def __init__(self, *, workers, lanes, window, slot_base, job, seed):
+        self.workers, self.lanes, self.window = workers, lanes, window
+        self.slot_base, self.job, self.seed = slot_base, job, seed
+        super().__init__({"o": Out(axis_signature())})
+
+    def elaborate(self, platform):
+        m = Module()
+        replicas = [_WorkerRandom(m, self.seed, w, f"w{w}") for w in range(self.workers)]
+        rounds = _RoundCounter(self.window, "expected")
+        advance = Signal()
+        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
+
+        # stage 1: the workers' values of this beat (exponents, or payload lanes)
+        beats_left = Signal(range(self.lanes // LANES + 1))
+        s1_valid, s1_header, s1_op_or, s1_last = Signal(), Signal(), Signal(), Signal()
+        s1_exponents = [Signal(8, name=f"s1_exp{w}") for w in range(self.workers)]
+        s1_beats = [Signal(256, name=f"s1_beat{w}") for w in range(self.workers)]
+        s1_fields = Signal(HeaderLayout)
+        header, op_or = rounds.header(m, lanes=self.lanes, slot_base=self.slot_base,
+                                      job=self.job, worker=WORKER_MULTICAST, exponent=0,
+                                      flags=Flags.RESULT)
+        with m.If(advance):
+            m.d.sync += [s1_valid.eq(1), s1_header.eq(beats_left == 0), s1_op_or.eq(op_or)]
+            with m.If(beats_left == 0):
+                m.d.sync += [s1_fields.eq(header), s1_last.eq(0),
+                             beats_left.eq(self.lanes // LANES)]
+                for w, rnd in enumerate(replicas):
+                    rnd.advance_header(m)
+                    m.d.sync += s1_exponents[w].eq(rnd.exponent())
+            with m.Else():
+                m.d.sync += [s1_last.eq(beats_left == 1), beats_left.eq(beats_left - 1)]
+                for w, rnd in enumerate(replicas):
+                    rnd.advance_lanes(m)
+                    m.d.sync += s1_beats[w].eq(rnd.beat(op_or))
+                with m.If(beats_left == 1):
+                    rounds.step(m)
+
+        # stage 2: combine (lane-wise wrap-around sum or OR; signed max of the exponents)
+        combined = []
+        for j in range(LANES):
+            lane = [b[32 * j:32 * j + 32] for b in s1_beats]
+            total, either = lane[0], lane[0]
+            for v in lane[1:]:
+                total, either = (total + v)[0:32], either | v
+            combined.append(Mux(s1_op_or, either, total))
+        exponent = s1_exponents[0].as_signed()
+        for e in s1_exponents[1:]:
+            exponent = Mux(e.as_signed() > exponent, e.as_signed(), exponent)
+        result_header = Signal(HeaderLayout)
+        m.d.comb += [result_header.eq(s1_fields), result_header.exponent.eq(exponent)]
+        with m.If(advance):
+            m.d.sync += [
+                self.o.valid.eq(s1_valid),
+                self.o.payload.data.eq(Mux(s1_header, result_header.as_value(),
+                                           Cat(*combined))),
+                self.o.payload.keep.eq(FULL_KEEP),
+                self.o.payload.last.eq(s1_last),
+            ]
+        return m
+
+
+class AggTraffic(wiring.Component):
+    """Configures the aggregator, drives it with virtual workers and checks its results.
+
+    Parameters
+    ----------
+    workers : int
+        Virtual workers (1..32 and at most the engine's ``max_workers``).
+    lanes : int
+        The engine's ``P``.
+    window : int
+        Slots of the job = rounds in flight (at most the engine's slot pool).
+    slot_base, job : int
+        Where the job lives in the engine.
+    clear_cycles : int
+        Cycles to wait after committing the job before sending (the engine stalls its input
+        while it clears slots anyway; this only keeps the first packets out of that stall).
+    seed : int
+    stall_limit : int
+        See :class:`hdl.stream_checker.StreamChecker`.
+
+    Attributes
+    ----------
+    o : Out(axis_signature())
+        To the aggregator's input.
+    results : In(axis_signature())
+        The aggregator's output.
+    ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re : Out
+    ctrl_rdata : In(32)
+        The aggregator's control port (``ctrl_re``/``ctrl_rdata`` are free for a counter
+        reader once ``configured`` is high; ``ctrl_re`` is never driven here).
+    inject_fault : In(1)
+        Corrupt worker payloads (see :class:`hdl.fault_inject.FaultInjector`).
+    configured : Out(1)
+    sent : Out(32)
+        Worker packets sent.
+    flipped : Out(32)
+        Payload beats corrupted by fault injection.
+    beats, packets, errors, bad_packets : Out(32)
+    error : Out(1)
+        The result checker's counters (``packets`` = results checked).
+    """
+
+    def __init__(self, *, workers=4, lanes=64, window=8, slot_base=0, job=0,
+                 clear_cycles=256, seed=2, stall_limit=1 << 20):
+        if not isinstance(workers, int) or not 1 <= workers <= 32:
+            raise ValueError(f"workers must be in 1..32, not {workers!r}")
+        if not isinstance(lanes, int) or lanes < LANES or lanes % LANES:
+            raise ValueError(f"lanes must be a positive multiple of {LANES}, not {lanes!r}")
+        if not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive number of slots, not {window!r}")
+        self.workers, self.lanes, self.window = workers, lanes, window
+        self.slot_base, self.job, self.seed = slot_base, job, seed
+        self.clear_cycles, self.stall_limit = clear_cycles, stall_limit
+        super().__init__({
+            "o": Out(axis_signature()),
+            "results": In(axis_signature()),
+            "ctrl_addr": Out(16), "ctrl_wdata": Out(32), "ctrl_we": Out(1), "ctrl_re": Out(1),
+            "ctrl_rdata": In(32),
+            "inject_fault": In(1),
+            "configured": Out(1),
+            "sent": Out(32), "flipped": Out(32),
+            "beats": Out(32), "packets": Out(32), "errors": Out(32), "bad_packets": Out(32),
+            "error": Out(1),
+        })
+
+    def model(self):
+        """The :class:`AggTrafficModel` of this traffic."""
+        return AggTrafficModel(workers=self.workers, lanes=self.lanes, window=self.window,
+                               slot_base=self.slot_base, job=self.job, seed=self.seed)
+
+    def elaborate(self, platform):
+        m = Module()
+        common = dict(lanes=self.lanes, window=self.window, slot_base=self.slot_base,
+                      job=self.job, seed=self.seed)
+
+        # configuration: workers, slot_base, slot_count, commit; then wait for the clear
+        writes = [(4 * self.job + 0, self.workers), (4 * self.job + 1, self.slot_base),
+                  (4 * self.job + 2, self.window), (4 * self.job + 3, 1)]
+        step = Signal(range(len(writes) + 1))
+        wait = Signal(range(self.clear_cycles + 1), init=self.clear_cycles)
+        with m.If(step < len(writes)):
+            with m.Switch(step):
+                for index, (address, value) in enumerate(writes):
+                    with m.Case(index):
+                        m.d.comb += [self.ctrl_addr.eq(address), self.ctrl_wdata.eq(value),
+                                     self.ctrl_we.eq(1)]
+            m.d.sync += step.eq(step + 1)
+        with m.Elif(wait != 0):
+            m.d.sync += wait.eq(wait - 1)
+        with m.Else():
+            m.d.sync += self.configured.eq(1)
+
+        m.submodules.checker = checker = StreamChecker(stall_limit=self.stall_limit)
+        m.submodules.arbiter = arbiter = PacketArbiter(self.workers)
+        for w in range(self.workers):
+            worker = VirtualWorker(worker=w, **common)
+            m.submodules[f"worker{w}"] = worker
+            # SwitchML flow control: at most `window` rounds between sent and completed
+            m.d.comb += worker.limit.eq(Mux(self.configured, checker.packets + self.window, 0))
+            wiring.connect(m, worker.o, arbiter.inputs[w])
+        m.submodules.inject = inject = FaultInjector()
+        wiring.connect(m, arbiter.o, inject.i)
+        wiring.connect(m, inject.o, wiring.flipped(self.o))
+        m.d.comb += [inject.enable.eq(self.inject_fault), self.flipped.eq(inject.flipped)]
+        with m.If(self.o.valid & self.o.ready & self.o.payload.last):
+            m.d.sync += self.sent.eq(self.sent + 1)
+
+        m.submodules.expected = expected = AggExpected(workers=self.workers, **common)
+        wiring.connect(m, expected.o, checker.expected)
+        wiring.connect(m, wiring.flipped(self.results), checker.received)
+        for name in ("beats", "packets", "errors", "bad_packets", "error"):
+            m.d.comb += getattr(self, name).eq(getattr(checker, name))
+        return m
