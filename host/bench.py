@@ -16,6 +16,7 @@ from pathlib import Path
 
 SECTIONS = [
     "inceptionn",
+    "lhc",
 ]
 
 
