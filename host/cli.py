@@ -16,6 +16,7 @@ COMMANDS = {
     "compress": ("codec", "compress a .npy float32 tensor with the INCEPTIONN codec"),
     "decompress": ("codec", "decompress a .gwz file back into a .npy tensor"),
     "info": ("codec", "describe a .gwz compressed file"),
+    "sim": ("sim", "run the whole system end to end (golden models or Verilated gateware)"),
 }
 
 

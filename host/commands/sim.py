@@ -1,0 +1,55 @@
+"""``gradwire sim``: the end-to-end system simulation (see ``sim/e2e.py``)."""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..cli import CliError
+
+
+def add_arguments(p):
+    p.add_argument("--workers", type=int, default=4, help="number of workers (2..32, default 4)")
+    p.add_argument("-k", type=int, default=10, help="INCEPTIONN error bound 2^-k (1..15, default 10)")
+    p.add_argument("--steps", type=int, default=2, help="training steps per path (default 2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data and weights (default 0)")
+    p.add_argument("--backend", choices=("golden", "verilator"), default="verilator",
+                   help="engines: the golden models, or the Verilated gateware checked "
+                        "packet by packet against them (default)")
+    p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
+                   help="run only this path (repeatable; default both)")
+    p.add_argument("--out", default="build/e2e", help="report folder (default build/e2e)")
+    p.add_argument("--waves", action="store_true",
+                   help="record waveforms of the gateware (also WAVES=1)")
+    p.add_argument("--board", default="ecpix5",
+                   help="board whose `make bitstream` clock the throughput uses")
+
+
+def run(args):
+    from tqdm import tqdm
+
+    from sim.e2e import run as run_e2e
+
+    waves = args.waves or os.environ.get("WAVES", "0") not in ("", "0")
+    bars = {}
+
+    def progress(path, done, total):
+        bar = bars.get(path)
+        if bar is None:
+            bar = bars[path] = tqdm(total=total, desc=f"{path:<10}", unit="step",
+                                    file=sys.stderr, leave=True)
+        bar.n = done
+        bar.refresh()
+
+    try:
+        report = run_e2e(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
+                         backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),
+                         out_dir=args.out, waves=waves, progress=progress, board=args.board)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        for bar in bars.values():
+            bar.close()
+    from sim.e2e import format_report
+    print(format_report(report))
+    print(f"\nreport written to {', '.join(report['files'])}")
+    return 0 if report["ok"] else 1

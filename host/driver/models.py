@@ -1,0 +1,107 @@
+"""Transports backed by the reference models: pure NumPy, no clock, fast.
+
+They answer the same streams and control registers as the gateware tops, so the driver
+programs a model exactly as it programs the hardware.
+"""
+from __future__ import annotations
+
+from ..counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from ..packet import Packet
+from .registers import NIC_RX_COUNTER_BASE, AGG_COUNTER_BASE, AGG_PARAMS, JOB_REG_STRIDE, JobReg
+from .transport import Transport
+
+__all__ = ["NicModelTransport", "SwitchModelTransport"]
+
+
+def _reply(frames, packets_in):
+    return {"frames": [p.to_bytes() for p in frames], "in_beats": 0, "out_beats": 0,
+            "stall_in": 0, "first_in": None, "first_out": None, "last_out": None}
+
+
+class NicModelTransport(Transport):
+    """The NIC top's golden model: stream ``tx`` compresses, ``rx`` decompresses.
+
+    Parameters
+    ----------
+    max_count : int
+        The receive path's largest packet (values), as the gateware's parameter.
+    """
+
+    def __init__(self, *, max_count=2048):
+        super().__init__()
+        self.max_count = max_count
+        self.counters = {"tx": dict.fromkeys(NIC_TX_COUNTERS, 0),
+                         "rx": dict.fromkeys(NIC_RX_COUNTERS, 0)}
+
+    def _exchange(self, stream, packets, options):
+        from ..golden.inceptionn import nic_rx, nic_tx
+        if stream not in ("tx", "rx"):
+            raise ValueError(f"the NIC has streams 'tx' and 'rx', not {stream!r}")
+        out = []
+        for packet in packets:
+            if stream == "tx":
+                result, cause = nic_tx(packet)
+            else:
+                result, cause = nic_rx(packet, self.max_count)
+            self.counters[stream]["packets"] += 1
+            self.counters[stream][cause] += 1
+            if result is not None:
+                out.append(result)
+        return _reply(out, len(packets))
+
+    def read(self, addr):
+        if addr >= NIC_RX_COUNTER_BASE:
+            names, path, index = NIC_RX_COUNTERS, "rx", addr - NIC_RX_COUNTER_BASE
+        else:
+            names, path, index = NIC_TX_COUNTERS, "tx", addr
+        if not 0 <= index < len(names):
+            raise ValueError(f"no NIC register at 0x{addr:03x}")
+        return self.counters[path][names[index]] & 0xFFFF_FFFF
+
+    def write(self, addr, value):
+        raise ValueError("the NIC has no writable registers")
+
+
+class SwitchModelTransport(Transport):
+    """The switch top's reference model (``host.aggregator.AggregatorModel``), stream
+    ``agg``, programmed through the gateware's register map."""
+
+    def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
+        super().__init__()
+        from ..aggregator import AggregatorModel
+        self.model = AggregatorModel(slots=slots, lanes=lanes, max_workers=max_workers,
+                                     jobs=jobs)
+        self.params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
+        self._job_regs = {}
+
+    def _exchange(self, stream, packets, options):
+        if stream != "agg":
+            raise ValueError(f"the switch has one stream 'agg', not {stream!r}")
+        out = []
+        for packet in packets:
+            out.extend(self.model.process(packet))
+        return _reply(out, len(packets))
+
+    def write(self, addr, value):
+        job, reg = divmod(addr, JOB_REG_STRIDE)
+        if not (addr < AGG_COUNTER_BASE and job < self.params["jobs"]):
+            raise ValueError(f"no writable switch register at 0x{addr:03x}")
+        regs = self._job_regs.setdefault(job, {JobReg.WORKERS: 0, JobReg.SLOT_BASE: 0,
+                                               JobReg.SLOT_COUNT: 0})
+        if reg == JobReg.COMMIT:
+            if value & 1:
+                if regs[JobReg.WORKERS] == 0:
+                    self.model.clear_job(job)
+                else:
+                    self.model.configure_job(job, regs[JobReg.WORKERS], regs[JobReg.SLOT_BASE],
+                                             regs[JobReg.SLOT_COUNT])
+        else:
+            regs[JobReg(reg)] = int(value)
+
+    def read(self, addr):
+        if addr == AGG_PARAMS:
+            return self.params["slots"] | self.params["lanes"] << 16
+        index = addr - AGG_COUNTER_BASE
+        if not 0 <= index < len(AGG_COUNTERS):
+            raise ValueError(f"no readable switch register at 0x{addr:03x}")
+        return self.model.counters[AGG_COUNTERS[index]] & 0xFFFF_FFFF

@@ -1,0 +1,85 @@
+"""Host interface of the NIC engines: tensors in, wire packets out, and back.
+
+The same :class:`NicInterface` runs over any transport with streams ``tx`` and ``rx`` and
+the NIC register map: the golden model (:class:`~host.driver.models.NicModelTransport`),
+the Verilated gateware (:func:`open_nic` with ``backend="verilator"``), or, later, a board.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from ..golden import inceptionn
+from .registers import NIC_RX_COUNTER_BASE, NIC_TX_COUNTER_BASE
+
+__all__ = ["NicInterface", "open_nic", "NIC_STREAMS"]
+
+#: The NIC top's AXI-Stream paths: name -> (sink prefix, source prefix).
+NIC_STREAMS = {"tx": ("tx_s_axis", "tx_m_axis"), "rx": ("rx_s_axis", "rx_m_axis")}
+
+
+class NicInterface:
+    """Send tensors through the NIC transmit path and receive them through the receive path.
+
+    Parameters
+    ----------
+    transport : host.driver.transport.Transport
+        Streams ``tx`` and ``rx`` and the NIC registers.
+    packet_values : int
+        Values per packet (at most the receive path's ``max_count``).
+    """
+
+    def __init__(self, transport, *, packet_values=2048):
+        if not isinstance(packet_values, int) or not 1 <= packet_values <= 2048:
+            raise ValueError(f"packet_values must be an integer in 1..2048, not {packet_values!r}")
+        self.transport = transport
+        self.packet_values = packet_values
+
+    def transmit(self, values, k=10, *, job=0, worker=0, seq=0, offset=0, **options):
+        """Send a float32 tensor through the TX path (compressing); return the wire packets."""
+        values = np.asarray(values)
+        if values.dtype != np.float32:
+            raise TypeError(f"the NIC carries float32 gradients, not {values.dtype}")
+        packets = inceptionn.tensor_to_packets(values.ravel(), k, compress=False,
+                                               packet_values=self.packet_values, job=job,
+                                               worker=worker, seq=seq, offset=offset)
+        return self.transport.exchange("tx", packets, **options)
+
+    def receive(self, packets, n=None, *, offset=0, **options):
+        """Pass wire packets through the RX path (decompressing); return the float32 tensor."""
+        out = self.transport.exchange("rx", packets, **options)
+        return inceptionn.packets_to_tensor(out, n, offset=offset)
+
+    def counters(self):
+        """``{"tx": {name: value}, "rx": {name: value}}`` read from the registers."""
+        return {"tx": {name: self.transport.read(NIC_TX_COUNTER_BASE + i)
+                       for i, name in enumerate(NIC_TX_COUNTERS)},
+                "rx": {name: self.transport.read(NIC_RX_COUNTER_BASE + i)
+                       for i, name in enumerate(NIC_RX_COUNTERS)}}
+
+
+def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
+    """A transport to the NIC engines.
+
+    Parameters
+    ----------
+    backend : {"golden", "verilator"}
+        The golden model, or the Verilated ``nic_top`` gateware.
+    check : bool
+        With ``"verilator"``: run the golden model in lockstep and compare every packet
+        and counter (raises :class:`~host.driver.lockstep.MismatchError`).
+    """
+    from .models import NicModelTransport
+    if backend == "golden":
+        return NicModelTransport(max_count=max_count)
+    if backend != "verilator":
+        raise ValueError(f"backend must be 'golden' or 'verilator', not {backend!r}")
+    from hdl.export import make_top
+    from sim.runner import export_verilog
+    from .transport import VerilatorTransport
+    device = VerilatorTransport("nic_top", export_verilog(make_top("nic_top"), "nic_top"),
+                                NIC_STREAMS, ctrl=True, waves=waves)
+    if not check:
+        return device
+    from .lockstep import LockstepTransport
+    return LockstepTransport(device, NicModelTransport(max_count=max_count))

@@ -1,0 +1,243 @@
+"""The whole system, end to end: what ``make sim`` and ``gradwire sim`` run.
+
+N workers train two small NumPy models (``host.workloads``) on data they generate. After
+every training step their gradients are all-reduced over the two network paths:
+
+1. **INCEPTIONN ring** (dense MLP): reduce-scatter then all-gather, every hop through the
+   NIC transmit (compressor) and receive (decompressor) gateware.
+2. **In-network LHC** (sparse NCF-like recommender): index phase (OR), sketch phase (ADD)
+   and the fallback round through the switch aggregator gateware, decoded on the hosts.
+
+With ``backend="verilator"`` every packet that leaves a gateware block is compared byte for
+byte with the reference model's packet as the system runs (``LockstepTransport``), and the
+counters read back over the control port must match too; any difference stops the run.
+The report (JSON and a readable table) has bytes on the wire against dense fp32,
+compression ratios, the INCEPTIONN error against its bound, the LHC exactness, peeling
+statistics, clock cycles and beats per clock of each engine, and the throughput those
+cycles give at the clock of the latest ``make bitstream`` (or the 125 MHz target, said which).
+"""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from host.header import BEAT_BYTES
+
+__all__ = ["run", "format_report", "clock_mhz", "TARGET_MHZ"]
+
+TARGET_MHZ = 125.0
+REPO = Path(__file__).resolve().parents[1]
+
+
+def clock_mhz(board="ecpix5"):
+    """``(MHz, source)``: the engine clock nextpnr reached in the latest bitstream build,
+    else the target clock."""
+    summary = REPO / "build" / "bitstream" / board / "summary.json"
+    try:
+        data = json.loads(summary.read_text())
+        fmax = data["fmax"]
+        clock = max(fmax.values(), key=lambda v: v["constraint_mhz"])
+        return float(min(clock["achieved_mhz"], clock["constraint_mhz"])), \
+            f"engine clock of the latest `make bitstream` ({summary.relative_to(REPO)})"
+    except (OSError, KeyError, ValueError, TypeError):
+        return TARGET_MHZ, "target clock (no `make bitstream` summary found)"
+
+
+def _engine_report(stats, mhz):
+    """Beats per clock and throughput of one engine stream from transport stats."""
+    d = stats.as_dict()
+    if stats.busy_cycles:
+        d["throughput_in_gbps"] = stats.in_beats * BEAT_BYTES * 8 / stats.busy_cycles * mhz / 1e3
+    return d
+
+
+def _bits_equal(a, b):
+    return np.array_equal(np.asarray(a, np.float32).view(np.uint32),
+                          np.asarray(b, np.float32).view(np.uint32))
+
+
+def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress):
+    from host.driver.nic import NicInterface, open_nic
+    from host.ring import ring_allreduce, ring_error_bound
+    from host.workloads import DenseMLP
+
+    model = DenseMLP(seed=seed, hidden=256)
+    transport = open_nic(backend, check=True, waves=waves)
+    try:
+        nic = NicInterface(transport)
+        totals = {"wire_bytes": 0, "raw_bytes": 0, "packets": 0, "class_counts": [0] * 4}
+        steps_out = []
+        loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        for step in range(steps):
+            grads = [model.gradient(w, step) for w in range(workers)]
+            hops = 2 * (workers - 1)
+            results, stats = ring_allreduce(
+                grads, nic, k, progress=progress and (
+                    lambda done, step=step: progress("inceptionn", step * hops + done // workers,
+                                                     steps * hops)))
+            identical = all(_bits_equal(r, results[0]) for r in results)
+            exact = np.sum(np.array(grads, dtype=np.float64), axis=0)
+            err = float(np.max(np.abs(results[0].astype(np.float64) - exact)))
+            # float32 adds round too: allow N ulps of the largest partial sum on top.
+            slack = workers * float(np.spacing(np.float32(np.max(np.abs(exact)) * 2)))
+            bound = ring_error_bound(workers, k)
+            steps_out.append({"step": step, "max_error": err, "bound": bound,
+                              "within_bound": err < bound + slack, "identical": identical})
+            for key in ("wire_bytes", "raw_bytes", "packets"):
+                totals[key] += getattr(stats, key)
+            totals["class_counts"] = [a + b for a, b in zip(totals["class_counts"],
+                                                            stats.class_counts)]
+            model.apply(results[0] / np.float32(workers), lr=0.5)
+        loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        counters = nic.counters()
+        report = {
+            "model": f"DenseMLP ({model.params.size} parameters)",
+            "workers": workers, "k": k, "steps": steps, "per_step": steps_out,
+            "bit_identical_on_all_workers": all(s["identical"] for s in steps_out),
+            "within_error_bound": all(s["within_bound"] for s in steps_out),
+            "max_error": max(s["max_error"] for s in steps_out),
+            "error_bound": ring_error_bound(workers, k),
+            "wire_bytes": totals["wire_bytes"], "dense_fp32_bytes": totals["raw_bytes"],
+            "compression_ratio": totals["raw_bytes"] / max(totals["wire_bytes"], 1),
+            "packets": totals["packets"],
+            "class_histogram": dict(zip(("00", "01", "10", "11"), totals["class_counts"])),
+            "loss_before": float(loss_before), "loss_after": float(loss_after),
+            "counters": counters,
+        }
+        if hasattr(transport, "compared"):
+            report["compared_with_golden"] = dict(transport.compared)
+        return report, transport.stats
+    finally:
+        transport.close()
+
+
+def run_lhc(*, workers, steps, seed, backend, waves, progress):
+    from host.driver.switch import SwitchInterface, open_switch
+    from host.golden import lhc
+    from host.workloads import NcfModel
+
+    model = NcfModel(seed=seed, users=2048, items=1024)
+    transport = open_switch(backend, check=True, waves=waves)
+    try:
+        switch = SwitchInterface(transport)
+        steps_out = []
+        totals = {}
+        loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        for step in range(steps):
+            grads = [model.gradient(w, step) for w in range(workers)]
+            result, stats = switch.allreduce(grads, job=0)
+            want, _ = lhc.allreduce(grads)
+            steps_out.append({"step": step, "exact": _bits_equal(result, want),
+                              "density": float(np.mean(np.any(np.array(grads) != 0, axis=0))),
+                              **{k: v for k, v in stats.items() if np.isscalar(v)}})
+            for key, value in stats.items():
+                if key.endswith("bytes") and np.isscalar(value):
+                    totals[key] = totals.get(key, 0) + int(value)
+            model.apply(result / np.float32(workers), lr=5.0)
+            if progress:
+                progress("lhc", step + 1, steps)
+        loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        report = {
+            "model": f"NcfModel ({model.params.size} parameters)",
+            "workers": workers, "steps": steps, "per_step": steps_out,
+            "exact": all(s["exact"] for s in steps_out),
+            "totals": totals,
+            "loss_before": float(loss_before), "loss_after": float(loss_after),
+            "counters": switch.counters(),
+        }
+        if hasattr(transport, "compared"):
+            report["compared_with_golden"] = dict(transport.compared)
+        return report, transport.stats
+    finally:
+        transport.close()
+
+
+def run(*, workers=4, k=10, steps=2, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
+        out_dir="build/e2e", waves=None, progress=None, board="ecpix5"):
+    """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
+    report dict. ``report["ok"]`` is True when both paths are bit-exact."""
+    if not isinstance(workers, int) or not 2 <= workers <= 32:
+        raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
+    if not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive integer, not {steps!r}")
+    mhz, clock_source = clock_mhz(board)
+    report = {"backend": backend, "workers": workers, "seed": seed,
+              "clock_mhz": mhz, "clock_source": clock_source, "engines": {}}
+    started = time.perf_counter()
+    if "inceptionn" in paths:
+        report["inceptionn"], stats = run_inceptionn(workers=workers, k=k, steps=steps,
+                                                     seed=seed, backend=backend, waves=waves,
+                                                     progress=progress)
+        for name, s in stats.items():
+            report["engines"][f"nic_{name}"] = _engine_report(s, mhz)
+    if "lhc" in paths:
+        report["lhc"], stats = run_lhc(workers=workers, steps=steps, seed=seed,
+                                       backend=backend, waves=waves, progress=progress)
+        for name, s in stats.items():
+            report["engines"][f"switch_{name}"] = _engine_report(s, mhz)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    report["ok"] = all([
+        report.get("inceptionn", {}).get("bit_identical_on_all_workers", True),
+        report.get("inceptionn", {}).get("within_error_bound", True),
+        report.get("lhc", {}).get("exact", True),
+    ])
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, indent=2, default=float) + "\n")
+    text = format_report(report)
+    (out / "report.txt").write_text(text + "\n")
+    report["files"] = [str(out / "report.json"), str(out / "report.txt")]
+    return report
+
+
+def format_report(r):
+    lines = [f"gradwire end-to-end simulation: backend {r['backend']}, {r['workers']} workers, "
+             f"seed {r['seed']}, {r.get('seconds', '?')} s"]
+    if "inceptionn" in r:
+        i = r["inceptionn"]
+        lines += ["", f"INCEPTIONN ring all-reduce, {i['model']}, k={i['k']}, {i['steps']} steps",
+                  f"  wire bytes          {i['wire_bytes']:>12,}  (dense fp32 {i['dense_fp32_bytes']:,})",
+                  f"  compression ratio   {i['compression_ratio']:>12.2f}x",
+                  f"  value classes       " + "  ".join(f"{t}:{c}" for t, c in i["class_histogram"].items()),
+                  f"  max error           {i['max_error']:>12.3e}  (bound N*2^-k = {i['error_bound']:.3e}) "
+                  f"{'OK' if i['within_error_bound'] else 'EXCEEDED'}",
+                  f"  identical on all workers: {'yes' if i['bit_identical_on_all_workers'] else 'NO'}",
+                  f"  loss {i['loss_before']:.4f} -> {i['loss_after']:.4f}"]
+        if "compared_with_golden" in i:
+            c = i["compared_with_golden"]
+            lines.append(f"  gateware vs golden: {c['packets']} packets, {c['bytes']:,} bytes, "
+                         f"{c['registers']} counters compared, all identical")
+    if "lhc" in r:
+        h = r["lhc"]
+        last = h["per_step"][-1]
+        lines += ["", f"In-network LHC all-reduce, {h['model']}, {h['steps']} steps",
+                  f"  exact (bit for bit vs golden allreduce): {'yes' if h['exact'] else 'NO'}"]
+        for key, value in h["totals"].items():
+            lines.append(f"  {key:<30} {value:>12,}")
+        for key in ("rows", "union_nnz", "peeled", "unpeeled", "rounds"):
+            if key in last:
+                lines.append(f"  {key:<30} {last[key]:>12} (last step)")
+        lines.append(f"  loss {h['loss_before']:.4f} -> {h['loss_after']:.4f}")
+        if "compared_with_golden" in h:
+            c = h["compared_with_golden"]
+            lines.append(f"  gateware vs reference model: {c['packets']} packets, {c['bytes']:,} "
+                         f"bytes, {c['registers']} counters compared, all identical")
+    if r["engines"]:
+        lines += ["", f"Engines (clock {r['clock_mhz']:.1f} MHz: {r['clock_source']})",
+                  f"  {'engine':<12} {'in beats':>9} {'out beats':>9} {'cycles':>9} "
+                  f"{'in/clk':>7} {'out/clk':>7} {'latency':>7} {'Gb/s in':>8}"]
+        for name, e in r["engines"].items():
+            if not e.get("busy_cycles"):
+                lines.append(f"  {name:<12} (no clock: reference model)")
+                continue
+            lines.append(f"  {name:<12} {e['in_beats']:>9} {e['out_beats']:>9} "
+                         f"{e['busy_cycles']:>9} {e['in_beats_per_cycle']:>7.3f} "
+                         f"{e['out_beats_per_cycle']:>7.3f} "
+                         f"{e.get('first_beat_latency_cycles', '-'):>7} "
+                         f"{e.get('throughput_in_gbps', 0):>8.2f}")
+    lines += ["", "RESULT: " + ("both paths bit-exact against the golden model" if r["ok"]
+                                else "MISMATCH (see above)")]
+    return "\n".join(lines)
