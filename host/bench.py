@@ -17,6 +17,7 @@ from pathlib import Path
 SECTIONS = [
     "inceptionn",
     "lhc",
+    "switch",
 ]
 
 
