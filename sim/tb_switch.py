@@ -348,6 +348,10 @@ async def measure(dut):
         ("hammer_n1", (0.0, 0.0), lambda sw: [("configure", 0, 1, 0, params.slots)]
          + hammer_traffic(sw.rng, params, job=0, workers=1, slot=0,
                           rounds=p.get("rounds", 8) * 8)),
+        ("hammer_n1_backpressure", (0.0, 0.5), lambda sw: [("configure", 0, 1, 0,
+                                                            params.slots)]
+         + hammer_traffic(sw.rng, params, job=0, workers=1, slot=0,
+                          rounds=p.get("rounds", 8) * 8)),
         ("random", (0.0, 0.0), lambda sw: random_steps(sw, params, p)),
         ("random_backpressure", (0.0, 0.5), lambda sw: random_steps(sw, params, p)),
     ]
@@ -377,4 +381,5 @@ def random_steps(sw, params, p):
     share = params.slots // len(counts)
     jobs = {j: (n, range(j * share, (j + 1) * share)) for j, n in enumerate(counts)}
     return configure_steps(params, counts) + protocol_traffic(
-        sw.rng, params, jobs=jobs, packets=p.get("packets", 400), duplicate=0.0)
+        sw.rng, params, jobs=jobs, packets=p.get("packets", 400), duplicate=0.0, bad=0.05,
+        mixed=0.02)
