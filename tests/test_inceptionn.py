@@ -416,6 +416,43 @@ def test_long_single_stream():
             inc.decode(stream[:-4], x.size, k)
 
 
+def test_streams_longer_than_a_pass():
+    """The codec works in passes of inc._PASS_VALUES values; a stream longer than that is
+    cut into pieces whose bytes must join seamlessly, padded once at the very end."""
+    n = inc._PASS_VALUES + 1
+    assert inc.encode(np.zeros(n, np.float32), 10) == bytes(4 * -(-2 * -(-n // 8) // 4))
+    rng, seed = fresh_rng()
+    x = gradient_like(rng, 2 * inc._PASS_VALUES + 1000)
+    x[::97] = 0.0
+    for chunk in (inc._PASS_VALUES + 3, 2 * inc._PASS_VALUES + 999):
+        streams = inc.encode_many(x, 10, chunk)
+        assert [len(s) for s in streams] == [
+            inc.stream_bytes(inc.classify(x[i:i + chunk], 10)) for i in range(0, x.size, chunk)]
+        decoded = inc.decode_many(streams, [len(x[i:i + chunk]) for i in
+                                            range(0, x.size, chunk)], 10)
+        assert np.array_equal(np.concatenate(decoded).view(np.uint32),
+                              inc.quantize(x, 10).view(np.uint32)), seed
+
+
+def test_many_streams_in_several_passes():
+    rng, seed = fresh_rng()
+    x = gradient_like(rng, 300 * 2048)
+    streams = inc.encode_many(x, 8, 2048)
+    assert streams[150] == inc.encode(x[150 * 2048:151 * 2048], 8)
+    decoded = inc.decode_many(streams, [2048] * 300, 8)
+    assert np.array_equal(np.concatenate(decoded).view(np.uint32),
+                          inc.quantize(x, 8).view(np.uint32)), seed
+    # Status of every stream is reported at its own index, whatever pass it falls in.
+    buf = np.frombuffer(b"".join(streams), np.uint8)
+    sizes = np.array([len(s) for s in streams])
+    first = np.cumsum(sizes) - sizes
+    cut = sizes.copy()
+    cut[[3, 200, 299]] -= 4
+    _, status = inc._decode_segments(buf, first, cut, [2048] * 300, 8)
+    assert np.flatnonzero(status).tolist() == [3, 200, 299]
+    assert np.all(status[[3, 200, 299]] == inc.STREAM_TRUNCATED)
+
+
 # -- properties (hypothesis) -------------------------------------------------------------
 
 word_arrays = hnp.arrays(np.uint32, st.integers(0, 40),

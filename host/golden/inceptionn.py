@@ -69,6 +69,10 @@ del _lane_bytes_of_vector
 #: Bytes of one encoder row: tag vector, 8 codes of 4 bytes, 3 bytes of 32-bit padding.
 _ROW_BYTES = 2 + 4 * LANES + 3
 
+#: Values encoded or decoded per vectorised pass over many streams: enough to amortise the
+#: Python-level work, few enough that the temporaries stay in cache.
+_PASS_VALUES = 1 << 18
+
 #: Values of ``decode_many``'s per-stream status, and the receive-path counter of each.
 STREAM_OK, STREAM_TRUNCATED, STREAM_OVERLONG = 0, 1, 2
 _STATUS_CAUSE = {STREAM_TRUNCATED: "drop_truncated", STREAM_OVERLONG: "drop_overlong"}
@@ -217,8 +221,12 @@ def quantize(values, k) -> np.ndarray:
     bit for bit ``decode(encode(values, k), n, k)`` without building the bitstream."""
     k = check_k(k)
     shape = np.shape(values)
-    tags, code = _tags_and_codes(_as_bits(values), k)
-    return _words_from_codes(tags, code, k).view(np.float32).reshape(shape)
+    bits = _as_bits(values)
+    out = np.empty(bits.size, dtype=np.uint32)
+    for start in range(0, bits.size, _PASS_VALUES):   # passes keep temporaries in cache
+        tags, code = _tags_and_codes(bits[start:start + _PASS_VALUES], k)
+        out[start:start + _PASS_VALUES] = _words_from_codes(tags, code, k)
+    return out.view(np.float32).reshape(shape)
 
 
 # -- sizes -------------------------------------------------------------------------------
@@ -252,13 +260,56 @@ def _segment_lengths(n, chunk_values):
     return lengths
 
 
+def _pass_groups(values_per_item):
+    """Split consecutive items (streams or pieces) into groups of about ``_PASS_VALUES``
+    values; returns the group boundaries ``[0, ..., len(items)]``."""
+    before = np.cumsum(values_per_item) - values_per_item
+    group = before // _PASS_VALUES
+    return [0] + (np.flatnonzero(np.diff(group)) + 1).tolist() + [len(values_per_item)]
+
+
 def _encode_segments(bits, lengths, k):
     """Encode consecutive runs of ``bits`` (``lengths[i]`` values each) as independent,
     padded bitstreams, back to back.
 
     Returns ``(stream, sizes)``: all streams as one uint8 array, and the byte size of each.
+    Works in passes of about ``_PASS_VALUES`` values; a stream longer than that is cut at
+    block boundaries into pieces (blocks need no alignment, so the pieces' bytes simply
+    follow one another; only a stream's last piece is padded).
     """
     lengths = np.asarray(lengths, dtype=np.int64)
+    if bits.size <= _PASS_VALUES:
+        return _encode_pass(bits, lengths, np.ones(lengths.size, dtype=bool), k)
+    pieces = np.maximum(1, -(-lengths // _PASS_VALUES))
+    segment_of_piece = np.repeat(np.arange(lengths.size), pieces)
+    first_piece = np.cumsum(pieces) - pieces
+    piece_in_segment = np.arange(segment_of_piece.size) - first_piece[segment_of_piece]
+    piece_lengths = np.minimum(_PASS_VALUES,
+                               lengths[segment_of_piece] - piece_in_segment * _PASS_VALUES)
+    piece_first_value = np.concatenate([[0], np.cumsum(piece_lengths)])
+    # A stream in one piece is padded by its pass; one in several pieces afterwards, since
+    # its padding depends on the length of all its pieces.
+    whole = (pieces == 1)[segment_of_piece]
+    streams, piece_sizes = [], []
+    bounds = _pass_groups(piece_lengths)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        stream, sizes = _encode_pass(bits[piece_first_value[a]:piece_first_value[b]],
+                                     piece_lengths[a:b], whole[a:b], k)
+        streams.append(stream)
+        piece_sizes.append(sizes)
+    stream = np.concatenate(streams)
+    sizes = np.add.reduceat(np.concatenate(piece_sizes), first_piece)
+    pad = np.where(pieces > 1, -sizes % 4, 0)
+    if pad.any():
+        ends = np.cumsum(sizes)
+        stream = np.insert(stream, np.repeat(ends, pad), 0)
+        sizes = sizes + pad
+    return stream, sizes
+
+
+def _encode_pass(bits, lengths, padded_end, k):
+    """One vectorised pass of :func:`_encode_segments`: streams ``i`` with
+    ``padded_end[i]`` false are pieces that another piece continues (no padding)."""
     blocks = -(-lengths // LANES)
     total_blocks = int(blocks.sum())
     tags, code = _tags_and_codes(bits, k)
@@ -291,7 +342,7 @@ def _encode_segments(bits, lengths, k):
     bytes_before = np.concatenate([[0], np.cumsum(block_bytes)])
     first_block = np.cumsum(blocks) - blocks
     unpadded = bytes_before[first_block + blocks] - bytes_before[first_block]
-    pad = -unpadded % 4
+    pad = np.where(padded_end, -unpadded % 4, 0)
     last_block = (first_block + blocks - 1)[blocks > 0]
     for j in range(3):
         used[last_block, 2 + 4 * LANES + j] = pad[blocks > 0] > j
@@ -380,16 +431,32 @@ def _block_starts(next_start, first, blocks):
 
 def _decode_segments(buf, first, sizes, counts, k):
     """Decode independent bitstreams stored in ``buf`` (uint8): stream ``i`` occupies bytes
-    ``first[i] .. first[i] + sizes[i]`` and holds ``counts[i]`` values.
+    ``first[i] .. first[i] + sizes[i]`` (in increasing order, not overlapping) and holds
+    ``counts[i]`` values.
 
     Returns ``(words, status)``: the decoded fp32 words of all streams, concatenated (the
     words of a stream whose status is not ``STREAM_OK`` are meaningless), and one status per
-    stream (``STREAM_OK``, ``STREAM_TRUNCATED``, ``STREAM_OVERLONG``).
+    stream (``STREAM_OK``, ``STREAM_TRUNCATED``, ``STREAM_OVERLONG``). Many streams are
+    decoded in passes of about ``_PASS_VALUES`` values.
     """
     buf = np.asarray(buf, dtype=np.uint8).reshape(-1)
     first = np.asarray(first, dtype=np.int64)
     sizes = np.asarray(sizes, dtype=np.int64)
     counts = np.asarray(counts, dtype=np.int64)
+    if counts.sum() <= _PASS_VALUES or counts.size == 1:
+        return _decode_pass(buf, first, sizes, counts, k)
+    words, status = [], []
+    bounds = _pass_groups(counts)
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        low, high = first[a], first[b - 1] + sizes[b - 1]
+        w, st = _decode_pass(buf[low:high], first[a:b] - low, sizes[a:b], counts[a:b], k)
+        words.append(w)
+        status.append(st)
+    return np.concatenate(words), np.concatenate(status)
+
+
+def _decode_pass(buf, first, sizes, counts, k):
+    """One vectorised pass of :func:`_decode_segments` (same arguments and result)."""
     size = buf.size
     # Zero bytes after the end so that reads past it (truncated streams) stay in bounds.
     padded = np.zeros(size + 8, dtype=np.uint8)
@@ -417,23 +484,33 @@ def _decode_segments(buf, first, sizes, counts, k):
     status = np.where(needed > sizes, STREAM_TRUNCATED,
                       np.where(sizes > 4 * -(-needed // 4), STREAM_OVERLONG, STREAM_OK))
 
-    # Decode the lanes that carry a payload; the others (tag 00) are +0.0.
-    lane_tags = ((tag_vector[:, None] >> _TAG_SHIFTS) & 3).astype(np.uint8).reshape(-1)
-    carrying = np.flatnonzero(lane_tags)
-    block_of, lane_of = carrying >> 3, carrying & 7   # LANES == 8
-    carried_tags = lane_tags[carrying]
-    field_at = starts[block_of] + _LANE_OFFSETS[tag_vector[block_of].astype(np.intp) * LANES
-                                                 + lane_of]
+    # Decode the lanes, a pass of blocks at a time (a long stream is one pass otherwise).
+    words = np.zeros(starts.size * LANES, dtype=np.uint32)
     windows = np.lib.stride_tricks.sliding_window_view(padded, 4)
-    read = np.ascontiguousarray(windows[np.minimum(field_at, size)]).view("<u4").reshape(-1)
-    words = np.zeros(lane_tags.size, dtype=np.uint32)
-    words[carrying] = _words_from_codes(carried_tags, read & _CODE_MASK[carried_tags], k)
+    step = _PASS_VALUES // LANES
+    for b in range(0, starts.size, step):
+        _decode_lanes(words[b * LANES:(b + step) * LANES], starts[b:b + step],
+                      tag_vector[b:b + step], windows, size, k)
 
     if np.any(lanes_in_last != LANES):
         lane_valid = np.ones((starts.size, LANES), dtype=bool)
         lane_valid[last_block] = np.arange(LANES) < lanes_in_last[:, None]
         words = words[lane_valid.reshape(-1)]
     return words, status.astype(np.int8)
+
+
+def _decode_lanes(out, starts, tag_vector, windows, size, k):
+    """Decode the lanes of blocks starting at byte ``starts`` with these tag vectors into
+    ``out`` (zeros on entry; lanes with tag 00 stay +0.0). ``windows[p]`` is the 4 bytes at
+    ``p``; reads past ``size`` (truncated streams) are clipped there."""
+    lane_tags = ((tag_vector[:, None] >> _TAG_SHIFTS) & 3).astype(np.uint8).reshape(-1)
+    carrying = np.flatnonzero(lane_tags)
+    block_of, lane_of = carrying >> 3, carrying & 7   # LANES == 8
+    carried_tags = lane_tags[carrying]
+    field_at = starts[block_of] + _LANE_OFFSETS[tag_vector[block_of].astype(np.intp) * LANES
+                                                 + lane_of]
+    read = np.ascontiguousarray(windows[np.minimum(field_at, size)]).view("<u4").reshape(-1)
+    out[carrying] = _words_from_codes(carried_tags, read & _CODE_MASK[carried_tags], k)
 
 
 def decode(data, count, k) -> np.ndarray:
@@ -516,9 +593,8 @@ def tensor_to_packets(values, k=K_DEFAULT, *, compress=False, packet_values=MAX_
         payloads = [data[4 * i:4 * (i + n)] for i, n in
                     zip(range(0, bits.size, packet_values), lengths.tolist())]
         kind = PacketType.RAW_F32
-    template = Header(type=kind, flags=Flags.COMPRESS, k=k, job=job, worker=worker)
-    return [Packet(template.replace(count=n, seq=seq + i, offset=offset + i * packet_values),
-                   payload)
+    return [Packet(Header(type=kind, flags=Flags.COMPRESS, k=k, job=job, worker=worker,
+                          count=n, seq=seq + i, offset=offset + i * packet_values), payload)
             for i, (n, payload) in enumerate(zip(lengths.tolist(), payloads))]
 
 
