@@ -6,7 +6,7 @@ import pytest
 
 from host.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from host.golden import inceptionn as inc
-from host.header import MAGIC, VERSION, Flags, Header, PacketType
+from host.header import Flags, Header, PacketType
 from host.packet import Packet
 
 

@@ -1,11 +1,13 @@
 """INCEPTIONN golden model: the bit-exact reference of ``shared/spec/inceptionn-format.md``.
 
-Everything here is vectorised NumPy: no Python loop runs per value or per block.
+Vectorised NumPy: no Python loop runs per value; the only loops run per pass of about
+2^18 values, and, when finding block starts, over block indices with all streams (packets)
+handled at once in each iteration.
 
-* Values (section 2) are classified with 512-entry look-up tables indexed by the top nine
-  bits of the fp32 word (sign and exponent): the tag, the shift that turns the significand
-  into the ``P8``/``P16`` code and the sign bit's place in the code all depend on those nine
-  bits alone.
+* Values (section 2) are classified with one 512-entry look-up table indexed by the top
+  nine bits of the fp32 word (sign and exponent): the tag, the shift that turns the
+  significand into the ``P8``/``P16`` code and the sign bit's place in the code depend on
+  those nine bits alone.
 * Every field of the bitstream (the 16-bit tag vector and the 0/8/16/32-bit payloads) is a
   whole number of bytes, so blocks always start on a byte boundary and the LSB-first
   bitstream is simply the little-endian bytes of the fields in order. Encoding lays each
@@ -14,8 +16,13 @@ Everything here is vectorised NumPy: no Python loop runs per value or per block.
 * Decoding must find where each block starts, and that depends on every earlier tag
   vector. The block that would start at byte ``p`` ends at ``p + 2 + payload_bytes(tag
   vector read at p)``; this "next block" function is computed for every byte position at
-  once, then composed with itself (pointer doubling), which yields the start of every block
-  in ``log2(blocks)`` gathers.
+  once, then followed from each stream's start for all streams in lockstep, after
+  composing it with itself (pointer doubling) when streams are long (see
+  :func:`_block_starts`). Each lane's payload offset then comes from a table indexed by the
+  block's tag vector.
+* Lanes past ``count`` in a stream's last block carry nothing, whatever their tag bits
+  say: the decoder, like the receive engine, knows ``count``. The values of the (< 32)
+  padding bits are not checked either.
 
 The packet level follows ``notes/nic-contract.md``: :func:`nic_tx` and :func:`nic_rx` are the
 reference the gateware is compared with packet by packet; :func:`tensor_to_packets` and
