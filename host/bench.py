@@ -18,6 +18,7 @@ SECTIONS = [
     "inceptionn",
     "lhc",
     "switch",
+    "nic",
 ]
 
 
