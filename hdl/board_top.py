@@ -19,6 +19,7 @@ from pathlib import Path
 
 from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
 from amaranth.build import Attrs, Pins, Resource
+from amaranth.lib import io
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
 from hdl.selftest import ENGINES, SelfTest, SelfTestStatus
@@ -219,17 +220,21 @@ class BoardTop(Elaboratable):
         m = Module()
         requested = {}
 
-        def pin(spec):
-            # a resource is requested once; several specs may use its subsignals
+        def pin(spec, direction):
+            """A buffer for one pin; a resource is requested once, even if several specs
+            use its subsignals (unused subsignals stay unbuffered: LEDs off via pull-up)."""
             resource, number, sub = _pin_spec(spec)
             if (resource, number) not in requested:
-                requested[resource, number] = platform.request(resource, number)
-            res = requested[resource, number]
-            return getattr(res, sub) if sub else res
+                requested[resource, number] = platform.request(resource, number, dir="-")
+            port = requested[resource, number]
+            port = getattr(port, sub) if sub else port
+            name = f"{resource}{number}" + (f"_{sub}" if sub else "")
+            m.submodules[f"pin_{name}"] = buffer = io.Buffer(direction, port)
+            return buffer
 
         # clock and reset
         f_in_mhz = platform.default_clk_frequency / 1e6
-        clk_in = platform.request(platform.default_clk, 0)
+        clk_in = pin(f"{platform.default_clk}:0", "i")
         m.submodules.pll = self.pll = pll = EnginePLL(f_in_mhz=f_in_mhz,
                                                       f_out_mhz=self.engine_mhz)
         m.d.comb += pll.clk_in.eq(clk_in.i)
@@ -239,24 +244,22 @@ class BoardTop(Elaboratable):
         m.d.comb += ClockSignal("sync").eq(pll.clk_out)
         async_reset = ~pll.locked
         if platform.default_rst is not None:
-            async_reset = async_reset | platform.request(platform.default_rst, 0).i
+            async_reset = async_reset | pin(f"{platform.default_rst}:0", "i").i
         m.submodules.reset_sync = ResetSynchronizer(async_reset, domain="sync")
 
         # the self-test
         clk_hz = round(pll.dividers["f_out_mhz"] * 1e6)
         m.submodules.selftest = self.selftest = selftest = SelfTest(
             engines=self.engines, clk_hz=clk_hz, **self.selftest_kwargs)
-        m.d.comb += pin(self.board.uart_tx).o.eq(selftest.uart_tx)
+        m.d.comb += pin(self.board.uart_tx, "o").o.eq(selftest.uart_tx)
 
-        if self.board.fault_input is not None:
-            if isinstance(self.board.fault_input, dict):
-                fault = platform.request(self.board.fault_input["name"], 0)
-            else:
-                fault = pin(self.board.fault_input)
-            m.submodules.fault_sync = FFSynchronizer(fault.i, selftest.inject_fault)
+        fault = self.board.fault_input
+        if fault is not None:
+            fault_pin = pin(f"{fault['name']}:0" if isinstance(fault, dict) else fault, "i")
+            m.submodules.fault_sync = FFSynchronizer(fault_pin.i, selftest.inject_fault)
 
         status = Signal.like(selftest.status)
         m.d.comb += [status.eq(selftest.status), status.pll_unlocked.eq(~pll.locked)]
         for bit, spec in self.board.leds.items():
-            m.d.comb += pin(spec).o.eq(getattr(status, bit))
+            m.d.comb += pin(spec, "o").o.eq(getattr(status, bit))
         return m

@@ -112,13 +112,16 @@ def parse_nextpnr_log(log_text):
 
 def critical_path_lines(log_text, limit=40):
     """The last critical-path listing of a nextpnr log (for the summary when timing fails)."""
-    start = log_text.rfind("Critical path report for clock")
-    if start < 0:
+    lines = log_text.splitlines()
+    starts = [i for i, line in enumerate(lines) if "Critical path report" in line]
+    if not starts:
         return []
-    lines = log_text[start:].splitlines()
-    end = next((i for i, line in enumerate(lines[1:], 1)
-                if "Critical path report" in line or "Max frequency" in line), len(lines))
-    return [line.rstrip() for line in lines[:end]][:limit]
+    path = [lines[starts[-1]]]
+    for line in lines[starts[-1] + 1:]:
+        if "Critical path report" in line or "Max frequency" in line or not line.strip():
+            break
+        path.append(line.rstrip())
+    return path[:limit]
 
 
 def _arguments(argv, boards):

