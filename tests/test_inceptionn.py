@@ -336,6 +336,11 @@ def test_malformed_streams_raise():
     assert inc.decode(inc.encode(np.zeros(5, np.float32), 10), 9, 10).tolist() == [0.0] * 9
     with pytest.raises(ValueError, match="count"):
         inc.decode(stream, -1, 10)
+    # An absurd count is refused before anything is allocated for it.
+    with pytest.raises(inc.StreamError, match="truncated"):
+        inc.decode(stream, 10 ** 15, 10)
+    with pytest.raises(inc.StreamError, match="stream 1: .*truncated"):
+        inc.decode_many([stream, stream], [50, 10 ** 15], 10)
     assert isinstance(info.value, ValueError)
 
 

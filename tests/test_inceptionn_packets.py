@@ -112,6 +112,9 @@ def test_reassembly_errors():
     bad[2] = Packet(bad[2].header, bad[2].payload[:-4])
     with pytest.raises(inc.ReassemblyError, match="truncated"):
         inc.packets_to_tensor(bad)
+    bad[2] = Packet(packets[2].header.replace(count=2 ** 32 - 1), packets[2].payload)
+    with pytest.raises(inc.ReassemblyError, match="truncated"):
+        inc.packets_to_tensor(bad)
     bad[2] = Packet(packets[2].header.replace(magic=0x48), packets[2].payload)
     with pytest.raises(inc.ReassemblyError, match="magic"):
         inc.packets_to_tensor(bad)

@@ -535,9 +535,16 @@ def decode(data, count, k) -> np.ndarray:
     k = check_k(k)
     count = _check_count("count", count)
     buf = np.frombuffer(bytes(data), dtype=np.uint8)
+    if buf.size < _minimum_bytes(count):   # also spares huge allocations for absurd counts
+        _raise_for_status(STREAM_TRUNCATED, buf.size, count, k)
     words, status = _decode_segments(buf, [0], [buf.size], [count], k)
     _raise_for_status(int(status[0]), buf.size, count, k)
     return words.view(np.float32)
+
+
+def _minimum_bytes(count):
+    """Fewest bytes a stream of ``count`` values can take: its tag vectors."""
+    return 2 * -(-count // LANES)
 
 
 def _raise_for_status(status, size, count, k):
@@ -561,7 +568,13 @@ def decode_many(payloads, counts, k) -> list:
     sizes = np.array([len(p) for p in payloads], dtype=np.int64)
     first = np.cumsum(sizes) - sizes
     buf = np.frombuffer(b"".join(payloads), dtype=np.uint8)
-    words, status = _decode_segments(buf, first, sizes, counts, k)
+    short = [i for i, (size, count) in enumerate(zip(sizes.tolist(), counts))
+             if size < _minimum_bytes(count)]
+    if short:
+        status = np.zeros(len(counts), dtype=np.int8)
+        status[short[0]] = STREAM_TRUNCATED
+    else:
+        words, status = _decode_segments(buf, first, sizes, counts, k)
     bad = np.flatnonzero(status)
     if bad.size:
         i = int(bad[0])
@@ -622,6 +635,10 @@ def packets_to_tensor(packets, n=None, *, offset=0) -> np.ndarray:
             raise ReassemblyError(f"packet {i}: type {h.type} carries no fp32 values")
         if h.type == PacketType.INC_F32 and not K_MIN <= h.k <= K_MAX:
             raise ReassemblyError(f"packet {i}: INC_F32 with k={h.k} outside {K_MIN}..{K_MAX}")
+        if h.type == PacketType.INC_F32 and len(packets[i].payload) < _minimum_bytes(h.count):
+            raise ReassemblyError(f"packet {i}: INC_F32 payload of {len(packets[i].payload)} "
+                                  f"bytes is truncated: {h.count} values take at least "
+                                  f"{_minimum_bytes(h.count)}")
         if h.type == PacketType.RAW_F32 and len(packets[i].payload) != 4 * h.count:
             raise ReassemblyError(f"packet {i}: RAW_F32 payload is {len(packets[i].payload)} "
                                   f"bytes for count={h.count}")
