@@ -33,8 +33,9 @@ def build_parser():
     for name, (module, help_text) in COMMANDS.items():
         mod = importlib.import_module(f"host.commands.{module}")
         p = sub.add_parser(name, help=help_text, description=help_text)
-        getattr(mod, f"add_{name}_arguments", mod.add_arguments)(p)
-        p.set_defaults(_run=getattr(mod, f"run_{name}", getattr(mod, "run", None)))
+        add = getattr(mod, f"add_{name}_arguments", None) or getattr(mod, "add_arguments")
+        add(p)
+        p.set_defaults(_run=getattr(mod, f"run_{name}", None) or getattr(mod, "run"))
     return parser
 
 
@@ -51,4 +52,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run the module's canonical copy, so that `CliError` raised by the commands (imported
+    # from host.cli) is the class caught above and not a second copy living in __main__.
+    from host.cli import main as _main
+    sys.exit(_main())

@@ -59,12 +59,19 @@ def _bits_equal(a, b):
                           np.asarray(b, np.float32).view(np.uint32))
 
 
-def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress):
+#: model sizes: the default scenario, and a small one for the test suite
+SIZES = {
+    "default": {"mlp": dict(hidden=256), "ncf": dict(users=2048, items=1024)},
+    "small": {"mlp": dict(inputs=16, hidden=32), "ncf": dict(users=128, items=64, dim=8)},
+}
+
+
+def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default"):
     from host.driver.nic import NicInterface, open_nic
     from host.ring import ring_allreduce, ring_error_bound
     from host.workloads import DenseMLP
 
-    model = DenseMLP(seed=seed, hidden=256)
+    model = DenseMLP(seed=seed, **SIZES[size]["mlp"])
     transport = open_nic(backend, check=True, waves=waves)
     try:
         nic = NicInterface(transport)
@@ -114,12 +121,12 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress):
         transport.close()
 
 
-def run_lhc(*, workers, steps, seed, backend, waves, progress):
+def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
     from host.workloads import NcfModel
 
-    model = NcfModel(seed=seed, users=2048, items=1024)
+    model = NcfModel(seed=seed, **SIZES[size]["ncf"])
     transport = open_switch(backend, check=True, waves=waves)
     try:
         switch = SwitchInterface(transport)
@@ -156,11 +163,13 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress):
 
 
 def run(*, workers=4, k=10, steps=2, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
-        out_dir="build/e2e", waves=None, progress=None, board="ecpix5"):
+        out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default"):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
     report dict. ``report["ok"]`` is True when both paths are bit-exact."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
+    if size not in SIZES:
+        raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, not {steps!r}")
     mhz, clock_source = clock_mhz(board)
@@ -170,12 +179,13 @@ def run(*, workers=4, k=10, steps=2, seed=0, backend="verilator", paths=("incept
     if "inceptionn" in paths:
         report["inceptionn"], stats = run_inceptionn(workers=workers, k=k, steps=steps,
                                                      seed=seed, backend=backend, waves=waves,
-                                                     progress=progress)
+                                                     progress=progress, size=size)
         for name, s in stats.items():
             report["engines"][f"nic_{name}"] = _engine_report(s, mhz)
     if "lhc" in paths:
         report["lhc"], stats = run_lhc(workers=workers, steps=steps, seed=seed,
-                                       backend=backend, waves=waves, progress=progress)
+                                       backend=backend, waves=waves, progress=progress,
+                                       size=size)
         for name, s in stats.items():
             report["engines"][f"switch_{name}"] = _engine_report(s, mhz)
     report["seconds"] = round(time.perf_counter() - started, 1)

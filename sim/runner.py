@@ -45,12 +45,28 @@ def verilator_environment():
     return bin_dir
 
 
+def wave_format() -> str:
+    """``"fst"`` when Verilator can write FST here (it needs the lz4 headers), else ``"vcd"``."""
+    for include in ("/usr/include", "/usr/local/include"):
+        if Path(include, "lz4.h").exists():
+            return "fst"
+    return "vcd"
+
+
 def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
-    """Build (or reuse) the Verilator model of ``verilog_text``; return its build folder."""
+    """Build (or reuse) the Verilator model of ``verilog_text``; return its build folder.
+
+    With ``waves`` the model records ``dump.fst`` (or ``dump.vcd`` where the lz4 headers
+    that FST needs are missing: ``apt-get install liblz4-dev``) in the test folder.
+    """
     from cocotb_tools.runner import get_runner
 
     verilator_environment()
-    digest = hashlib.sha256(f"{waves}\n{verilog_text}".encode()).hexdigest()[:16]
+    fmt = wave_format() if waves else ""
+    if waves and fmt == "vcd":
+        print("note: no lz4.h here, so waves are VCD, not FST (apt-get install liblz4-dev)",
+              file=sys.stderr)
+    digest = hashlib.sha256(f"{waves}{fmt}\n{verilog_text}".encode()).hexdigest()[:16]
     build_dir = BUILD / "sim" / f"{name}-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     binary = build_dir / name
@@ -64,7 +80,8 @@ def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
                 sources=[source], hdl_toplevel=name, build_dir=build_dir, waves=waves,
                 timescale=("1ns", "1ps"),
                 build_args=["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
-                            "-O3", "--x-assign", "fast", "--x-initial", "fast"],
+                            "-O3", "--x-assign", "fast", "--x-initial", "fast"]
+                           + (["--trace-fst"] if fmt == "fst" else []),
                 log_file=build_dir / "build.log",
             )
     return build_dir

@@ -34,12 +34,6 @@ CHUNK_VALUES = 1 << 20
 PROGRESS_MIN_VALUES = 1 << 22
 
 
-def add_arguments(parser):
-    """Unused: ``host.cli`` prefers ``add_<command>_arguments``, but it evaluates this
-    fallback eagerly, so the name must exist."""
-    raise RuntimeError("the codec commands are set up by add_<command>_arguments")
-
-
 # -- arguments ---------------------------------------------------------------------------
 
 def _k(text):

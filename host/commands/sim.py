@@ -17,6 +17,8 @@ def add_arguments(p):
                         "packet by packet against them (default)")
     p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
                    help="run only this path (repeatable; default both)")
+    p.add_argument("--size", choices=("default", "small"), default="default",
+                   help="model sizes (small: a quick smoke run)")
     p.add_argument("--out", default="build/e2e", help="report folder (default build/e2e)")
     p.add_argument("--waves", action="store_true",
                    help="record waveforms of the gateware (also WAVES=1)")
@@ -43,7 +45,8 @@ def run(args):
     try:
         report = run_e2e(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
                          backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),
-                         out_dir=args.out, waves=waves, progress=progress, board=args.board)
+                         out_dir=args.out, waves=waves, progress=progress, board=args.board,
+                         size=args.size)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     finally:

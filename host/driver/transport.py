@@ -116,7 +116,8 @@ class VerilatorTransport(Transport):
     ctrl : bool
         Whether the top has the ``ctrl_*`` register port.
     waves : bool
-        Record a VCD of the whole session.
+        Record the whole session's waveforms into ``build/waves/<top>/`` (FST where
+        Verilator can write it, else VCD).
     """
 
     clocked = True
@@ -135,7 +136,12 @@ class VerilatorTransport(Transport):
         params = {"address": address, "authkey": authkey.hex(), "streams": streams,
                   "ctrl": ctrl, "period_ns": period_ns}
         self._failure = None
-        self.test_dir = Path(tempfile.mkdtemp(prefix=f"{top}-", dir=self._tmp.name))
+        if waves:
+            # Waves outlive the session: build/waves/<top>/dump.fst (or .vcd).
+            from sim.runner import BUILD
+            self.test_dir = BUILD / "waves" / top
+        else:
+            self.test_dir = Path(tempfile.mkdtemp(prefix=f"{top}-", dir=self._tmp.name))
 
         def simulate():
             try:
