@@ -17,6 +17,7 @@ COMMANDS = {
     "decompress": ("codec", "decompress a .gwz file back into a .npy tensor"),
     "info": ("codec", "describe a .gwz compressed file"),
     "sim": ("sim", "run the whole system end to end (golden models or Verilated gateware)"),
+    "accuracy": ("accuracy", "train with the compressed DDP gradient hooks and compare with fp32"),
 }
 
 
