@@ -1,0 +1,437 @@
+"""Accuracy with compressed gradients: data-parallel training through the DDP hooks.
+
+``make accuracy`` / ``gradwire accuracy`` train two models with a 4-process gloo group on
+127.0.0.1, once per gradient path, with the same seeds, batches and steps:
+
+* ``digits``: an MLP classifier (64-128-64-10) on scikit-learn's bundled 8x8 handwritten
+  digits (1797 images, no download), SGD with momentum; metric: test accuracy.
+* ``ncf``: an NCF-like recommender (NeuMF: GMF and MLP towers on user/item embedding
+  tables) on synthetic implicit feedback drawn from a seeded latent-factor model, Adam;
+  metric: leave-one-out hit rate HR@10 against 99 sampled negatives. Only the rows of the
+  users and items in a batch get a gradient, so the bucket is mostly zeros: the sparse
+  case the sketch is made for. (The tables use dense gradients, ``sparse=False``: DDP
+  communication hooks get dense buckets.)
+
+Gradient paths: ``fp32`` (DDP's own all-reduce, uncompressed), ``inceptionn-k6/8/10``
+(:class:`host.ddp.InceptionnHook`) and ``lhc`` (:class:`host.ddp.LhcHook`).
+
+Bytes per step are per rank, payload only, as counted by the hooks; the fp32 row is what a
+plain ring all-reduce of the same gradients sends (``host.ddp.dense_ring_bytes``). Results
+go to ``<out>/accuracy.json``, ``<out>/accuracy.png`` (learning curves) and
+``<out>/accuracy.md`` (the README table).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+
+__all__ = ["CODECS", "TASKS", "Settings", "make_ncf_data", "load_digits_split",
+           "run_experiment", "results_table", "plot_curves", "write_outputs"]
+
+#: Gradient paths, in table order: name -> None (plain DDP) or ("inceptionn", k) / ("lhc",).
+CODECS = {
+    "fp32": None,
+    "inceptionn-k6": ("inceptionn", 6),
+    "inceptionn-k8": ("inceptionn", 8),
+    "inceptionn-k10": ("inceptionn", 10),
+    "lhc": ("lhc",),
+}
+TASKS = ("digits", "ncf")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Everything that defines a run (stored in the JSON)."""
+    world_size: int = 4
+    seed: int = 2024
+    tasks: tuple = TASKS
+    codecs: tuple = tuple(CODECS)
+    digits_steps: int = 300
+    digits_batch: int = 32          # per rank
+    digits_lr: float = 0.05
+    ncf_steps: int = 300
+    ncf_batch: int = 64             # positives per rank, each with ncf_negatives negatives
+    ncf_negatives: int = 4
+    ncf_lr: float = 0.003
+    ncf_users: int = 3000
+    ncf_items: int = 1500
+    ncf_interactions: int = 20      # per user, one of them held out for the test
+    ncf_eval_users: int = 1000
+    eval_every: int = 25
+
+    @classmethod
+    def quick(cls, **overrides):
+        """A smoke run: few steps, small tables."""
+        values = dict(digits_steps=20, ncf_steps=20, ncf_users=400, ncf_items=300,
+                      ncf_eval_users=200, eval_every=10)
+        values.update(overrides)
+        return cls(**values)
+
+
+# ---------------------------------------------------------------------------------------
+# data (made in the parent process, handed to every rank)
+
+def load_digits_split(seed: int):
+    """scikit-learn's bundled digits, scaled to [0, 1], split 80/20 (stratified, seeded)."""
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    digits = load_digits()
+    x = (digits.data / 16.0).astype(np.float32)
+    y = digits.target.astype(np.int64)
+    x_train, x_test, y_train, y_test = train_test_split(
+        x, y, test_size=0.2, random_state=seed, stratify=y)
+    return {"x_train": x_train, "y_train": y_train, "x_test": x_test, "y_test": y_test}
+
+
+def make_ncf_data(users: int, items: int, interactions: int, seed: int, *, dim: int = 8,
+                  test_negatives: int = 99):
+    """Synthetic implicit feedback from a seeded latent-factor model.
+
+    Every user u and item i get latent vectors ``U_u``, ``V_i`` (dimension ``dim``) and every
+    item a popularity ``b_i``; user u interacts with the ``interactions`` items of largest
+    ``U_u . V_i * 2 / sqrt(dim) + b_i + Gumbel noise`` (sampling without replacement from
+    the softmax of the affinities). One interaction per user is held out as the test
+    positive, with ``test_negatives`` items the user never touched.
+
+    Returns
+    -------
+    dict of numpy arrays: ``train_users``, ``train_items`` (positive pairs),
+    ``test_users`` (users), ``test_items`` (users x (1 + test_negatives), column 0 the
+    held-out positive), plus ``users``, ``items``.
+    """
+    if interactions < 2 or interactions + test_negatives > items:
+        raise ValueError(f"need 2 <= interactions and interactions + {test_negatives} <= items, "
+                         f"got interactions={interactions}, items={items}")
+    rng = np.random.default_rng(seed)
+    user_factors = rng.standard_normal((users, dim))
+    item_factors = rng.standard_normal((items, dim))
+    popularity = rng.standard_normal(items)
+    affinity = user_factors @ item_factors.T * (2.0 / math.sqrt(dim)) + popularity
+    noisy = affinity + rng.gumbel(size=affinity.shape)
+    chosen = np.argpartition(-noisy, interactions - 1, axis=1)[:, :interactions]
+    chosen = rng.permuted(chosen, axis=1)
+    held_out = chosen[:, 0]
+    train_items = chosen[:, 1:].reshape(-1)
+    train_users = np.repeat(np.arange(users), interactions - 1)
+    # Test negatives: items the user never interacted with.
+    touched = np.zeros((users, items), dtype=bool)
+    np.put_along_axis(touched, chosen, True, axis=1)
+    priority = np.where(touched, np.inf, rng.random((users, items)))
+    negatives = np.argpartition(priority, test_negatives - 1, axis=1)[:, :test_negatives]
+    return {
+        "users": users, "items": items,
+        "train_users": train_users.astype(np.int64), "train_items": train_items.astype(np.int64),
+        "test_users": np.arange(users, dtype=np.int64),
+        "test_items": np.concatenate([held_out[:, None], negatives], axis=1).astype(np.int64),
+    }
+
+
+# ---------------------------------------------------------------------------------------
+# models and training (run inside each rank)
+
+def _digits_model():
+    import torch
+
+    return torch.nn.Sequential(
+        torch.nn.Linear(64, 128), torch.nn.ReLU(),
+        torch.nn.Linear(128, 64), torch.nn.ReLU(),
+        torch.nn.Linear(64, 10))
+
+
+def _ncf_model(users, items, dim=16):
+    import torch
+
+    class NeuMF(torch.nn.Module):
+        """He et al., "Neural Collaborative Filtering" (WWW 2017): a generalised matrix
+        factorisation tower and an MLP tower on separate embeddings, joined by one layer."""
+
+        def __init__(self):
+            super().__init__()
+            self.user_gmf = torch.nn.Embedding(users, dim)
+            self.item_gmf = torch.nn.Embedding(items, dim)
+            self.user_mlp = torch.nn.Embedding(users, dim)
+            self.item_mlp = torch.nn.Embedding(items, dim)
+            for table in (self.user_gmf, self.item_gmf, self.user_mlp, self.item_mlp):
+                torch.nn.init.normal_(table.weight, std=0.1)
+            self.mlp = torch.nn.Sequential(
+                torch.nn.Linear(2 * dim, 32), torch.nn.ReLU(),
+                torch.nn.Linear(32, 16), torch.nn.ReLU())
+            self.out = torch.nn.Linear(dim + 16, 1)
+
+        def forward(self, user, item):
+            gmf = self.user_gmf(user) * self.item_gmf(item)
+            mlp = self.mlp(torch.cat([self.user_mlp(user), self.item_mlp(item)], dim=1))
+            return self.out(torch.cat([gmf, mlp], dim=1)).squeeze(1)
+
+    return NeuMF()
+
+
+def _make_hook(codec):
+    from . import ddp
+
+    spec = CODECS[codec]
+    if spec is None:
+        return None
+    if spec[0] == "inceptionn":
+        return ddp.InceptionnHook(k=spec[1])
+    return ddp.LhcHook()
+
+
+class _Task:
+    """One training problem: model, batches (per rank, seeded), loss, evaluation."""
+
+    def __init__(self, name, settings, data, rank):
+        self.name, self.settings, self.data, self.rank = name, settings, data, rank
+
+    def model(self):
+        if self.name == "digits":
+            return _digits_model()
+        return _ncf_model(self.data["users"], self.data["items"])
+
+    def optimizer(self, params):
+        import torch
+
+        if self.name == "digits":
+            return torch.optim.SGD(params, lr=self.settings.digits_lr, momentum=0.9)
+        return torch.optim.Adam(params, lr=self.settings.ncf_lr)
+
+    @property
+    def steps(self):
+        return self.settings.digits_steps if self.name == "digits" else self.settings.ncf_steps
+
+    def batches(self):
+        """The rank's batches: a generator seeded by (seed, task, rank), so every gradient
+        path sees the same data in the same order."""
+        import torch
+
+        rng = np.random.default_rng([self.settings.seed, TASKS.index(self.name), self.rank])
+        s, d = self.settings, self.data
+        while True:
+            if self.name == "digits":
+                pick = rng.integers(0, len(d["y_train"]), s.digits_batch)
+                yield (torch.from_numpy(d["x_train"][pick]),), torch.from_numpy(d["y_train"][pick])
+            else:
+                pick = rng.integers(0, len(d["train_users"]), s.ncf_batch)
+                users = np.repeat(d["train_users"][pick], 1 + s.ncf_negatives)
+                items = rng.integers(0, d["items"], (s.ncf_batch, 1 + s.ncf_negatives))
+                items[:, 0] = d["train_items"][pick]
+                labels = np.zeros((s.ncf_batch, 1 + s.ncf_negatives), np.float32)
+                labels[:, 0] = 1.0
+                yield ((torch.from_numpy(users), torch.from_numpy(items.reshape(-1))),
+                       torch.from_numpy(labels.reshape(-1)))
+
+    def loss(self, output, target):
+        import torch.nn.functional as F
+
+        if self.name == "digits":
+            return F.cross_entropy(output, target)
+        return F.binary_cross_entropy_with_logits(output, target)
+
+    def evaluate(self, model):
+        """(metric, test loss): digits accuracy / cross-entropy; NCF HR@10 / BCE over the
+        held-out positive and its negatives."""
+        import torch
+        import torch.nn.functional as F
+
+        d = self.data
+        with torch.no_grad():
+            if self.name == "digits":
+                logits = model(torch.from_numpy(d["x_test"]))
+                target = torch.from_numpy(d["y_test"])
+                return (float((logits.argmax(1) == target).float().mean()),
+                        float(F.cross_entropy(logits, target)))
+            users = d["test_users"][:self.settings.ncf_eval_users]
+            items = d["test_items"][:self.settings.ncf_eval_users]
+            scores = model(torch.from_numpy(np.repeat(users, items.shape[1])),
+                           torch.from_numpy(items.reshape(-1))).reshape(items.shape)
+            # Rank of the positive (column 0) among 100; ties counted against it.
+            rank = (scores[:, 1:] >= scores[:, :1]).sum(dim=1)
+            labels = torch.zeros_like(scores)
+            labels[:, 0] = 1
+            return (float((rank < 10).float().mean()),
+                    float(F.binary_cross_entropy_with_logits(scores, labels)))
+
+
+def _train_one(task, codec, world):
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    from . import ddp
+
+    torch.manual_seed(task.settings.seed)
+    net = task.model()
+    numel = sum(p.numel() for p in net.parameters())
+    model = DistributedDataParallel(net)
+    hook = _make_hook(codec)
+    if hook is not None:
+        model.register_comm_hook(state=None, hook=hook)
+    optimizer = task.optimizer(model.parameters())
+    batches = task.batches()
+    curve, evals = [], []
+    lhc_rows, lhc_unpeeled, lhc_union = [], [], []
+    started = time.perf_counter()
+    for step in range(1, task.steps + 1):
+        inputs, target = next(batches)
+        optimizer.zero_grad()
+        loss = task.loss(model(*inputs), target)
+        loss.backward()
+        optimizer.step()
+        mean_loss = loss.detach().reshape(1) / world
+        dist.all_reduce(mean_loss)                      # bookkeeping only, not counted
+        curve.append(float(mean_loss))
+        if step % task.settings.eval_every == 0 or step == task.steps:
+            metric, test_loss = task.evaluate(net)
+            evals.append((step, metric, test_loss))
+    seconds = time.perf_counter() - started
+    # Are the replicas still the same bits? (A compressed path that disagreed across ranks
+    # would let them drift apart.) Elementwise MIN == MAX of the raw words over the ranks.
+    words = torch.cat([p.detach().reshape(-1) for p in net.parameters()]).view(torch.int32)
+    low, high = words.clone(), words.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    result = {
+        "task": task.name, "codec": codec, "steps": task.steps, "params": numel,
+        "train_loss": curve, "evals": evals,
+        "final_metric": evals[-1][1], "final_test_loss": evals[-1][2],
+        "replicas_identical": bool(torch.equal(low, high)),
+        "train_seconds": seconds,
+    }
+    if hook is None:
+        per_step = ddp.dense_ring_bytes(numel, world, dist.get_rank())
+        result.update(bytes_per_step=per_step, dense_ring_bytes_per_step=per_step)
+    else:
+        result.update(bytes_per_step=hook.bytes_sent / task.steps,
+                      dense_ring_bytes_per_step=hook.dense_ring_bytes / task.steps,
+                      control_bytes_per_step=hook.control_bytes / task.steps)
+        if codec == "lhc":
+            for call in hook.calls:
+                lhc_rows.append(call.details["rows"])
+                lhc_unpeeled.append(call.details["unpeeled"])
+                lhc_union.append(call.details["union_nnz"] / call.numel)
+            result.update(lhc_mean_rows=float(np.mean(lhc_rows)),
+                          lhc_unpeeled_total=int(np.sum(lhc_unpeeled)),
+                          lhc_mean_union_density=float(np.mean(lhc_union)))
+    return result
+
+
+def _rank_main(rank, world, settings, datasets):
+    import torch
+    import torch.distributed as dist
+
+    results = []
+    for name in settings.tasks:
+        task = _Task(name, settings, datasets[name], rank)
+        for codec in settings.codecs:
+            result = _train_one(task, codec, world)
+            # Bytes differ per rank (chunk sizes, compressibility): report the mean of ranks.
+            for key in ("bytes_per_step", "dense_ring_bytes_per_step"):
+                total = torch.tensor([float(result[key])], dtype=torch.float64)
+                dist.all_reduce(total)
+                result[key] = float(total.item()) / world
+            if rank == 0:
+                print(f"  {name:6s} {codec:15s} metric {result['final_metric']:.4f}  "
+                      f"test loss {result['final_test_loss']:.4f}  "
+                      f"{result['bytes_per_step']:10.0f} B/step/rank  "
+                      f"({result['train_seconds']:.1f} s)", flush=True)
+            results.append(result)
+    return results
+
+
+def run_experiment(settings: Settings) -> dict:
+    """Train every task with every gradient path; return the JSON-able results."""
+    from .ddp import run_local_group
+
+    unknown = set(settings.codecs) - set(CODECS) or set(settings.tasks) - set(TASKS)
+    if unknown:
+        raise ValueError(f"unknown codec or task: {sorted(unknown)}")
+    datasets = {}
+    if "digits" in settings.tasks:
+        datasets["digits"] = load_digits_split(settings.seed)
+    if "ncf" in settings.tasks:
+        datasets["ncf"] = make_ncf_data(settings.ncf_users, settings.ncf_items,
+                                        settings.ncf_interactions, settings.seed)
+    started = time.perf_counter()
+    per_rank = run_local_group(_rank_main, settings.world_size, settings, datasets,
+                               timeout=3600)
+    runs = per_rank[0]
+    return {"settings": dataclasses.asdict(settings), "runs": runs,
+            "wall_seconds": time.perf_counter() - started}
+
+
+# ---------------------------------------------------------------------------------------
+# reporting
+
+_METRIC = {"digits": "test accuracy", "ncf": "HR@10"}
+
+
+def results_table(results: dict) -> str:
+    """The Markdown table of the README section."""
+    s = results["settings"]
+    lines = [
+        "| task | gradients | final metric | final test loss | bytes/step/rank | vs fp32 ring "
+        "| replicas identical |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for run in results["runs"]:
+        ratio = run["dense_ring_bytes_per_step"] / run["bytes_per_step"] \
+            if run["bytes_per_step"] else float("inf")
+        lines.append(
+            f"| {run['task']} ({run['params']} params, {run['steps']} steps) | {run['codec']} "
+            f"| {_METRIC[run['task']]} {run['final_metric']:.4f} "
+            f"| {run['final_test_loss']:.4f} | {run['bytes_per_step']:,.0f} "
+            f"| {ratio:.2f}x | {'yes' if run['replicas_identical'] else 'NO'} |")
+    lines.append("")
+    lines.append(f"{s['world_size']} gloo processes, seed {s['seed']}; bytes are payload bytes "
+                 f"per rank per step (mean over ranks and steps); \"vs fp32 ring\" = bytes "
+                 f"of a plain fp32 ring all-reduce of the same buckets / bytes sent.")
+    return "\n".join(lines)
+
+
+def plot_curves(results: dict, path) -> None:
+    """Learning curves: training loss (smoothed) and the test metric, per task."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    tasks = [t for t in TASKS if any(r["task"] == t for r in results["runs"])]
+    fig, axes = plt.subplots(2, len(tasks), figsize=(6 * len(tasks), 7.5), squeeze=False)
+    for column, task in enumerate(tasks):
+        loss_ax, metric_ax = axes[0][column], axes[1][column]
+        for run in (r for r in results["runs"] if r["task"] == task):
+            loss = np.asarray(run["train_loss"])
+            window = max(1, min(10, loss.size // 10))
+            smooth = np.convolve(loss, np.ones(window) / window, mode="valid")
+            loss_ax.plot(np.arange(window, loss.size + 1), smooth, label=run["codec"])
+            steps, metric, _ = zip(*run["evals"])
+            metric_ax.plot(steps, metric, marker="o", markersize=3, label=run["codec"])
+        loss_ax.set_title(f"{task}: training loss (mean of ranks, smoothed)")
+        loss_ax.set_xlabel("step")
+        loss_ax.set_yscale("log")
+        metric_ax.set_title(f"{task}: {_METRIC[task]}")
+        metric_ax.set_xlabel("step")
+        for ax in (loss_ax, metric_ax):
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def write_outputs(results: dict, out_dir) -> dict:
+    """Write accuracy.json, accuracy.png and accuracy.md into ``out_dir``; return paths."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"json": out / "accuracy.json", "png": out / "accuracy.png",
+             "md": out / "accuracy.md"}
+    paths["json"].write_text(json.dumps(results, indent=2) + "\n")
+    plot_curves(results, paths["png"])
+    paths["md"].write_text(results_table(results) + "\n")
+    return paths
