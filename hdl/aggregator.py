@@ -26,10 +26,11 @@ Every write therefore lands at most one cycle after a dependent read, which
 touches slot state before ``tlast`` is checked, so a packet with a bad length (or any other
 drop cause) leaves every slot as it was.
 
-Why results are never lost: a packet's last beat is only taken when the result FIFO has
-room for a whole result packet (``P/8 + 1`` beats) on top of the results already queued or
-promised to packets in flight; so back-pressure on ``m_axis`` stalls ``s_axis``, at packet
-ends, and a result already decided is always written.
+Why results are never lost: an input beat is only taken while the result FIFO has room
+for a whole result packet (``P/8 + 1`` beats) on top of the results already queued or
+promised to packet ends in flight (each last beat taken reserves one result until its
+verdict). So back-pressure on ``m_axis`` stalls ``s_axis`` (conservatively, at any beat),
+and a result once decided is always written: nothing after the input register ever stalls.
 
 Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata row with,
 per version, the worker bitmap, the count, the op and the exponent
