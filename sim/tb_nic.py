@@ -149,6 +149,23 @@ def nasty_tx_packets(rng):
     return out
 
 
+def edge_rx_packets(rng):
+    """Receive-path corner cases: the largest packets (all raw, count = MAX_COUNT, back to
+    back), one count too many, header-only packets (good, with a stray word, with a count),
+    and a bypassed packet longer than the packet buffer (626 beats > 512)."""
+    big = [nic_tx(tx_packet(raw_words(rng, MAX_COUNT), 1 + i, seq=i))[0] for i in range(2)]
+    empty = nic_tx(tx_packet(np.zeros(0, dtype=np.uint32), 10))[0]
+    jumbo = tx_packet(raw_words(rng, 4999), 10, type=PacketType.AGG_ADD_I32)
+    return big + [
+        Packet(big[0].header.replace(count=MAX_COUNT + 1), big[0].payload),
+        empty,
+        Packet(empty.header, bytes(4)),
+        Packet(empty.header.replace(count=1), b""),
+        Packet(empty.header.replace(count=8), bytes(4)),
+        jumbo,
+    ]
+
+
 @cocotb.test()
 async def tx_bit_exact(dut):
     """Transmit path: random and adversarial packets with idle cycles and back-pressure."""
@@ -181,6 +198,8 @@ async def rx_bit_exact(dut):
     tb.set_pauses(params.get("seed", 2), params.get("p_in", 0.2), params.get("p_out", 0.2))
 
     traffic = rx_traffic(rng, params.get("packets", 150))
+    for special in edge_rx_packets(rng):
+        traffic.insert(int(rng.integers(0, len(traffic) + 1)), special)
     golden = [nic_rx(p) for p in traffic]
     kept = [(p, out) for p, (out, _) in zip(traffic, golden) if out is not None]
     send_all(tb.rx_in, traffic)
@@ -340,6 +359,16 @@ async def throughput(dut):
                                          "rx_s_axis", "rx_m_axis", bypass)
     for key, value in results.items():
         dut._log.warning("%s: %s", key, value)
+    # The throughput contract, in clock cycles (exact: no wall clock involved).
+    for name in ("tx_gradients", "tx_all_zero", "tx_bypass", "rx_bypass"):
+        assert results[name]["in_beats_per_clock"] == 1.0, (name, results[name])
+    for name in ("tx_bypass", "rx_bypass", "tx_all_raw"):
+        assert results[name]["out_beats_per_clock"] == 1.0, (name, results[name])
+    assert results["tx_all_raw"]["in_beats_per_clock"] >= 16 / 17, results["tx_all_raw"]
+    # Receive output: one beat per clock within a packet; at most one bubble per packet.
+    for name in ("rx_gradients", "rx_all_zero"):
+        r = results[name]
+        assert r["out_beats_per_clock"] >= r["beats_out"] / (r["beats_out"] + r["packets"]), r
     if "results" in params:
         with open(params["results"], "w") as f:
             json.dump(results, f, indent=2)
