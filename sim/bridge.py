@@ -72,10 +72,14 @@ async def exchange(clock, port, frames, options):
         clock.cycle += 1
         cycle = clock.cycle - start
         # Values sampled right after the edge are those of the cycle that just ended.
+        # "Quiet" counts cycles with no handshake on either side: the design may take
+        # many cycles after its last input beat before it emits (a result, a buffered packet).
+        quiet += 1
         if port.in_valid.value and port.in_ready.value:
             stats["in_beats"] += 1
             stats["first_in"] = cycle if stats["first_in"] is None else stats["first_in"]
             stats["last_in"] = cycle
+            quiet = 0
         elif port.in_valid.value:
             stats["stall_in"] += 1
         if port.out_valid.value and port.out_ready.value:
@@ -83,8 +87,6 @@ async def exchange(clock, port, frames, options):
             stats["first_out"] = cycle if stats["first_out"] is None else stats["first_out"]
             stats["last_out"] = cycle
             quiet = 0
-        else:
-            quiet += 1
         while not port.sink.empty():
             out_frames.append(bytes(port.sink.recv_nowait().tdata))
         if port.source.empty() and port.source.idle() and quiet >= idle_limit:

@@ -88,7 +88,7 @@ class SwitchInterface:
         elif job not in self._next_chunk:
             raise RuntimeError(f"job {job} was not configured through this interface")
         result, stats = allreduce_over_transport(
-            tensors, lambda packets: self.transport.exchange("agg", packets, idle=16),
+            tensors, lambda packets: self.transport.exchange("agg", packets, idle=32),
             job=job, slot_base=slot_base, slot_count=slot_count, lanes=self.lanes,
             fault=fault, first_chunk=self._next_chunk[job], **options)
         self._next_chunk[job] = stats["packets"].next_chunk
