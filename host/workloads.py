@@ -105,7 +105,8 @@ class DenseMLP(_FlatParams):
 
 
 class NcfModel(_FlatParams):
-    """NCF-like recommender: embedding tables, dot product, logistic loss; sparse gradients.
+    """NCF-like recommender: embedding tables and item biases, dot product, logistic loss;
+    sparse gradients.
 
     Parameters
     ----------
@@ -127,8 +128,8 @@ class NcfModel(_FlatParams):
         self.users, self.items = users, items
         self._true_u = rng.standard_normal((users, 4)).astype(np.float32)
         self._true_i = rng.standard_normal((items, 4)).astype(np.float32)
-        self._init_flat({"user": (users, dim), "item": (items, dim)}, rng,
-                        {"user": 0.1, "item": 0.1})
+        self._init_flat({"user": (users, dim), "item": (items, dim), "item_bias": (items,)},
+                        rng, {"user": 0.1, "item": 0.1, "item_bias": 0.0})
 
     def _batch(self, worker, step):
         rng = np.random.default_rng([self.seed, worker, step, 2])
@@ -140,18 +141,20 @@ class NcfModel(_FlatParams):
 
     def loss(self, worker, step):
         u, i, y = self._batch(worker, step)
-        z = np.sum(self.user[u] * self.item[i], axis=1)
+        z = np.sum(self.user[u] * self.item[i], axis=1) + self.item_bias[i]
         return float(np.mean(np.logaddexp(0, z) - y * z))
 
     def gradient(self, worker, step):
         u, i, y = self._batch(worker, step)
-        z = np.sum(self.user[u] * self.item[i], axis=1)
+        z = np.sum(self.user[u] * self.item[i], axis=1) + self.item_bias[i]
         dz = ((1 / (1 + np.exp(-z))) - y) / len(y)
         g_user = np.zeros_like(self.user)
         g_item = np.zeros_like(self.item)
+        g_bias = np.zeros_like(self.item_bias)
         np.add.at(g_user, u, dz[:, None] * self.item[i])
         np.add.at(g_item, i, dz[:, None] * self.user[u])
-        return self._flatten({"user": g_user, "item": g_item})
+        np.add.at(g_bias, i, dz)
+        return self._flatten({"user": g_user, "item": g_item, "item_bias": g_bias})
 
 
 WORKLOADS = {"mlp": DenseMLP, "ncf": NcfModel}
