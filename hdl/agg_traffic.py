@@ -7,10 +7,11 @@
   version ``(r // window) % 2``, and a worker may send round ``r`` only when fewer than
   ``window`` rounds are outstanding (at most one packet in flight per slot and version).
 * Every worker sends one packet per round: a header with a random exponent, then ``lanes``
-  random 32-bit values; rounds with ``r % 4 == 3`` use ``AGG_OR32`` (with sparser values, so
-  that an OR of several workers is not all ones), the others ``AGG_ADD_I32``.
-* :class:`AggExpected` replays every worker's random streams (same seeds, so nothing is
-  stored) and makes the result packet each round must produce: wrap-around sum or OR of the
+  pseudo-random 32-bit values (one 64-bit LFSR per worker, advanced every beat, spread over
+  the eight lanes by :func:`_lane_word`); rounds with ``r % 4 == 3`` use ``AGG_OR32`` (with
+  sparser values, so that an OR of several workers is not all ones), the others
+  ``AGG_ADD_I32``.
+* :class:`AggExpected` replays every worker's LFSR (same seeds, so nothing is stored) and makes the result packet each round must produce: wrap-around sum or OR of the
   workers' lanes, the maximum exponent, the ``RESULT`` flag, worker 0xFF. A
   :class:`hdl.stream_checker.StreamChecker` compares it with the aggregator's output.
 
@@ -42,15 +43,32 @@ def _is_or_round(r):
     return r & 3 == 3
 
 
-def _worker_seed(seed, worker, index):
-    # index 0..7: lane streams, 8: the header stream (exponents)
-    return derive_seed(seed, 16 * (worker + 1) + index)
+def _worker_seed(seed, worker):
+    return derive_seed(seed, 16 * (worker + 1))
 
 
-def _lane_word(r, op_or):
-    """A worker's 32-bit lane value from 64 random bits: all bits for ADD, ~1/4 set for OR."""
+def _rotl32(x, n):
+    n %= 32
+    return ((x << n) | (x >> (32 - n))) & 0xFFFFFFFF if n else x
+
+
+#: Per-lane constants that decorrelate the lanes of one beat (golden-ratio multiples).
+_LANE_XOR = tuple((0x9E3779B9 * (j + 1)) & 0xFFFFFFFF for j in range(LANES))
+
+
+def _lane_word(r, lane, op_or):
+    """Lane ``lane`` of a worker beat from the worker's 64 random bits ``r``.
+
+    One LFSR per worker feeds all eight lanes: each lane XORs differently rotated halves
+    of ``r`` with its own constant (every bit is a 2-input XOR: cheap, and the lanes differ
+    in every carry pattern). OR rounds AND two such words, so about a quarter of the bits
+    are set and an OR of a few workers is not all ones.
+    """
     low, high = r & 0xFFFFFFFF, r >> 32
-    return low & high if op_or else low
+    word = _rotl32(low, 5 * lane) ^ _rotl32(high, 11 * lane + 3) ^ _LANE_XOR[lane]
+    if op_or:
+        word &= _rotl32(low, 7 * lane + 13) ^ _rotl32(high, 3 * lane + 17)
+    return word
 
 
 class AggTrafficModel:
@@ -73,18 +91,16 @@ class AggTrafficModel:
                       offset=(r * self.lanes) & 0xFFFFFFFF)
 
     def worker_packets(self, worker):
-        header_state = _worker_seed(self.seed, worker, LANES)
-        lane_states = [_worker_seed(self.seed, worker, j) for j in range(LANES)]
+        state = _worker_seed(self.seed, worker)
         r = 0
         while True:
-            exponent = header_state & 0xFF
+            exponent = state & 0xFF
             exponent -= 256 if exponent & 0x80 else 0
-            header_state = lfsr_advance(header_state, RNG_WIDTH, RNG_WIDTH)
+            state = lfsr_advance(state, RNG_WIDTH, RNG_WIDTH)
             words = []
             for _ in range(self.lanes // LANES):
-                for j in range(LANES):
-                    words.append(_lane_word(lane_states[j], _is_or_round(r)))
-                    lane_states[j] = lfsr_advance(lane_states[j], RNG_WIDTH, RNG_WIDTH)
+                words += [_lane_word(state, j, _is_or_round(r)) for j in range(LANES)]
+                state = lfsr_advance(state, RNG_WIDTH, RNG_WIDTH)
             yield self._round_header(r, worker, exponent), words
             r += 1
 
@@ -105,30 +121,32 @@ class AggTrafficModel:
 
 
 class _WorkerRandom:
-    """The LFSRs of one virtual worker (a source and its replica each have a set)."""
+    """The LFSR of one virtual worker (a source and its replica each have one); it advances
+    once per beat, header beats included."""
 
     def __init__(self, m, seed, worker, prefix):
-        self.header = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker, LANES))
-        m.submodules[f"{prefix}_hdr"] = self.header
-        self.lanes = []
-        for j in range(LANES):
-            rng = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker, j))
-            m.submodules[f"{prefix}_lane{j}"] = rng
-            self.lanes.append(rng)
+        self.rng = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker))
+        m.submodules[f"{prefix}_rng"] = self.rng
 
     def exponent(self):
-        return self.header.value[0:8]
+        return self.rng.value[0:8]
 
     def beat(self, op_or):
-        """The 256-bit payload beat of the current random values."""
-        return Cat(Mux(op_or, rng.value[0:32] & rng.value[32:64], rng.value[0:32])
-                   for rng in self.lanes)
+        """The 256-bit payload beat of the current random value (see :func:`_lane_word`)."""
+        low, high = self.rng.value[0:32], self.rng.value[32:64]
 
-    def advance_header(self, m):
-        m.d.comb += self.header.advance.eq(1)
+        def rotl(x, n):
+            return x.rotate_left(n % 32)
 
-    def advance_lanes(self, m):
-        m.d.comb += [rng.advance.eq(1) for rng in self.lanes]
+        lanes = []
+        for j in range(LANES):
+            word = rotl(low, 5 * j) ^ rotl(high, 11 * j + 3) ^ _LANE_XOR[j]
+            sparse = word & (rotl(low, 7 * j + 13) ^ rotl(high, 3 * j + 17))
+            lanes.append(Mux(op_or, sparse, word))
+        return Cat(*lanes)
+
+    def advance(self, m):
+        m.d.comb += self.rng.advance.eq(1)
 
 
 class _RoundCounter:
@@ -190,7 +208,7 @@ class VirtualWorker(wiring.Component):
             with m.If(beats_left == 0):
                 m.d.sync += self.o.valid.eq(rounds.round < self.limit)
                 with m.If(rounds.round < self.limit):
-                    rnd.advance_header(m)
+                    rnd.advance(m)
                     m.d.sync += [
                         self.o.payload.data.eq(header.as_value()),
                         self.o.payload.keep.eq(FULL_KEEP),
@@ -198,7 +216,7 @@ class VirtualWorker(wiring.Component):
                         beats_left.eq(self.lanes // LANES),
                     ]
             with m.Else():
-                rnd.advance_lanes(m)
+                rnd.advance(m)
                 m.d.sync += [
                     self.o.valid.eq(1),
                     self.o.payload.data.eq(rnd.beat(op_or)),
@@ -293,12 +311,12 @@ class AggExpected(wiring.Component):
                 m.d.sync += [s1_fields.eq(header), s1_last.eq(0),
                              beats_left.eq(self.lanes // LANES)]
                 for w, rnd in enumerate(replicas):
-                    rnd.advance_header(m)
+                    rnd.advance(m)
                     m.d.sync += s1_exponents[w].eq(rnd.exponent())
             with m.Else():
                 m.d.sync += [s1_last.eq(beats_left == 1), beats_left.eq(beats_left - 1)]
                 for w, rnd in enumerate(replicas):
-                    rnd.advance_lanes(m)
+                    rnd.advance(m)
                     m.d.sync += s1_beats[w].eq(rnd.beat(op_or))
                 with m.If(beats_left == 1):
                     rounds.step(m)
