@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["CODECS", "TASKS", "Settings", "make_ncf_data", "load_digits_split",
-           "run_experiment", "results_table", "plot_curves", "write_outputs"]
+           "prepare_datasets", "train_in_group", "run_experiment", "results_table", "plot_curves", "write_outputs"]
 
 #: Gradient paths, in table order: name -> None (plain DDP) or ("inceptionn", k) / ("lhc",).
 CODECS = {
@@ -321,7 +321,10 @@ def _train_one(task, codec, world):
     return result
 
 
-def _rank_main(rank, world, settings, datasets):
+def train_in_group(rank: int, world: int, settings: Settings, datasets: dict) -> list:
+    """Train every task of ``settings`` with every gradient path, inside an initialised
+    default process group (this rank's part; every rank must call it). Returns the list of
+    run results (identical on every rank)."""
     import torch
     import torch.distributed as dist
 
@@ -344,6 +347,17 @@ def _rank_main(rank, world, settings, datasets):
     return results
 
 
+def prepare_datasets(settings: Settings) -> dict:
+    """The data of every task in ``settings`` (made once, in the parent process)."""
+    datasets = {}
+    if "digits" in settings.tasks:
+        datasets["digits"] = load_digits_split(settings.seed)
+    if "ncf" in settings.tasks:
+        datasets["ncf"] = make_ncf_data(settings.ncf_users, settings.ncf_items,
+                                        settings.ncf_interactions, settings.seed)
+    return datasets
+
+
 def run_experiment(settings: Settings) -> dict:
     """Train every task with every gradient path; return the JSON-able results."""
     from .ddp import run_local_group
@@ -351,14 +365,9 @@ def run_experiment(settings: Settings) -> dict:
     unknown = set(settings.codecs) - set(CODECS) or set(settings.tasks) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown codec or task: {sorted(unknown)}")
-    datasets = {}
-    if "digits" in settings.tasks:
-        datasets["digits"] = load_digits_split(settings.seed)
-    if "ncf" in settings.tasks:
-        datasets["ncf"] = make_ncf_data(settings.ncf_users, settings.ncf_items,
-                                        settings.ncf_interactions, settings.seed)
+    datasets = prepare_datasets(settings)
     started = time.perf_counter()
-    per_rank = run_local_group(_rank_main, settings.world_size, settings, datasets,
+    per_rank = run_local_group(train_in_group, settings.world_size, settings, datasets,
                                timeout=3600)
     runs = per_rank[0]
     return {"settings": dataclasses.asdict(settings), "runs": runs,
@@ -409,9 +418,11 @@ def plot_curves(results: dict, path) -> None:
             loss = np.asarray(run["train_loss"])
             window = max(1, min(10, loss.size // 10))
             smooth = np.convolve(loss, np.ones(window) / window, mode="valid")
-            loss_ax.plot(np.arange(window, loss.size + 1), smooth, label=run["codec"])
+            # LHC is lossless up to int32 quantisation: it lies on top of fp32, so dash it.
+            style = {"linestyle": "--"} if run["codec"] == "lhc" else {}
+            loss_ax.plot(np.arange(window, loss.size + 1), smooth, label=run["codec"], **style)
             steps, metric, _ = zip(*run["evals"])
-            metric_ax.plot(steps, metric, marker="o", markersize=3, label=run["codec"])
+            metric_ax.plot(steps, metric, marker="o", markersize=3, label=run["codec"], **style)
         loss_ax.set_title(f"{task}: training loss (mean of ranks, smoothed)")
         loss_ax.set_xlabel("step")
         loss_ax.set_yscale("log")

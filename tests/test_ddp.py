@@ -13,6 +13,9 @@ and returns what every rank saw; the tests below check it against the golden mod
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+
 import numpy as np
 import pytest
 
@@ -22,13 +25,17 @@ torch = pytest.importorskip(
 
 import torch.distributed as dist  # noqa: E402
 
-from host import ddp  # noqa: E402
+from host import accuracy, ddp  # noqa: E402
 from host.golden import inceptionn as inc  # noqa: E402
 from host.golden import lhc  # noqa: E402
 
 WORLD = 3
 K_VALUES = (1, 6, 10, 15)
 TRAIN_STEPS = 12
+#: A tiny version of the accuracy experiment, run inside the same process group.
+ACCURACY_SETTINGS = accuracy.Settings(
+    world_size=WORLD, digits_steps=3, ncf_steps=3, eval_every=2, ncf_users=150, ncf_items=120,
+    ncf_eval_users=50)
 
 
 # ---------------------------------------------------------------------------------------
@@ -173,8 +180,9 @@ def _train(rank, hook, group):
     return {"losses": losses, "params": params, "stats": stats}
 
 
-def _rank_main(rank, world, ring_cases, lhc_cases):
+def _rank_main(rank, world, ring_cases, lhc_cases, accuracy_data):
     out = {"ring": {}, "lhc": {}, "ddp": {}, "train": {}}
+    out["accuracy"] = accuracy.train_in_group(rank, world, ACCURACY_SETTINGS, accuracy_data)
     for name, vectors in ring_cases.items():
         for k in K_VALUES:
             out["ring"][name, k] = ddp.inceptionn_ring_allreduce(vectors[rank], k)
@@ -194,7 +202,9 @@ def _rank_main(rank, world, ring_cases, lhc_cases):
 @pytest.fixture(scope="module")
 def group_run():
     ring_cases, lhc_cases = _ring_cases(), _lhc_cases()
-    results = ddp.run_local_group(_rank_main, WORLD, ring_cases, lhc_cases, timeout=240)
+    accuracy_data = accuracy.prepare_datasets(ACCURACY_SETTINGS)
+    results = ddp.run_local_group(_rank_main, WORLD, ring_cases, lhc_cases, accuracy_data,
+                                  timeout=240)
     return {"ring_cases": ring_cases, "lhc_cases": lhc_cases, "ranks": results}
 
 
@@ -377,3 +387,49 @@ def test_two_rank_training(group_run, codec):
     if codec == "lhc":
         for a, b in zip(runs[0]["params"], plain["params"]):
             np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+# ---------------------------------------------------------------------------------------
+# the accuracy experiment (a tiny run of it)
+
+def test_accuracy_pipeline(group_run, tmp_path):
+    runs = group_run["ranks"][0]["accuracy"]
+    assert [(r["task"], r["codec"]) for r in runs] == \
+        [(t, c) for t in accuracy.TASKS for c in accuracy.CODECS]
+    for run in runs:
+        assert run["replicas_identical"], (run["task"], run["codec"])
+        assert len(run["train_loss"]) == 3 and np.isfinite(run["train_loss"]).all()
+        assert [e[0] for e in run["evals"]] == [2, 3]
+        assert 0.0 <= run["final_metric"] <= 1.0
+        if run["codec"].startswith("inceptionn"):
+            assert 0 < run["bytes_per_step"] < run["dense_ring_bytes_per_step"]
+        if run["codec"] == "lhc":
+            assert run["lhc_mean_rows"] >= 1
+    # Same seeds and batches: the paths differ only by their gradient arithmetic, so the
+    # first step's loss (before any update) is the same for every path of a task.
+    for task in accuracy.TASKS:
+        first = {r["train_loss"][0] for r in runs if r["task"] == task}
+        assert len(first) == 1, task
+    results = {"settings": dataclasses.asdict(ACCURACY_SETTINGS), "runs": runs,
+               "wall_seconds": 0.0}
+    paths = accuracy.write_outputs(results, tmp_path)
+    assert json.loads(paths["json"].read_text())["runs"][0]["codec"] == "fp32"
+    assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    table = paths["md"].read_text()
+    assert sum(line.startswith("| ") for line in table.splitlines()) == 1 + len(runs)
+
+
+def test_ncf_data_is_consistent():
+    data = accuracy.make_ncf_data(60, 130, 12, seed=5)
+    assert data["train_users"].shape == (60 * 11,)
+    assert data["test_items"].shape == (60, 100)
+    for user in range(60):
+        train = set(data["train_items"][data["train_users"] == user].tolist())
+        positive, negatives = data["test_items"][user, 0], data["test_items"][user, 1:]
+        assert len(train) == 11 and positive not in train
+        assert len(set(negatives.tolist())) == 99
+        assert not (set(negatives.tolist()) & (train | {positive}))
+    again = accuracy.make_ncf_data(60, 130, 12, seed=5)
+    assert all(np.array_equal(data[key], again[key]) for key in ("train_items", "test_items"))
+    with pytest.raises(ValueError):
+        accuracy.make_ncf_data(10, 100, 5, seed=0)
