@@ -70,6 +70,9 @@ def _ring_cases():
         cases[f"mixed{n}"] = [_mixed_magnitudes(rng, n) for _ in range(WORLD)]
     cases["zeros"] = [np.zeros(10, np.float32) for _ in range(WORLD)]
     cases["nasty"] = _nasty(rng, WORLD)
+    for k in K_VALUES:
+        # Every rank just below the bound: every hop truncates the partial sum to 0.
+        cases[f"below{k}"] = [np.full(5, 0.99 * 2.0 ** -k, np.float32) for _ in range(WORLD)]
     return cases
 
 
@@ -274,6 +277,17 @@ def test_ring_sum_error_bound(group_run, k):
         # And the ring really is lossy where it should be: |x| < 2^-k everywhere -> 0.
         if name == "mixed1000" and k == 6:
             assert np.any(error > 0)
+
+
+@pytest.mark.parametrize("k", K_VALUES)
+def test_ring_error_can_exceed_n_minus_1_quanta(group_run, k):
+    """The bound above is the right one: values just below 2^-k on every rank are dropped
+    at every hop, and the ring returns 0 where the exact sum is about N * 2^-k."""
+    vectors = group_run["ring_cases"][f"below{k}"]
+    total = group_run["ranks"][0]["ring"][f"below{k}", k][0]
+    assert np.all(total == 0)
+    exact = np.stack(vectors).astype(np.float64).sum(axis=0)
+    assert np.all(exact > (WORLD - 1) * 2.0 ** -k) and np.all(exact < WORLD * 2.0 ** -k)
 
 
 def test_ring_nonfinite_values_travel_raw(group_run):
