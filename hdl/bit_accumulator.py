@@ -19,7 +19,7 @@ At the packet's last item the remainder is padded with zero bits to whole 32-bit
 (``tkeep`` marks them) and emitted with ``tlast``. Raw items (headers, bypassed beats) are
 32-byte blocks at byte position 0; a raw last beat keeps its own ``tkeep``.
 """
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

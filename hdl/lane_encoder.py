@@ -21,7 +21,7 @@ where ``sig = (1 << 23) | m``. ``t < 127`` is ``e < 127 - k``; ``t < 134`` is
 ``e < 134 - k``; and ``E8 = min(134 - k, 127)`` is covered by also requiring ``e < 127``
 for tag 01, which is why ``t`` is enough.
 """
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 

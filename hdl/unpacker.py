@@ -37,7 +37,7 @@ The verdict travels with the data as ``end``: ``COMMIT`` on the last item of a g
 ``REWIND`` on the item at which a bad one is detected (the output buffer then discards
 everything written since the last commit). Bypassed beats all carry ``COMMIT`` (cut-through).
 """
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 

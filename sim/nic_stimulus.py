@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from host.golden.inceptionn import MAX_COUNT, nic_tx, tensor_to_packets
+from host.golden.inceptionn import MAX_COUNT, nic_tx
 from host.header import Flags, Header, PacketType
 from host.packet import Packet
 

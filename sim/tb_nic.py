@@ -8,7 +8,6 @@ through :func:`sim.runner.test_params`.
 """
 from __future__ import annotations
 
-import collections
 import json
 import random
 import time
@@ -20,7 +19,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from host.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
-from host.golden.inceptionn import MAX_COUNT, nic_rx, nic_tx, tensor_to_packets
+from host.golden.inceptionn import MAX_COUNT, nic_rx, nic_tx, quantize
 from host.header import BEAT_BYTES, PacketType
 from host.packet import Packet
 from sim.nic_stimulus import (gradient_words, nasty_words, raw_words, rx_traffic, tx_packet,
@@ -248,7 +247,6 @@ async def round_trip(dut):
     for p, out in kept:
         if p.header.type == PacketType.RAW_F32 and out.header.type == PacketType.RAW_F32 \
                 and nic_tx(p)[1] == "compressed":
-            from host.golden.inceptionn import quantize
             q = quantize(np.frombuffer(p.payload, dtype="<u4"), p.header.k).view(np.uint32)
             assert np.array_equal(np.frombuffer(out.payload, dtype="<u4"), q)
     dut._log.warning("round trip: %d packets, %d out", len(traffic), len(kept))

@@ -17,7 +17,7 @@ from hdl.block_packer import BlockPacker
 from hdl.compressor import Compressor
 from hdl.decompressor import Decompressor, PacketBuffer, buffer_depth
 from hdl.lane_decoder import LaneDecoder
-from hdl.lane_encoder import TAG_BYTES, EncodeStage, LaneEncoder
+from hdl.lane_encoder import TAG_BYTES, LaneEncoder
 from hdl.unpacker import End, Unpacker
 from host.golden.inceptionn import codes, decode, encode, nic_rx, nic_tx
 from host.header import Flags, Header, PacketType
