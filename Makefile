@@ -5,7 +5,8 @@
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
-#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight), into build/bitstream/
+#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, ENGINE=all | nic |
+#                    switch | none), into build/bitstream/
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
 
@@ -14,6 +15,7 @@ VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.gradwire-installed
 BOARD   ?= ecpix5
+ENGINE  ?= all
 PYTEST_ARGS ?=
 
 export AMARANTH_USE_YOSYS := builtin
@@ -46,7 +48,7 @@ accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy
 
 bitstream: $(STAMP)
-	$(PY) -m hdl.build --board $(BOARD)
+	$(PY) -m hdl.build --board $(BOARD) --engine $(ENGINE)
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

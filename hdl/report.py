@@ -117,6 +117,8 @@ class Report(wiring.Component):
 
         work = Signal(self.width)        # what is left of the number being printed
         place = Signal(range(digits))    # the decimal place being worked on
+        power = Signal(self.width)       # 10 ** place, registered: keeps the mux off the
+                                         # compare/subtract carry chain
         digit = Signal(4)
         started = Signal()               # a non-zero digit was sent: zeros are no longer leading
 
@@ -133,7 +135,7 @@ class Report(wiring.Component):
                     m.next = "IDLE"
                 with m.Elif(op_is_number):
                     m.d.sync += [work.eq(snapshot[op_field]), place.eq(digits - 1),
-                                 digit.eq(0), started.eq(0)]
+                                 power.eq(10 ** (digits - 1)), digit.eq(0), started.eq(0)]
                     m.next = "DIGIT"
                 with m.Else():
                     m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(op_char)]
@@ -141,8 +143,8 @@ class Report(wiring.Component):
                         m.d.sync += pc.eq(pc + 1)
             with m.State("DIGIT"):
                 advance = Signal()
-                with m.If(work >= powers[place]):
-                    m.d.sync += [work.eq(work - powers[place]), digit.eq(digit + 1)]
+                with m.If(work >= power):
+                    m.d.sync += [work.eq(work - power), digit.eq(digit + 1)]
                 with m.Elif((digit != 0) | started | (place == 0)):
                     m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(ord("0") + digit)]
                     m.d.comb += advance.eq(self.o.ready)
@@ -151,7 +153,7 @@ class Report(wiring.Component):
                 with m.Else():
                     m.d.comb += advance.eq(1)           # a leading zero: skipped
                 with m.If(advance):
-                    m.d.sync += [digit.eq(0), place.eq(place - 1)]
+                    m.d.sync += [digit.eq(0), place.eq(place - 1), power.eq(powers[place - 1])]
                     with m.If(place == 0):
                         m.d.sync += pc.eq(pc + 1)
                         m.next = "FETCH"
