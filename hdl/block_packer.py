@@ -22,7 +22,7 @@ from host.header import LANES
 from .lane_encoder import EncodedBeat
 
 __all__ = ["BLOCK_BITS", "BLOCK_BYTES", "TAG_VECTOR_BYTES", "PrefixedBeat", "BlockItem",
-           "BlockPacker"]
+           "prefix_offsets", "BlockPacker"]
 
 TAG_VECTOR_BYTES = 2
 #: Longest block: the tag vector and eight raw 32-bit payloads.
@@ -51,6 +51,28 @@ BlockItem = data.StructLayout({
 })
 
 
+def prefix_offsets(m, widths, name):
+    """Byte offset of every lane's payload in a block (``2 + sum of the widths before it``)
+    and the block's length, as a log-depth prefix sum (3 adder levels for 8 lanes, not a
+    ripple of 7).
+
+    Returns ``(offsets, total)``: a list of ``Signal`` and the total length (an expression).
+    """
+    n = len(widths)
+    # Kogge-Stone style: after step d, sums[j] covers lanes j-2^d+1 .. j.
+    sums = list(widths)
+    step = 1
+    while step < n:
+        sums = [sums[j] + sums[j - step] if j >= step else sums[j] for j in range(n)]
+        step *= 2
+    offsets = []
+    for j in range(n):
+        offset = Signal(range(TAG_VECTOR_BYTES + 4 * j + 1), name=f"{name}{j}")
+        m.d.comb += offset.eq(TAG_VECTOR_BYTES + (sums[j - 1] if j else 0))
+        offsets.append(offset)
+    return offsets, TAG_VECTOR_BYTES + sums[n - 1]
+
+
 class BlockPacker(wiring.Component):
     """Prefix-sum the lane widths, then concatenate one block; one beat per clock.
 
@@ -71,13 +93,7 @@ class BlockPacker(wiring.Component):
         mid = stream.Signature(PrefixedBeat).create(path=("prefixed",))
 
         # -- stage 1: prefix sum ----------------------------------------------------------
-        offsets = []
-        running = TAG_VECTOR_BYTES
-        for j in range(LANES):
-            offset = Signal(range(TAG_VECTOR_BYTES + 4 * j + 1), name=f"offset{j}")
-            m.d.comb += offset.eq(running)
-            offsets.append(offset)
-            running = offset + self.i.p.lanes[j].width
+        offsets, running = prefix_offsets(m, [lane.width for lane in self.i.p.lanes], "offset")
         total = Signal(6)
         with m.If(self.i.p.raw):
             m.d.comb += total.eq(32)

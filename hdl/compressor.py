@@ -6,6 +6,7 @@ through the ``ready`` chain, so nothing is lost or duplicated):
 ====  =================  ====================================================================
  #    stage              what it does
 ====  =================  ====================================================================
+ -    skid buffer        registers the input (and its tready)
  0    front (comb)       parses the header beat, picks the packet's mode (compress or pass
                          through), rewrites ``type`` to ``INC_F32``, counts payload words
  1    encode             8 lanes classified and shifted (:class:`~hdl.lane_encoder.EncodeStage`)
@@ -14,6 +15,7 @@ through the ``ready`` chain, so nothing is lost or duplicated):
  4    rotate             block shifted to its byte position in the output word
                          (:class:`~hdl.bit_accumulator.BitAccumulator`)
  5    accumulate         full 256-bit words out; flush and pad at ``tlast``
+ -    skid buffer        registers the output (and the tready the pipeline sees)
 ====  =================  ====================================================================
 
 A packet goes through in one of two modes, chosen at its header beat:
@@ -40,6 +42,7 @@ from .bit_accumulator import BitAccumulator
 from .block_packer import BlockPacker
 from .header import HeaderLayout
 from .lane_encoder import EncodeStage
+from .skid_buffer import SkidBuffer
 
 __all__ = ["TxEvents", "Compressor"]
 
@@ -80,9 +83,16 @@ class Compressor(wiring.Component):
         m.submodules.encode = encode = EncodeStage()
         m.submodules.pack = pack = BlockPacker()
         m.submodules.accumulate = accumulate = BitAccumulator()
+        # Skid buffers on both ports register tready in both directions, so the ready
+        # chain through the five stages never reaches a port.
+        m.submodules.ingress = ingress = SkidBuffer(AxisBeat)
+        m.submodules.egress = egress = SkidBuffer(AxisBeat)
+        wiring.connect(m, wiring.flipped(self.i), ingress.i)
         wiring.connect(m, encode.o, pack.i)
         wiring.connect(m, pack.o, accumulate.i)
-        wiring.connect(m, accumulate.o, wiring.flipped(self.o))
+        wiring.connect(m, accumulate.o, egress.i)
+        wiring.connect(m, egress.o, wiring.flipped(self.o))
+        source = ingress.o
 
         # -- front end: per-packet mode, header rewrite ---------------------------------
         in_payload = Signal()        # the next beat is a payload beat (else a header)
@@ -91,7 +101,7 @@ class Compressor(wiring.Component):
         count = Signal(32)
         words_seen = Signal(32)      # payload words of the current packet so far
 
-        beat = self.i.p
+        beat = source.p
         header = data.View(HeaderLayout, beat.data)
         wants_compression = Signal()
         k_ok = Signal()
@@ -115,8 +125,8 @@ class Compressor(wiring.Component):
 
         req = encode.i.p
         m.d.comb += [
-            encode.i.valid.eq(self.i.valid),
-            self.i.ready.eq(encode.i.ready),
+            encode.i.valid.eq(source.valid),
+            source.ready.eq(encode.i.ready),
             req.lanes_valid.eq(lanes_valid),
             req.keep.eq(beat.keep),
             req.last.eq(beat.last),
@@ -132,7 +142,7 @@ class Compressor(wiring.Component):
         m.d.sync += events.eq(0)
         total_words = Signal(32)
         m.d.comb += total_words.eq(words_seen + lanes_in_beat)
-        with m.If(self.i.valid & self.i.ready):
+        with m.If(source.valid & source.ready):
             with m.If(~in_payload):
                 m.d.sync += [
                     in_payload.eq(~beat.last),

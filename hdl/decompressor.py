@@ -7,10 +7,12 @@ Pipeline:
 ====  ===============  ======================================================================
  0    front (comb)     header checks; drops bad-header / bad-k / too-large packets whole
                        (their beats are swallowed, nothing is written); marks bypass packets
- 1    unpack           one block per clock out of the bitstream (:class:`~hdl.unpacker.Unpacker`),
+ 1    skid buffer      registers the unpacker's input and ready
+ 2    unpack           one block per clock out of the bitstream (:class:`~hdl.unpacker.Unpacker`),
                        end-of-packet verdict (good / truncated / over-long)
- 2-4  block decode     prefix sum, payload extraction, lane decode (:class:`~hdl.lane_decoder.BlockDecoder`)
- 5    packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
+ 3    skid buffer      registers the unpacker's output ready
+ 4-6  block decode     prefix sum, payload extraction, lane decode (:class:`~hdl.lane_decoder.BlockDecoder`)
+ 7    packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
 ====  ===============  ======================================================================
 
 Truncation and over-length are only known at the end of a packet, so decoded beats go into
@@ -31,7 +33,8 @@ from host.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, PacketType
 from .axis import AxisBeat
 from .header import HeaderLayout
 from .lane_decoder import BlockDecoder, BufferItem
-from .unpacker import End, Unpacker
+from .skid_buffer import SkidBuffer
+from .unpacker import End, UnpackedItem, UnpackRequest, Unpacker
 
 __all__ = ["RxEvents", "PacketBuffer", "Decompressor", "buffer_depth"]
 
@@ -156,7 +159,14 @@ class Decompressor(wiring.Component):
         m.submodules.unpack = unpack = Unpacker(max_count=self.max_count)
         m.submodules.decode = decode = BlockDecoder()
         m.submodules.buffer = buffer = PacketBuffer(depth=buffer_depth(self.max_count))
-        wiring.connect(m, unpack.o, decode.i)
+        # Skid buffers around the unpacker register its input (the front end's header
+        # checks stay out of its block-finding loop) and the ready it sees (the decoder and
+        # buffer ready chain stays out of it too).
+        m.submodules.unpack_in = unpack_in = SkidBuffer(UnpackRequest)
+        m.submodules.unpack_out = unpack_out = SkidBuffer(UnpackedItem)
+        wiring.connect(m, unpack_in.o, unpack.i)
+        wiring.connect(m, unpack.o, unpack_out.i)
+        wiring.connect(m, unpack_out.o, decode.i)
         wiring.connect(m, decode.o, buffer.i)
         wiring.connect(m, buffer.o, wiring.flipped(self.o))
 
@@ -184,12 +194,12 @@ class Decompressor(wiring.Component):
         dropped_beat = Signal()
         m.d.comb += dropped_beat.eq(Mux(in_payload, dropping, drop_now))
         m.d.comb += [
-            unpack.i.p.data.eq(beat.data),
-            unpack.i.p.keep.eq(beat.keep),
-            unpack.i.p.last.eq(beat.last),
-            unpack.i.p.bypass.eq(Mux(in_payload, bypassing, bypass_now)),
-            unpack.i.valid.eq(self.i.valid & ~dropped_beat),
-            self.i.ready.eq(dropped_beat | unpack.i.ready),
+            unpack_in.i.p.data.eq(beat.data),
+            unpack_in.i.p.keep.eq(beat.keep),
+            unpack_in.i.p.last.eq(beat.last),
+            unpack_in.i.p.bypass.eq(Mux(in_payload, bypassing, bypass_now)),
+            unpack_in.i.valid.eq(self.i.valid & ~dropped_beat),
+            self.i.ready.eq(dropped_beat | unpack_in.i.ready),
         ]
 
         events = self.events

@@ -14,7 +14,7 @@ from amaranth.lib.wiring import In, Out
 from host.header import BEAT_BYTES, LANES
 
 from .axis import DATA_BITS
-from .block_packer import TAG_VECTOR_BYTES
+from .block_packer import TAG_VECTOR_BYTES, prefix_offsets
 from .lane_encoder import TAG_P16, TAG_P8, TAG_RAW
 from .unpacker import End, UnpackedItem, block_payload_bytes
 
@@ -33,14 +33,25 @@ BufferItem = data.StructLayout({
 
 def _normalise(m, code, bits, exponent_base, name):
     """fp32 magnitude (exponent and mantissa, no sign) of ``code * 2^(exponent_base-127)``,
-    ``code`` an unsigned integer of ``bits`` bits. Zero for a zero code."""
-    magnitude = Signal(31, name=name)
-    # Priority by position: the highest set bit wins because its Case comes last.
+    ``code`` an unsigned integer of ``bits`` bits. Zero for a zero code.
+
+    Built flat rather than as a priority chain: a one-hot "leading one is at ``l``" vector
+    (bit ``l`` set and nothing above it), then an AND-OR of the ``bits`` candidate
+    mantissas and of the leading-one position, then one small add for the exponent.
+    """
+    lead_onehot = Signal(bits, name=f"{name}_lead")
     for lead in range(bits):
-        with m.If(code[lead]):
-            below = code[:lead]
-            mantissa = below << (23 - lead) if lead else Const(0, 23)
-            m.d.comb += magnitude.eq(Cat(mantissa[:23], (exponent_base + lead)[:8]))
+        above = code[lead + 1:bits]
+        m.d.comb += lead_onehot[lead].eq(code[lead] & (~above.any() if len(above) else 1))
+    mantissa = 0
+    position = 0
+    for lead in range(bits):
+        below = code[:lead] << (23 - lead) if lead else Const(0, 23)
+        mantissa = mantissa | Mux(lead_onehot[lead], below, 0)
+        position = position | Mux(lead_onehot[lead], lead, 0)
+    magnitude = Signal(31, name=name)
+    m.d.comb += magnitude.eq(Mux(lead_onehot.any(),
+                                 Cat(mantissa[:23], (exponent_base + position)[:8]), 0))
     return magnitude
 
 
@@ -133,13 +144,7 @@ class BlockDecoder(wiring.Component):
         # -- stage 1: prefix sum ----------------------------------------------------------
         tags = self.i.p.bits[:2 * LANES]
         _, widths = block_payload_bytes(m, tags, "lane_bytes")
-        offsets = []
-        running = TAG_VECTOR_BYTES
-        for j in range(LANES):
-            offset = Signal(range(TAG_VECTOR_BYTES + 4 * j + 1), name=f"offset{j}")
-            m.d.comb += offset.eq(running)
-            offsets.append(offset)
-            running = offset + widths[j]
+        offsets, _ = prefix_offsets(m, widths, "offset")
         stage(self.i, s1, [s1.p.item.eq(self.i.p)] +
               [s1.p.offsets[j].eq(offsets[j]) for j in range(LANES)])
 

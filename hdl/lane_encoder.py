@@ -87,16 +87,18 @@ def encode_lane(m, value, k, code, *, domain="comb"):
 
     # P8: shift by 150 - t, 17..23. Indexing by t's low bits instead of subtracting keeps
     # it a plain 7-input mux (t in 127..133 whenever tag 01 is chosen).
+    # Those 7 values of t differ in their low 3 bits, so the mux selects on 3 bits only.
     p8 = Signal(7, name="lane_p8")
-    with m.Switch(t):
+    with m.Switch(t[:3]):
         for tt in range(127, 134):
-            with m.Case(tt):
+            with m.Case(tt % 8):
                 m.d.comb += p8.eq(significand >> (150 - tt))
-    # P16: shift by 135 - e, 9..16 (e in 119..126 whenever tag 10 is chosen).
+    # P16: shift by 135 - e, 9..16 (e in 119..126 whenever tag 10 is chosen; again
+    # distinct in the low 3 bits).
     p16 = Signal(15, name="lane_p16")
-    with m.Switch(exponent):
+    with m.Switch(exponent[:3]):
         for ee in range(119, 127):
-            with m.Case(ee):
+            with m.Case(ee % 8):
                 m.d.comb += p16.eq(significand >> (135 - ee))
 
     d = getattr(m.d, domain)

@@ -12,14 +12,17 @@ Every field of the bitstream is a whole number of bytes, so blocks start on byte
 boundaries. The unread part of the bitstream sits in a window of three 256-bit words
 (``win_bytes`` valid bytes) with a byte pointer ``ptr < 32`` into the first word. Each clock:
 
-* the tag vector is the two bytes at ``ptr`` (a 32-way byte mux), its block length
-  ``2 + payload bytes`` (2..34) follows from the eight tags;
-* if the window holds the whole block, the 34 bytes at ``ptr`` go out as one item and
-  ``ptr`` advances by the length; the words it passes (0, 1 or 2) leave the window;
+* the block length ``2 + payload bytes`` (2..34) that a block starting at byte ``p`` would
+  have is computed for all 32 positions ``p`` in parallel from the window register, and
+  ``ptr`` selects one (a balanced 5-level mux tree);
+* if the window holds the whole block (``length <= available``, ``available`` being a
+  register too), the 34 bytes at ``ptr`` go out as one item (a byte shifter feeding the
+  output register) and ``ptr`` advances by the length; the words it passes (0, 1 or 2)
+  leave the window;
 * a new input word enters the window whenever fewer than three are held.
 
-This pointer-advance loop (``ptr`` -> tags -> length -> ``ptr``) is the only recurrence; the
-34-byte extraction hangs off it and is registered. With blocks of up to 32 bytes the
+The pointer-advance loop (``ptr`` -> length -> ``ptr``) is the only recurrence, and it is
+kept to a mux tree, one compare and one add; everything else hangs off it. With blocks of up to 32 bytes the
 window never runs dry (two words always hold the next block), so a block leaves every
 clock as long as the input keeps up; 34-byte blocks are limited by the input word rate.
 
@@ -91,7 +94,11 @@ RxUnpackEvents = data.StructLayout({
 
 
 def block_payload_bytes(m, tags, name):
-    """Payload bytes of a block from its 16-bit tag vector (tags 00/01/10/11 -> 0/1/2/4)."""
+    """Payload bytes of a block from its 16-bit tag vector (tags 00/01/10/11 -> 0/1/2/4).
+
+    Returns ``(total, widths)``. The total is summed from four 4-bit lane pairs, each a
+    plain 4-input function (one LUT level), so the adder tree is only two levels deep.
+    """
     widths = []
     for j in range(LANES):
         w = Signal(3, name=f"{name}_w{j}")
@@ -99,18 +106,44 @@ def block_payload_bytes(m, tags, name):
         # 00 -> 0, 01 -> 1, 10 -> 2, 11 -> 4
         m.d.comb += w.eq(Cat(tag[0] & ~tag[1], tag[1] & ~tag[0], tag[0] & tag[1]))
         widths.append(w)
+    pairs = []
+    for j in range(0, LANES, 2):
+        pair = Signal(4, name=f"{name}_pair{j // 2}")
+        with m.Switch(tags[2 * j:2 * j + 4]):
+            for v in range(16):
+                with m.Case(v):
+                    m.d.comb += pair.eq(PAIR_BYTES[v])
+        pairs.append(pair)
     total = Signal(6, name=name)
-    m.d.comb += total.eq(sum(widths))
+    m.d.comb += total.eq((pairs[0] + pairs[1]) + (pairs[2] + pairs[3]))
     return total, widths
 
 
-def select_bytes(m, window, ptr, nbytes, name):
-    """``nbytes`` bytes of ``window`` starting at byte ``ptr``: a byte-granular mux."""
-    out = Signal(8 * nbytes, name=name)
-    with m.Switch(ptr):
-        for p in range(2 ** len(ptr)):
-            with m.Case(p):
-                m.d.comb += out.eq(window[8 * p:8 * (p + nbytes)])
+#: Payload bytes of two lanes from their 4 tag bits.
+PAIR_BYTES = [(0, 1, 2, 4)[v & 3] + (0, 1, 2, 4)[v >> 2] for v in range(16)]
+
+
+def shift_right_bytes(m, value, amount, width, name):
+    """``width`` bits of ``value >> (8 * amount)``, as a logarithmic byte shifter (one 2:1
+    mux level per bit of ``amount``; a balanced tree, unlike a 32-way case mux)."""
+    level = value
+    for bit in reversed(range(len(amount))):
+        # After this level, the shifts still to come total at most 8 * (2^bit - 1) bits.
+        nxt = Signal(min(len(value), width + 8 * ((1 << bit) - 1)), name=f"{name}_b{bit}")
+        m.d.comb += nxt.eq(Mux(amount[bit], level >> (8 << bit), level))
+        level = nxt
+    out = Signal(width, name=name)
+    m.d.comb += out.eq(level)
+    return out
+
+
+def mux_tree(m, values, select, width, name):
+    """``values[select]`` as a balanced tree of 2:1 muxes (``len(values)`` a power of two)."""
+    level = list(values)
+    for i in range(len(select)):
+        level = [Mux(select[i], b, a) for a, b in zip(level[0::2], level[1::2])]
+    out = Signal(width, name=name)
+    m.d.comb += out.eq(level[0])
     return out
 
 
@@ -188,21 +221,27 @@ class Unpacker(wiring.Component):
         m.d.comb += in_bytes.eq(4 * sum(beat.keep[4 * j] for j in range(LANES)))
 
         # -- block finder (the per-clock recurrence) -------------------------------------
-        is_last_block = Signal()
-        m.d.comb += is_last_block.eq(blocks_left == 1)
-        tags = Signal(2 * LANES)
-        m.d.comb += tags.eq(select_bytes(m, window, ptr, TAG_VECTOR_BYTES, "tags_at_ptr") &
-                            Mux(is_last_block, last_tag_mask, (1 << 2 * LANES) - 1))
-        payload_bytes, _ = block_payload_bytes(m, tags, "payload_bytes")
-        length = Signal(6)
-        m.d.comb += length.eq(TAG_VECTOR_BYTES + payload_bytes)
-        available = Signal(range(WINDOW_BYTES + 1))
-        m.d.comb += available.eq(win_bytes - ptr)
+        # The loop is ptr -> block length -> ptr. To keep it short, the length of a block
+        # starting at each of the 32 positions ptr can take is computed in parallel from the
+        # window register (off the ptr path); ptr then only selects one (a 5-level mux
+        # tree) and compares it with `available`, itself a register.
+        is_last_block = Signal()                      # blocks_left == 1, kept as a register
+        available = Signal(range(WINDOW_BYTES + 1))   # win_bytes - ptr, kept as a register
+        tag_mask = Signal(2 * LANES)
+        m.d.comb += tag_mask.eq(Mux(is_last_block, last_tag_mask, (1 << 2 * LANES) - 1))
+        lengths = []
+        for p in range(BEAT_BYTES):
+            payload_at, _ = block_payload_bytes(m, window[8 * p:8 * p + 16] & tag_mask,
+                                                f"payload_bytes_at{p}")
+            lengths.append(TAG_VECTOR_BYTES + payload_at)
+        length = mux_tree(m, lengths, ptr, 6, "length")
         block_in_window = Signal()
-        m.d.comb += block_in_window.eq(available >= length)
+        m.d.comb += block_in_window.eq(length <= available)
+        # The block itself only feeds the output register: a byte shifter off the loop.
+        block_at_ptr = shift_right_bytes(m, window, ptr, BLOCK_BITS, "block_at_ptr")
         block_bits = Signal(BLOCK_BITS)
-        m.d.comb += block_bits.eq(Cat(tags, select_bytes(m, window, ptr, BLOCK_BYTES,
-                                                         "block_at_ptr")[16:]))
+        m.d.comb += block_bits.eq(Cat(block_at_ptr[:2 * LANES] & tag_mask,
+                                      block_at_ptr[2 * LANES:]))
         ptr_after = Signal(7)                         # up to 31 + 34
         m.d.comb += ptr_after.eq(ptr + length)
 
@@ -231,7 +270,10 @@ class Unpacker(wiring.Component):
                 window.eq(next_window),
                 win_bytes.eq(bytes_kept + Mux(take_word, in_bytes, 0)),
                 ptr.eq(Mux(fire, ptr_after[:5], ptr)),
+                available.eq(available - Mux(fire, length, 0) + Mux(take_word, in_bytes, 0)),
             ]
+            with m.If(fire):
+                m.d.sync += is_last_block.eq(blocks_left == 2)
             with m.If(take_word & beat.last):
                 m.d.sync += ended.eq(1)
 
@@ -271,6 +313,7 @@ class Unpacker(wiring.Component):
                             k.eq(header.k),
                             blocks_left.eq(count_blocks),
                             window.eq(0), win_bytes.eq(0), ptr.eq(0), ended.eq(0),
+                            available.eq(0), is_last_block.eq(count_blocks == 1),
                         ]
                         with m.Switch(lanes):
                             for n in range(1, LANES + 1):

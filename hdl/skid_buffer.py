@@ -1,0 +1,55 @@
+"""A two-entry skid buffer: a pipeline register that also registers ``ready``.
+
+A plain pipeline register (``i.ready = ~o.valid | o.ready``) passes ``ready`` through
+combinationally, so a chain of them is one long path from the last consumer's ``ready``
+back to the first producer. A skid buffer cuts that path: its ``i.ready`` is a register
+(the spare entry is empty), and a beat that arrives while the output is stalled waits in
+the spare entry. Throughput stays one beat per clock; latency is one clock.
+"""
+from amaranth import Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["SkidBuffer"]
+
+
+class SkidBuffer(wiring.Component):
+    """Register both directions of a stream.
+
+    Parameters
+    ----------
+    shape : shape-like
+        Payload shape of the stream.
+
+    Ports
+    -----
+    i : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
+    """
+
+    def __init__(self, shape):
+        self._shape = shape
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        spare = Signal(self._shape)
+        spare_valid = Signal()
+        m.d.comb += self.i.ready.eq(~spare_valid)
+        accept = self.i.valid & self.i.ready
+
+        with m.If(~self.o.valid | self.o.ready):
+            # The output register is free this cycle: refill it, spare entry first.
+            with m.If(spare_valid):
+                m.d.sync += [self.o.p.eq(spare), spare_valid.eq(0)]
+            with m.Elif(accept):
+                m.d.sync += [self.o.p.eq(self.i.p), self.o.valid.eq(1)]
+            with m.Else():
+                m.d.sync += self.o.valid.eq(0)
+        with m.Elif(accept):
+            # Output stalled: the beat that was already on its way waits in the spare entry.
+            m.d.sync += [spare.eq(self.i.p), spare_valid.eq(1)]
+        return m
