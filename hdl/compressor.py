@@ -68,7 +68,8 @@ class Compressor(wiring.Component):
         Packets: compressed ones with the bitstream as payload, the others unchanged.
     events : Out(TxEvents)
         Counter strobes. ``packets`` and ``bypassed``/``bad_k`` at the header beat;
-        ``compressed`` or ``length_mismatch`` at the last beat of a compressed packet.
+        ``compressed`` or ``length_mismatch`` one cycle after the last beat of a compressed
+        packet.
     """
 
     def __init__(self):
@@ -142,6 +143,13 @@ class Compressor(wiring.Component):
         m.d.sync += events.eq(0)
         total_words = Signal(32)
         m.d.comb += total_words.eq(words_seen + lanes_in_beat)
+        # The word count is compared with `count` the cycle after the last beat (when
+        # `words_seen` holds the total), so the 32-bit add and the compare are not one path.
+        check_length = Signal()
+        m.d.sync += check_length.eq(0)
+        with m.If(check_length):
+            m.d.sync += [events.compressed.eq(words_seen == count),
+                         events.length_mismatch.eq(words_seen != count)]
         with m.If(source.valid & source.ready):
             with m.If(~in_payload):
                 m.d.sync += [
@@ -154,15 +162,12 @@ class Compressor(wiring.Component):
                     events.bypassed.eq(~wants_compression),
                     events.bad_k.eq(wants_compression & ~k_ok),
                 ]
-                # A header-only compressed packet ends here, with no payload words.
-                with m.If(beat.last & starts_compressed):
-                    m.d.sync += [events.compressed.eq(header.count == 0),
-                                 events.length_mismatch.eq(header.count != 0)]
+                # A header-only compressed packet ends here, with no payload words: its
+                # check (0 == count) runs next cycle like any other, so it can never collide
+                # with the previous packet's check.
+                m.d.sync += check_length.eq(beat.last & starts_compressed)
             with m.Else():
                 m.d.sync += words_seen.eq(total_words)
                 with m.If(beat.last):
-                    m.d.sync += in_payload.eq(0)
-                    with m.If(compressing):
-                        m.d.sync += [events.compressed.eq(total_words == count),
-                                     events.length_mismatch.eq(total_words != count)]
+                    m.d.sync += [in_payload.eq(0), check_length.eq(compressing)]
         return m
