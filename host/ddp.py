@@ -40,7 +40,8 @@ Both return the *average* DDP expects, computed in one fixed order on every rank
 float32 sum (bit-identical on all ranks), then one float32 division by the world size
 (IEEE division, correctly rounded, hence the same bits on every rank).
 
-Bytes on the wire: every call appends a :class:`CallStats` to ``hook.calls`` and adds to
+Bytes on the wire: every call appends a :class:`CallStats` to ``hook.calls`` (the newest
+``history`` calls are kept, default :data:`DEFAULT_HISTORY`) and adds to
 ``hook.bytes_sent`` (payload bytes this rank sent) and ``hook.dense_ring_bytes`` (what a plain
 fp32 ring all-reduce of the same bucket sends from this rank: ``4 * 2 * (N-1)/N * numel``,
 exactly, chunk by chunk). Message framing is not counted in ``bytes_sent`` but reported as
@@ -49,12 +50,15 @@ which in hardware is the packet header's ``count``).
 """
 # No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the
 # hook's annotations and accepts only the real objects, not strings.
+import collections
 import dataclasses
 import datetime
+import gc
 import numbers
 import os
 import pickle
 import socket
+import sys
 import tempfile
 import time
 
@@ -66,11 +70,13 @@ from .golden import inceptionn as _inc
 from .golden import lhc as _lhc
 
 __all__ = [
-    "CallStats", "InceptionnHook", "LhcHook",
+    "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY",
     "ring_chunk_bounds", "dense_ring_bytes", "inceptionn_ring_allreduce", "lhc_allreduce",
     "free_loopback_port", "run_local_group",
 ]
 
+#: How many per-call statistics a hook keeps by default.
+DEFAULT_HISTORY = 100_000
 #: Tag of the point-to-point messages of the INCEPTIONN ring (any fixed value works: every
 #: message is matched in order between one pair of ranks, and each step is waited for).
 _RING_TAG = 0x1CE
@@ -250,18 +256,21 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
 class _CommHook:
     """Common part of the hooks: bucket in, averaged bucket out, statistics."""
 
-    def __init__(self):
+    def __init__(self, history: int):
         # register_comm_hook reads a hook's __name__ and __qualname__ like a function's.
         self.__name__ = type(self).__name__
         self.__qualname__ = type(self).__qualname__
-        self.calls: list = []
+        if isinstance(history, bool) or not isinstance(history, numbers.Integral) \
+                or history < 0:
+            raise ValueError(f"history must be a non-negative integer, not {history!r}")
+        self.calls = collections.deque(maxlen=int(history))
         self.bytes_sent = 0
         self.dense_ring_bytes = 0
         self.control_bytes = 0
 
     def reset_stats(self):
         """Forget the recorded calls and zero the byte counters."""
-        self.calls = []
+        self.calls.clear()
         self.bytes_sent = self.dense_ring_bytes = self.control_bytes = 0
 
     def _allreduce_sum(self, values: np.ndarray, group):
@@ -296,11 +305,19 @@ class _CommHook:
 class InceptionnHook(_CommHook):
     """DDP hook: compressed INCEPTIONN ring all-reduce with error bound ``2^-k``.
 
+    Parameters
+    ----------
+    k : int
+        Error bound exponent, 1..15 (default 10, the paper's operating point).
+    history : int
+        How many :class:`CallStats` ``hook.calls`` keeps (the newest; the byte counters
+        count every call).
+
     See :func:`inceptionn_ring_allreduce` and the module docstring.
     """
 
-    def __init__(self, k: int = _inc.K_DEFAULT):
-        super().__init__()
+    def __init__(self, k: int = _inc.K_DEFAULT, *, history: int = DEFAULT_HISTORY):
+        super().__init__(history)
         self.k = _check_k(k)
 
     def __repr__(self):
@@ -386,12 +403,16 @@ class LhcHook(_CommHook):
         Target non-zeros per sketch cell (default 0.7).
     r_min : int
         Minimum number of sketch rows (default 1).
+    history : int
+        How many :class:`CallStats` ``hook.calls`` keeps (the newest; the byte counters
+        count every call).
 
     See :func:`lhc_allreduce` and the module docstring. Gradients must be finite.
     """
 
-    def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1):
-        super().__init__()
+    def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
+                 history: int = DEFAULT_HISTORY):
+        super().__init__(history)
         # Reject a bad load / r_min now rather than in the middle of a backward pass.
         _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min)
         self.load = float(load)
@@ -424,10 +445,21 @@ def _local_group_entry(rank, world_size, port, timeout, out_dir, fn, args):
                             timeout=datetime.timedelta(seconds=timeout))
     try:
         result = fn(rank, world_size, *args)
+        # Nobody tears down its connections while a peer may still use them.
+        dist.barrier()
+        # Free what still holds the group (DDP reducers in reference cycles) now, not
+        # during interpreter shutdown.
+        gc.collect()
     finally:
         dist.destroy_process_group()
     with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
         pickle.dump(result, f)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Leave without interpreter finalisation: gloo's worker threads can otherwise be torn
+    # down while joinable, and the process aborts ("terminate called without an active
+    # exception", SIGABRT) now and then although its work is done.
+    os._exit(0)
 
 
 def run_local_group(fn, world_size: int, *args, timeout: float = 300.0) -> list:
