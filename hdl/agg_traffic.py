@@ -27,11 +27,12 @@ from amaranth.lib.wiring import In, Out
 
 from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
     PacketType
-from hdl.axis import axis_signature
+from hdl.axis import AxisBeat, axis_signature
 from hdl.fault_inject import FaultInjector
 from hdl.gradient_gen import RNG_WIDTH, derive_seed
 from hdl.header import HeaderLayout
 from hdl.lfsr import LFSR, lfsr_advance
+from hdl.skid_buffer import SkidBuffer
 from hdl.stream_checker import StreamChecker
 
 __all__ = ["AggTrafficModel", "VirtualWorker", "PacketArbiter", "AggExpected", "AggTraffic"]
@@ -202,12 +203,18 @@ class VirtualWorker(wiring.Component):
                                       job=self.job, worker=self.worker,
                                       exponent=rnd.exponent(), flags=Flags.NONE)
         beats_left = Signal(range(self.lanes // LANES + 1))   # payload beats still to send
+        # may the round in `rounds.round` start? Registered (off the ready/valid path), for
+        # the round number as it will be after this cycle; `limit` only grows, so a value
+        # one cycle old is on the safe side.
+        allowed = Signal()
         take = Signal()
         m.d.comb += take.eq(~self.o.valid | self.o.ready)
+        stepping = take & (beats_left == 1)
+        m.d.sync += allowed.eq(Mux(stepping, rounds.round + 1, rounds.round) < self.limit)
         with m.If(take):
             with m.If(beats_left == 0):
-                m.d.sync += self.o.valid.eq(rounds.round < self.limit)
-                with m.If(rounds.round < self.limit):
+                m.d.sync += self.o.valid.eq(allowed)
+                with m.If(allowed):
                     rnd.advance(m)
                     m.d.sync += [
                         self.o.payload.data.eq(header.as_value()),
@@ -439,11 +446,13 @@ class AggTraffic(wiring.Component):
 
         m.submodules.checker = checker = StreamChecker(stall_limit=self.stall_limit)
         m.submodules.arbiter = arbiter = PacketArbiter(self.workers)
+        # SwitchML flow control: at most `window` rounds between sent and completed
+        limit = Signal(32)
+        m.d.sync += limit.eq(Mux(self.configured, checker.packets + self.window, 0))
         for w in range(self.workers):
             worker = VirtualWorker(worker=w, **common)
             m.submodules[f"worker{w}"] = worker
-            # SwitchML flow control: at most `window` rounds between sent and completed
-            m.d.comb += worker.limit.eq(Mux(self.configured, checker.packets + self.window, 0))
+            m.d.comb += worker.limit.eq(limit)
             wiring.connect(m, worker.o, arbiter.inputs[w])
         m.submodules.inject = inject = FaultInjector()
         wiring.connect(m, arbiter.o, inject.i)
@@ -453,7 +462,10 @@ class AggTraffic(wiring.Component):
             m.d.sync += self.sent.eq(self.sent + 1)
 
         m.submodules.expected = expected = AggExpected(workers=self.workers, **common)
-        wiring.connect(m, expected.o, checker.expected)
+        # keeps the engine's tvalid (the checker's pairing) off the replay's clock enables
+        m.submodules.expected_skid = expected_skid = SkidBuffer(AxisBeat)
+        wiring.connect(m, expected.o, expected_skid.i)
+        wiring.connect(m, expected_skid.o, checker.expected)
         wiring.connect(m, wiring.flipped(self.results), checker.received)
         for name in ("beats", "packets", "errors", "bad_packets", "error"):
             m.d.comb += getattr(self, name).eq(getattr(checker, name))
