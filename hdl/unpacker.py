@@ -40,7 +40,7 @@ The verdict travels with the data as ``end``: ``COMMIT`` on the last item of a g
 ``REWIND`` on the item at which a bad one is detected (the output buffer then discards
 everything written since the last commit). Bypassed beats all carry ``COMMIT`` (cut-through).
 """
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -53,8 +53,10 @@ from .header import HeaderLayout
 __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
            "Unpacker"]
 
-WINDOW_WORDS = 3
+WINDOW_WORDS = 4
 WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
+#: Positions the block pointer can take: below 32 plus one longest block.
+POSITIONS = BEAT_BYTES + BLOCK_BYTES
 
 
 class End(enum.Enum, shape=2):
@@ -183,7 +185,7 @@ class Unpacker(wiring.Component):
 
         window = Signal(8 * WINDOW_BYTES)
         win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from the window start
-        ptr = Signal(5)                               # next block's first byte, < 32
+        ptr = Signal(7)                               # next block's first byte, 0..65
         ended = Signal()                              # the packet's tlast is in the window
         blocks_left = Signal(range(max_blocks + 1))
         k = Signal(4)
@@ -221,35 +223,28 @@ class Unpacker(wiring.Component):
         m.d.comb += in_bytes.eq(4 * sum(beat.keep[4 * j] for j in range(LANES)))
 
         # -- block finder (the per-clock recurrence) -------------------------------------
-        # The loop is ptr -> block length -> ptr. To keep it short, the length of a block
-        # starting at each of the 32 positions ptr can take is computed in parallel from the
-        # window register (off the ptr path); ptr then only selects one (a 5-level mux
-        # tree) and compares it with `available`, itself a register.
+        # The loop is ptr -> block length -> ptr, and it is kept to a mux tree, a compare
+        # and an add:
+        # * the length a block starting at each position would have is computed for the
+        #   window as it will be next clock, and registered (with and without the mask of
+        #   the last block's lanes), so the loop only selects one;
+        # * `available` (win_bytes - ptr) is a register, so "is the block all there" is one
+        #   compare;
+        # * words that ptr has passed leave the window one clock late, decided from the ptr
+        #   register (its bits 5..6), so the window shift is not part of the loop either.
+        #   ptr therefore ranges over 0..65 (< 32 plus one block).
         is_last_block = Signal()                      # blocks_left == 1, kept as a register
         available = Signal(range(WINDOW_BYTES + 1))   # win_bytes - ptr, kept as a register
-        tag_mask = Signal(2 * LANES)
-        m.d.comb += tag_mask.eq(Mux(is_last_block, last_tag_mask, (1 << 2 * LANES) - 1))
-        lengths = []
-        for p in range(BEAT_BYTES):
-            payload_at, _ = block_payload_bytes(m, window[8 * p:8 * p + 16] & tag_mask,
-                                                f"payload_bytes_at{p}")
-            lengths.append(TAG_VECTOR_BYTES + payload_at)
-        length = mux_tree(m, lengths, ptr, 6, "length")
-        block_in_window = Signal()
-        m.d.comb += block_in_window.eq(length <= available)
-        # The block itself only feeds the output register: a byte shifter off the loop.
-        block_at_ptr = shift_right_bytes(m, window, ptr, BLOCK_BITS, "block_at_ptr")
-        block_bits = Signal(BLOCK_BITS)
-        m.d.comb += block_bits.eq(Cat(block_at_ptr[:2 * LANES] & tag_mask,
-                                      block_at_ptr[2 * LANES:]))
-        ptr_after = Signal(7)                         # up to 31 + 34
-        m.d.comb += ptr_after.eq(ptr + length)
+        # Never below 2 (a tag vector), not even before the first word: with `available`
+        # 0 nothing can fire on a stale length.
+        lengths = [Signal(6, name=f"length_at{p}", init=BLOCK_BYTES) for p in range(POSITIONS)]
+        last_lengths = [Signal(6, name=f"last_length_at{p}", init=BLOCK_BYTES)
+                        for p in range(POSITIONS)]
 
-        # Window bookkeeping: words passed by this clock's block leave, one word may enter.
-        fire = Signal()
+        # Window bookkeeping: passed words leave, one word may enter.
         take_word = Signal()
         drop_words = Signal(2)
-        m.d.comb += drop_words.eq(Mux(fire, ptr_after[5:7], 0))
+        m.d.comb += drop_words.eq(ptr[5:7])
         shifted = Signal(8 * WINDOW_BYTES)
         with m.Switch(drop_words):
             for d in range(3):
@@ -262,16 +257,44 @@ class Unpacker(wiring.Component):
         with m.If(take_word):
             # Before tlast the window holds whole words, so the free slot is bytes_kept / 32.
             with m.Switch(bytes_kept[5:7]):
-                for s in range(WINDOW_WORDS):
-                    with m.Case(s):
-                        m.d.comb += next_window.word_select(s, DATA_BITS).eq(beat.data)
+                for slot in range(WINDOW_WORDS):
+                    with m.Case(slot):
+                        m.d.comb += next_window.word_select(slot, DATA_BITS).eq(beat.data)
+        next_lengths, next_last_lengths = [], []
+        for p in range(POSITIONS):
+            tags_at = next_window[8 * p:8 * p + 16]
+            payload_at, _ = block_payload_bytes(m, tags_at, f"payload_bytes_at{p}")
+            last_payload_at, _ = block_payload_bytes(m, tags_at & last_tag_mask,
+                                                     f"last_payload_bytes_at{p}")
+            next_lengths.append(TAG_VECTOR_BYTES + payload_at)
+            next_last_lengths.append(TAG_VECTOR_BYTES + last_payload_at)
+
+        candidates = [Mux(is_last_block, last_lengths[p], lengths[p]) for p in range(POSITIONS)]
+        candidates += [Const(BLOCK_BYTES, 6)] * (2 ** len(ptr) - POSITIONS)   # unreachable
+        length = mux_tree(m, candidates, ptr, 6, "length")
+        block_in_window = Signal()
+        m.d.comb += block_in_window.eq(length <= available)
+        # The block itself only feeds the output register: a byte shifter off the loop.
+        tag_mask = Signal(2 * LANES)
+        m.d.comb += tag_mask.eq(Mux(is_last_block, last_tag_mask, (1 << 2 * LANES) - 1))
+        block_at_ptr = shift_right_bytes(m, window, ptr, BLOCK_BITS, "block_at_ptr")
+        block_bits = Signal(BLOCK_BITS)
+        m.d.comb += block_bits.eq(Cat(block_at_ptr[:2 * LANES] & tag_mask,
+                                      block_at_ptr[2 * LANES:]))
+        ptr_after = Signal(7)                         # up to 65 + 34, window coordinates
+        m.d.comb += ptr_after.eq(ptr + length)
+
+        fire = Signal()
         with m.If(phase == Phase.BLOCKS):
             m.d.sync += [
                 window.eq(next_window),
                 win_bytes.eq(bytes_kept + Mux(take_word, in_bytes, 0)),
-                ptr.eq(Mux(fire, ptr_after[:5], ptr)),
+                # (ptr - 32 * drop_words) + length, in the coordinates of the next window
+                ptr.eq(ptr[:5] + Mux(fire, length, 0)),
                 available.eq(available - Mux(fire, length, 0) + Mux(take_word, in_bytes, 0)),
             ]
+            m.d.sync += [lengths[p].eq(next_lengths[p]) for p in range(POSITIONS)]
+            m.d.sync += [last_lengths[p].eq(next_last_lengths[p]) for p in range(POSITIONS)]
             with m.If(fire):
                 m.d.sync += is_last_block.eq(blocks_left == 2)
             with m.If(take_word & beat.last):
@@ -325,8 +348,8 @@ class Unpacker(wiring.Component):
 
             with m.Case(Phase.BLOCKS):
                 m.d.comb += [
-                    take_word.eq(self.i.valid & ~ended & (win_bytes < WINDOW_BYTES)),
-                    self.i.ready.eq(~ended & (win_bytes < WINDOW_BYTES)),
+                    take_word.eq(self.i.valid & ~ended & (bytes_kept < WINDOW_BYTES)),
+                    self.i.ready.eq(~ended & (bytes_kept < WINDOW_BYTES)),
                     fire.eq(block_in_window & out_free),
                 ]
                 with m.If(fire):
