@@ -9,21 +9,21 @@ then bitstream beats). For an ``INC_F32`` packet it emits the rewritten header
 How a block is found
 --------------------
 Every field of the bitstream is a whole number of bytes, so blocks start on byte
-boundaries. The unread part of the bitstream sits in a window of three 256-bit words
-(``win_bytes`` valid bytes) with a byte pointer ``ptr < 32`` into the first word. Each clock:
+boundaries. The unread part of the bitstream sits in a window of four 256-bit words
+(``win_bytes`` valid bytes) with a byte pointer ``ptr`` (0..65) into it. Each clock:
 
 * the block length ``2 + payload bytes`` (2..34) that a block starting at byte ``p`` would
-  have is computed for all 32 positions ``p`` in parallel from the window register, and
-  ``ptr`` selects one (a balanced 5-level mux tree);
+  have was computed for every position ``p`` the clock before and registered; ``ptr``
+  selects one (a balanced mux tree);
 * if the window holds the whole block (``length <= available``, ``available`` being a
   register too), the 34 bytes at ``ptr`` go out as one item (a byte shifter feeding the
-  output register) and ``ptr`` advances by the length; the words it passes (0, 1 or 2)
-  leave the window;
-* a new input word enters the window whenever fewer than three are held.
+  output register) and ``ptr`` advances by the length;
+* the words ``ptr`` has passed (0, 1 or 2, from the ``ptr`` register's upper bits) leave
+  the window, and a new input word enters whenever a slot is free.
 
 The pointer-advance loop (``ptr`` -> length -> ``ptr``) is the only recurrence, and it is
-kept to a mux tree, one compare and one add; everything else hangs off it. With blocks of up to 32 bytes the
-window never runs dry (two words always hold the next block), so a block leaves every
+kept to a mux tree, one compare and one add; the length sums and the window shift hang off
+registers. With blocks of up to 32 bytes the window never runs dry, so a block leaves every
 clock as long as the input keeps up; 34-byte blocks are limited by the input word rate.
 
 End of packet (``notes/nic-contract.md``)
