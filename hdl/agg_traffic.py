@@ -21,7 +21,7 @@ packet, and every worker sends its rounds in order.
 :class:`AggTrafficModel` is the same traffic in Python (for the tests, which also run it
 through the reference model ``host.aggregator.AggregatorModel``).
 """
-from amaranth import Array, Cat, Module, Mux, Signal
+from amaranth import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -210,7 +210,9 @@ class VirtualWorker(wiring.Component):
         take = Signal()
         m.d.comb += take.eq(~self.o.valid | self.o.ready)
         stepping = take & (beats_left == 1)
-        m.d.sync += allowed.eq(Mux(stepping, rounds.round + 1, rounds.round) < self.limit)
+        # both compares from registers; `take` only picks one (it arrives late)
+        m.d.sync += allowed.eq(Mux(stepping, rounds.round + 1 < self.limit,
+                                   rounds.round < self.limit))
         with m.If(take):
             with m.If(beats_left == 0):
                 m.d.sync += self.o.valid.eq(allowed)
@@ -284,7 +286,8 @@ class PacketArbiter(wiring.Component):
 
 
 class AggExpected(wiring.Component):
-    """The result packets the aggregator must emit, round after round (two pipeline stages).
+    """The result packets the aggregator must emit, round after round (pipelined: the
+    workers' values, then one register level per level of the combining tree).
 
     Attributes
     ----------
@@ -328,26 +331,45 @@ class AggExpected(wiring.Component):
                 with m.If(beats_left == 1):
                     rounds.step(m)
 
-        # stage 2: combine (lane-wise wrap-around sum or OR; signed max of the exponents)
-        combined = []
-        for j in range(LANES):
-            lane = [b[32 * j:32 * j + 32] for b in s1_beats]
-            total, either = lane[0], lane[0]
-            for v in lane[1:]:
-                total, either = (total + v)[0:32], either | v
-            combined.append(Mux(s1_op_or, either, total))
-        exponent = s1_exponents[0].as_signed()
-        for e in s1_exponents[1:]:
-            exponent = Mux(e.as_signed() > exponent, e.as_signed(), exponent)
+        # then a tree that combines pairs, one register level per tree level (lane-wise
+        # wrap-around sum or OR; signed max of the exponents): no chain of adders or
+        # compares between two registers, whatever the number of workers
+        items = [(e.as_signed(), b) for e, b in zip(s1_exponents, s1_beats)]
+        meta = {"valid": s1_valid, "header": s1_header, "op_or": s1_op_or, "last": s1_last,
+                "fields": s1_fields}
+        level = 1
+        while len(items) > 1:
+            level += 1
+            combined = []
+            for k in range(0, len(items), 2):
+                exponent = Signal(signed(8), name=f"s{level}_exp{k // 2}")
+                beat = Signal(256, name=f"s{level}_beat{k // 2}")
+                if k + 1 < len(items):
+                    (ea, ba), (eb, bb) = items[k], items[k + 1]
+                    lanes = [Mux(meta["op_or"], ba[32 * j:32 * j + 32] | bb[32 * j:32 * j + 32],
+                                 (ba[32 * j:32 * j + 32] + bb[32 * j:32 * j + 32])[0:32])
+                             for j in range(LANES)]
+                    update = [exponent.eq(Mux(ea > eb, ea, eb)), beat.eq(Cat(*lanes))]
+                else:
+                    update = [exponent.eq(items[k][0]), beat.eq(items[k][1])]
+                with m.If(advance):
+                    m.d.sync += update
+                combined.append((exponent, beat))
+            staged = {name: Signal.like(value, name=f"s{level}_{name}")
+                      for name, value in meta.items()}
+            with m.If(advance):
+                m.d.sync += [staged[name].eq(value) for name, value in meta.items()]
+            items, meta = combined, staged
+
+        exponent, beat = items[0]
         result_header = Signal(HeaderLayout)
-        m.d.comb += [result_header.eq(s1_fields), result_header.exponent.eq(exponent)]
+        m.d.comb += [result_header.eq(meta["fields"]), result_header.exponent.eq(exponent)]
         with m.If(advance):
             m.d.sync += [
-                self.o.valid.eq(s1_valid),
-                self.o.payload.data.eq(Mux(s1_header, result_header.as_value(),
-                                           Cat(*combined))),
+                self.o.valid.eq(meta["valid"]),
+                self.o.payload.data.eq(Mux(meta["header"], result_header.as_value(), beat)),
                 self.o.payload.keep.eq(FULL_KEEP),
-                self.o.payload.last.eq(s1_last),
+                self.o.payload.last.eq(meta["last"]),
             ]
         return m
 

@@ -16,7 +16,7 @@ second generator with the same seed therefore replays the stream for a checker, 
 the stalls on either side. :class:`GradientModel` computes the same beats in Python.
 """
 from amaranth import Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import Out
 
 from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, Flags, Header, PacketType
@@ -25,7 +25,7 @@ from hdl.header import HeaderLayout
 from hdl.lfsr import LFSR, lfsr_advance
 
 __all__ = ["RNG_WIDTH", "derive_seed", "lane_value_model", "header_model", "GradientModel",
-           "GradientGenerator", "lane_value"]
+           "GradientGenerator", "PacketEdges", "packet_edges", "lane_value"]
 
 #: Width of every LFSR of the generator (a 64-bit state advanced 64 steps per beat: each
 #: next-state bit is the XOR of at most 7 current bits).
@@ -98,27 +98,47 @@ def lane_value_model(r, k):
     return sign << 31 | e << 23 | m
 
 
-def lane_value(m, r, k):
+#: Per-packet constants of :func:`lane_value`: functions of ``k`` alone, registered once per
+#: packet so that no ``k`` arithmetic sits on the per-beat path.
+PacketEdges = data.StructLayout({
+    "k": 4,
+    "small_k": 1,      # k <= 7: the 16-bit class is empty
+    "top_00": 8,       # highest exponent of tag 00: 126 - k
+    "edge_01": 8,      # lowest exponent of tag 01: 127 - k
+    "e8": 8,           # lowest exponent of tag 10: min(134 - k, 127)
+    "width_01": 4,     # exponents in tag 01: e8 - edge_01
+    "width_10": 4,     # exponents in tag 10: 127 - e8
+})
+
+
+def packet_edges(m, k):
+    """A ``PacketEdges`` value computed (combinationally) from ``k`` in 1..15."""
+    edges = Signal(PacketEdges)
+    e8 = Mux(k >= 7, 134 - k, 127)
+    m.d.comb += [
+        edges.k.eq(k), edges.small_k.eq(k <= 7), edges.top_00.eq(126 - k),
+        edges.edge_01.eq(127 - k),
+        edges.e8.eq(e8), edges.width_01.eq(e8 - (127 - k)), edges.width_10.eq(127 - e8),
+    ]
+    return edges
+
+
+def lane_value(m, r, edges):
     """Amaranth version of :func:`lane_value_model`; returns a 32-bit ``Signal``.
 
-    ``r`` is a 64-bit value, ``k`` a 4-bit value in 1..15.
+    ``r`` is a 64-bit value, ``edges`` a :data:`PacketEdges` value (of ``k`` in 1..15).
     """
     bucket, sign, mant, mode = r[0:4], r[4], r[5:28], r[28:30]
     off5, off3, variant, raw_e = r[30:35], r[30:33], r[35:38], r[38:45]
     value = Signal(32)
     e, man = Signal(8), Signal(23)
-    e8 = Signal(8)
-    m.d.comb += e8.eq(Mux(k >= 7, 134 - k, 127))
-    edge_01 = Signal(8)                      # lowest exponent of tag 01: 127 - k
-    m.d.comb += edge_01.eq(127 - k)
-    width_01 = Signal(4)
-    width_10 = Signal(4)
-    m.d.comb += [width_01.eq(e8 - edge_01), width_10.eq(127 - e8)]
+    e8, edge_01 = edges.e8, edges.edge_01
+    width_01, width_10 = edges.width_01, edges.width_10
     low_side = mode[0]
     m.d.comb += man.eq(Mux(mode[1], mant, Mux(mode[0], 0x7FFFFF, 0)))
     with m.If(bucket <= 6):
-        m.d.comb += e.eq(Mux(variant[0:2] == 0, 0, edge_01 - 1 - off5))
-    with m.Elif((bucket <= 9) | ((bucket <= 12) & (k <= 7))):
+        m.d.comb += e.eq(Mux(variant[0:2] == 0, 0, edges.top_00 - off5))
+    with m.Elif((bucket <= 9) | ((bucket <= 12) & edges.small_k)):
         m.d.comb += e.eq(edge_01 + Mux(off3 < width_01, off3, 0))
     with m.Elif(bucket <= 12):
         m.d.comb += e.eq(e8 + Mux(off3 < width_10, off3, width_10 - 1))
@@ -267,7 +287,7 @@ class GradientGenerator(wiring.Component):
         seq = Signal(32)
         offset = Signal(32)
         left = Signal(range(self.max_count + 1))     # values still to send in this packet
-        k = Signal(4)                                # generation k of the current packet
+        edges = Signal(PacketEdges)                  # of the current packet's generation k
         take = Signal()                              # compute the next beat into the output
         m.d.comb += take.eq(~self.o.valid | self.o.ready)
 
@@ -298,7 +318,7 @@ class GradientGenerator(wiring.Component):
             header.slot.eq(seq[0:16]), header.seq.eq(seq), header.offset.eq(offset),
         ]
 
-        lanes = Cat(lane_value(m, rng.value, k) for rng in lane_rngs)
+        lanes = Cat(lane_value(m, rng.value, edges) for rng in lane_rngs)
         words = Signal(range(LANES + 1))
         m.d.comb += words.eq(Mux(left >= LANES, LANES, left))
 
@@ -311,7 +331,7 @@ class GradientGenerator(wiring.Component):
                     self.o.payload.keep.eq(Const(-1, BEAT_BYTES)),
                     self.o.payload.last.eq(count == 0),
                     left.eq(count),
-                    k.eq(Mux(h[4:8] == 0, 10, h[4:8])),
+                    edges.eq(packet_edges(m, Mux(h[4:8] == 0, 10, h[4:8]))),
                     seq.eq(seq + 1),
                     offset.eq(offset + count),
                 ]

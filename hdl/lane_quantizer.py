@@ -57,7 +57,23 @@ _Stage1 = data.StructLayout({"word": 32, "tag": 2, "f": 24})
 _Stage2 = data.StructLayout({"word": 32, "tag": 2, "code": 15})
 _Stage3 = data.StructLayout({"word": 32, "tag": 2, "code": 15, "top": 4})
 # Per-beat state carried alongside.
-_Beat = data.StructLayout({"quantise": 1, "k": 4, "keep": 32, "last": 1})
+# Per-beat state carried alongside: the packet's k enters only as constants computed once
+# per packet (no k arithmetic on the per-beat path).
+_Beat = data.StructLayout({"quantise": 1, "shift8": 5, "edge_01": 8, "keep": 32, "last": 1})
+
+
+def _leading_one(m, code, name):
+    """Position of the highest set bit of a 15-bit ``code`` (0 if none), as a log-depth tree
+    rather than a priority chain."""
+    b3 = code[8:15] != 0
+    upper = Signal(8, name=f"{name}_8")
+    m.d.comb += upper.eq(Mux(b3, code[8:15], code[0:8]))
+    b2 = upper[4:8] != 0
+    quarter = Signal(4, name=f"{name}_4")
+    m.d.comb += quarter.eq(Mux(b2, upper[4:8], upper[0:4]))
+    b1 = quarter[2:4] != 0
+    b0 = Mux(b1, quarter[3], quarter[1])
+    return Cat(b0, b1, b2, b3)
 
 
 class QuantizeStream(wiring.Component):
@@ -84,8 +100,11 @@ class QuantizeStream(wiring.Component):
         # which beats to quantise: the payload of a compressible packet
         first = Signal(init=1)                   # the next input beat is a header
         quantise_packet = Signal()
-        packet_k = Signal(4)
+        # the packet's class edges: 127 - k (lowest exponent of tag 01), min(134 - k, 127)
+        # (lowest of tag 10), 23 - k (the shift from F to P8)
+        edge_01, e8, shift8 = Signal(8), Signal(8), Signal(5)
         header = data.View(HeaderLayout, self.i.payload.data)
+        k_in = header.k[0:4]
         with m.If(self.i.valid & advance):
             m.d.sync += first.eq(self.i.payload.last)
             with m.If(first):
@@ -94,7 +113,9 @@ class QuantizeStream(wiring.Component):
                                        & (header.type == PacketType.RAW_F32)
                                        & ((header.flags & Flags.COMPRESS) != 0)
                                        & (header.k >= K_MIN) & (header.k <= K_MAX)),
-                    packet_k.eq(header.k),
+                    edge_01.eq(127 - k_in),
+                    e8.eq(Mux(k_in >= 7, 134 - k_in, 127)),
+                    shift8.eq(23 - k_in),
                 ]
 
         valid = [Signal(name=f"valid{n}") for n in range(1, 5)]
@@ -108,22 +129,20 @@ class QuantizeStream(wiring.Component):
             m.d.sync += [
                 valid[0].eq(self.i.valid),
                 beat[0].quantise.eq(~first & quantise_packet),
-                beat[0].k.eq(packet_k),
+                beat[0].shift8.eq(shift8),
+                beat[0].edge_01.eq(edge_01),
                 beat[0].keep.eq(self.i.payload.keep),
                 beat[0].last.eq(self.i.payload.last),
             ]
             for n in range(1, 4):
                 m.d.sync += [valid[n].eq(valid[n - 1]), beat[n].eq(beat[n - 1])]
 
-        k1, k3 = beat[0].k, beat[2].k       # k of the beat in stage 1 / stage 3
         for j in range(LANES):
             word = self.i.payload.data[32 * j:32 * j + 32]
             e, mant = word[23:31], word[0:23]
             # stage 1: the class, and F (only used for tags 01 and 10, where 127 - e <= 15)
-            k = packet_k
             tag = Signal(2, name=f"tag{j}")
-            e8 = Mux(k >= 7, 134 - k, 127)
-            with m.If(e < 127 - k):
+            with m.If(e < edge_01):
                 m.d.comb += tag.eq(0b00)
             with m.Elif(e < e8):
                 m.d.comb += tag.eq(0b01)
@@ -136,20 +155,17 @@ class QuantizeStream(wiring.Component):
                 m.d.sync += [s1[j].word.eq(word), s1[j].tag.eq(tag),
                              s1[j].f.eq(Cat(mant, C(1, 1)) >> shift)]
             # stage 2: the payload code, P8 or P16 (without the sign)
-            code = Mux(s1[j].tag == 0b01, s1[j].f >> (23 - k1).as_unsigned(), s1[j].f >> 8)
+            code = Mux(s1[j].tag == 0b01, s1[j].f >> beat[0].shift8, s1[j].f >> 8)
             with m.If(advance):
                 m.d.sync += [s2[j].word.eq(s1[j].word), s2[j].tag.eq(s1[j].tag),
                              s2[j].code.eq(code)]
             # stage 3: position of the code's leading one (the last 1 bit wins)
-            top = Signal(4, name=f"top{j}")
-            for bit in range(15):
-                with m.If(s2[j].code[bit]):
-                    m.d.comb += top.eq(bit)
+            top = _leading_one(m, s2[j].code, f"top{j}")
             with m.If(advance):
                 m.d.sync += [s3[j].word.eq(s2[j].word), s3[j].tag.eq(s2[j].tag),
                              s3[j].code.eq(s2[j].code), s3[j].top.eq(top)]
             # stage 4: decode to fp32: exponent from the leading one, mantissa after it
-            scale_base = Mux(s3[j].tag == 0b01, 127 - k3, 127 - 15)
+            scale_base = Mux(s3[j].tag == 0b01, beat[2].edge_01, 127 - 15)
             normalised = (s3[j].code << (14 - s3[j].top).as_unsigned())[0:14]
             decoded = Cat(C(0, 9), normalised, (scale_base + s3[j].top)[0:8], s3[j].word[31])
             result = Mux(s3[j].tag == 0b00, 0, Mux(s3[j].tag == 0b11, s3[j].word, decoded))
