@@ -183,6 +183,10 @@ class _RoundCounter:
 class VirtualWorker(wiring.Component):
     """One worker's packets, round after round, while ``round < limit``.
 
+    The beat on ``o`` is computed combinationally from the worker's state (round counter,
+    LFSR), which only changes when a beat is taken, so it is stable while ``valid``: no
+    256-bit output register whose clock enable would fan out from the arbiter's ``ready``.
+
     Attributes
     ----------
     o : Out(axis_signature())
@@ -203,38 +207,26 @@ class VirtualWorker(wiring.Component):
                                       job=self.job, worker=self.worker,
                                       exponent=rnd.exponent(), flags=Flags.NONE)
         beats_left = Signal(range(self.lanes // LANES + 1))   # payload beats still to send
-        # may the round in `rounds.round` start? Registered (off the ready/valid path), for
-        # the round number as it will be after this cycle; `limit` only grows, so a value
-        # one cycle old is on the safe side.
+        # may the round in `rounds.round` start? A register, for the round number as it
+        # will be after this cycle; `limit` only grows, so a value one cycle old is safe.
         allowed = Signal()
-        take = Signal()
-        m.d.comb += take.eq(~self.o.valid | self.o.ready)
-        stepping = take & (beats_left == 1)
-        # both compares from registers; `take` only picks one (it arrives late)
+        in_header = beats_left == 0
+        m.d.comb += [
+            self.o.valid.eq(~in_header | allowed),
+            self.o.payload.data.eq(Mux(in_header, header.as_value(), rnd.beat(op_or))),
+            self.o.payload.keep.eq(FULL_KEEP),
+            self.o.payload.last.eq(beats_left == 1),
+        ]
+        taken = self.o.valid & self.o.ready
+        stepping = taken & (beats_left == 1)
+        # both compares from registers; `stepping` only picks one (it arrives late)
         m.d.sync += allowed.eq(Mux(stepping, rounds.round + 1 < self.limit,
                                    rounds.round < self.limit))
-        with m.If(take):
-            with m.If(beats_left == 0):
-                m.d.sync += self.o.valid.eq(allowed)
-                with m.If(allowed):
-                    rnd.advance(m)
-                    m.d.sync += [
-                        self.o.payload.data.eq(header.as_value()),
-                        self.o.payload.keep.eq(FULL_KEEP),
-                        self.o.payload.last.eq(0),
-                        beats_left.eq(self.lanes // LANES),
-                    ]
-            with m.Else():
-                rnd.advance(m)
-                m.d.sync += [
-                    self.o.valid.eq(1),
-                    self.o.payload.data.eq(rnd.beat(op_or)),
-                    self.o.payload.keep.eq(FULL_KEEP),
-                    self.o.payload.last.eq(beats_left == 1),
-                    beats_left.eq(beats_left - 1),
-                ]
-                with m.If(beats_left == 1):
-                    rounds.step(m)
+        with m.If(taken):
+            rnd.advance(m)
+            m.d.sync += beats_left.eq(Mux(in_header, self.lanes // LANES, beats_left - 1))
+            with m.If(beats_left == 1):
+                rounds.step(m)
         return m
 
 

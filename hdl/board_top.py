@@ -17,7 +17,8 @@ import importlib
 import tomllib
 from pathlib import Path
 
-from amaranth import ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module, Signal
+from amaranth import (ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module,
+                      ResetSignal, Signal)
 from amaranth.build import Attrs, Pins, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
@@ -240,12 +241,19 @@ class BoardTop(Elaboratable):
         m.d.comb += pll.clk_in.eq(clk_in.i)
         platform.add_clock_constraint(pll.clk_out, pll.dividers["f_out_mhz"] * 1e6)
 
+        # The reset is synchronised in a domain of its own on the same clock, then spread
+        # over a global clock network (DCCA): it reaches every register of the design, a
+        # fan-out that ordinary routing cannot deliver within one 8 ns cycle.
         m.domains.sync = ClockDomain("sync")
-        m.d.comb += ClockSignal("sync").eq(pll.clk_out)
+        m.domains.reset_source = ClockDomain("reset_source")
+        m.d.comb += [ClockSignal("sync").eq(pll.clk_out),
+                     ClockSignal("reset_source").eq(pll.clk_out)]
         async_reset = ~pll.locked
         if platform.default_rst is not None:
             async_reset = async_reset | pin(f"{platform.default_rst}:0", "i").i
-        m.submodules.reset_sync = ResetSynchronizer(async_reset, domain="sync")
+        m.submodules.reset_sync = ResetSynchronizer(async_reset, domain="reset_source")
+        m.submodules.reset_buffer = Instance("DCCA", i_CLKI=ResetSignal("reset_source"),
+                                             i_CE=Const(1), o_CLKO=ResetSignal("sync"))
 
         # the self-test
         clk_hz = round(pll.dividers["f_out_mhz"] * 1e6)
