@@ -231,7 +231,8 @@ class VirtualWorker(wiring.Component):
 
 
 class PacketArbiter(wiring.Component):
-    """Merges ``n`` packet streams into one, a whole packet at a time, round-robin.
+    """Merges ``n`` packet streams into one, a whole packet at a time, round-robin, through
+    one register.
 
     Attributes
     ----------
@@ -269,11 +270,16 @@ class PacketArbiter(wiring.Component):
         select = Mux(locked, current, chosen)
         valid = Array(s.valid for s in inputs)
         payload = Array(s.payload for s in inputs)
-        m.d.comb += [self.o.valid.eq(valid[select]), self.o.payload.eq(payload[select])]
+        # registered output: the selection logic feeds the register's data, and its clock
+        # enable comes straight from registers
+        take = Signal()
+        m.d.comb += take.eq(~self.o.valid | self.o.ready)
         for k, s in enumerate(inputs):
-            m.d.comb += s.ready.eq(self.o.ready & (select == k))
-        with m.If(self.o.valid & self.o.ready):
-            m.d.sync += [current.eq(select), locked.eq(~self.o.payload.last)]
+            m.d.comb += s.ready.eq(take & (select == k))
+        with m.If(take):
+            m.d.sync += [self.o.valid.eq(valid[select]), self.o.payload.eq(payload[select])]
+            with m.If(valid[select]):
+                m.d.sync += [current.eq(select), locked.eq(~payload[select].last)]
         return m
 
 
