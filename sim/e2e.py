@@ -211,7 +211,7 @@ def format_report(r):
         lines += ["", f"INCEPTIONN ring all-reduce, {i['model']}, k={i['k']}, {i['steps']} steps",
                   f"  wire bytes          {i['wire_bytes']:>12,}  (dense fp32 {i['dense_fp32_bytes']:,})",
                   f"  compression ratio   {i['compression_ratio']:>12.2f}x",
-                  f"  value classes       " + "  ".join(f"{t}:{c}" for t, c in i["class_histogram"].items()),
+                  "  value classes       " + "  ".join(f"{t}:{c}" for t, c in i["class_histogram"].items()),
                   f"  max error           {i['max_error']:>12.3e}  (bound N*2^-k = {i['error_bound']:.3e}) "
                   f"{'OK' if i['within_error_bound'] else 'EXCEEDED'}",
                   f"  identical on all workers: {'yes' if i['bit_identical_on_all_workers'] else 'NO'}",

@@ -11,9 +11,10 @@ The decoded tensor is checked bit for bit against ``quantize`` before anything i
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
+
+from . import best_time
 
 from ..golden import inceptionn as inc
 
@@ -32,29 +33,20 @@ def gradients(n, seed=SEED):
     return x
 
 
-def _best_time(function, repeats):
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def run(quick: bool) -> dict:
     n = 1 << 20 if quick else 1 << 24
     repeats = 3
     x = gradients(n)
     fp32_megabytes = 4 * n / 1e6
 
-    t_half, half = _best_time(lambda: x.astype(np.float16), repeats)
-    t_unhalf, _ = _best_time(lambda: half.astype(np.float32), repeats)
-    t_pack, packets = _best_time(
+    t_half, half = best_time(lambda: x.astype(np.float16), repeats)
+    t_unhalf, _ = best_time(lambda: half.astype(np.float32), repeats)
+    t_pack, packets = best_time(
         lambda: inc.tensor_to_packets(x, K, compress=True, packet_values=inc.MAX_COUNT), repeats)
-    t_unpack, decoded = _best_time(lambda: inc.packets_to_tensor(packets, n), repeats)
-    t_encode, stream = _best_time(lambda: inc.encode(x, K), repeats)
-    t_decode, _ = _best_time(lambda: inc.decode(stream, n, K), repeats)
-    t_quantize, quantized = _best_time(lambda: inc.quantize(x, K), repeats)
+    t_unpack, decoded = best_time(lambda: inc.packets_to_tensor(packets, n), repeats)
+    t_encode, stream = best_time(lambda: inc.encode(x, K), repeats)
+    t_decode, _ = best_time(lambda: inc.decode(stream, n, K), repeats)
+    t_quantize, quantized = best_time(lambda: inc.quantize(x, K), repeats)
     if not np.array_equal(decoded.view(np.uint32), quantized.view(np.uint32)):
         raise AssertionError("packets_to_tensor(tensor_to_packets(x)) != quantize(x)")
 

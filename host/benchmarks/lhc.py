@@ -24,9 +24,10 @@ packet headers at P = 64 lanes, against 4 bytes per value for a dense int32 all-
 """
 from __future__ import annotations
 
-import time
 
 import numpy as np
+
+from . import best_time
 
 from ..golden import lhc
 
@@ -47,15 +48,6 @@ def sparse_gradients(n, density, workers=WORKERS, seed=SEED):
     return out
 
 
-def _best_time(function, repeats):
-    best, result = float("inf"), None
-    for _ in range(repeats):
-        start = time.perf_counter()
-        result = function()
-        best = min(best, time.perf_counter() - start)
-    return best, result
-
-
 def _encode(tensors):
     workers = [lhc.LhcWorker(x, len(tensors)) for x in tensors]
     union = lhc.aggregate_index([w.index_words for w in workers])
@@ -72,7 +64,7 @@ def _time_encode_phases(tensors, plan, union, e_max, repeats):
         def one():
             w = lhc.LhcWorker(x, len(tensors))
             w.sketch_phase(union, e_max, plan)
-        total += _best_time(one, repeats)[0]
+        total += best_time(one, repeats)[0]
     return total / len(tensors)
 
 
@@ -81,12 +73,12 @@ def _one_case(n, density, repeats):
     megabytes = 4 * n / 1e6
 
     stacked = np.stack(tensors)
-    t_float_sum, _ = _best_time(lambda: np.add.reduce(stacked, axis=0), repeats)
+    t_float_sum, _ = best_time(lambda: np.add.reduce(stacked, axis=0), repeats)
     workers, union, e_max, sketches = _encode(tensors)
     plan = workers[0].plan
     quantized = [w.q for w in workers]
     stacked_q = np.stack(quantized)
-    t_int_sum, _ = _best_time(lambda: np.add.reduce(stacked_q, axis=0), repeats)   # wraps
+    t_int_sum, _ = best_time(lambda: np.add.reduce(stacked_q, axis=0), repeats)   # wraps
 
     t_encode = _time_encode_phases(tensors, plan, union, e_max, repeats)
     sketch_sum = lhc.aggregate_sketch(sketches)
@@ -99,8 +91,8 @@ def _one_case(n, density, repeats):
         decoder.fallback_phase(sketch_sum, peeling)
         return decoder.finish(fallback)
 
-    t_decode, (decoded, _) = _best_time(decode, repeats)
-    t_allreduce, (result, stats) = _best_time(lambda: lhc.allreduce(tensors), repeats)
+    t_decode, (decoded, _) = best_time(decode, repeats)
+    t_allreduce, (result, stats) = best_time(lambda: lhc.allreduce(tensors), repeats)
 
     exact = np.zeros(n, dtype=np.int64)
     for q in quantized:

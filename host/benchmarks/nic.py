@@ -22,33 +22,20 @@ Each TX workload's output is then fed to RX. Ratios:
 """
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
+from . import cocotb_measurement
 
 TOP = "nic_top"
 ALL_RAW_BOUND = 16 / 17
 
 
 def _verilator_measure(quick):
-    from cocotb_tools.check_results import get_results
-
     from hdl.nic_top import NicTop
-    from sim.runner import export_verilog, run_cocotb
+    from sim.runner import export_verilog
 
-    verilog = export_verilog(NicTop(), TOP)
-    with tempfile.TemporaryDirectory(prefix="nic-bench-") as tmp:
-        report = Path(tmp) / "report.json"
-        results = run_cocotb(TOP, verilog, "sim.tb_nic", testcase="throughput",
-                             params={"seed": 4, "packets": 2 if quick else 8,
-                                     "values": 2048,
-                                     "baseline_cycles": 5000 if quick else 30000,
-                                     "results": str(report)},
-                             test_dir=Path(tmp) / "run")
-        tests, failed = get_results(Path(results))
-        if failed or not tests:
-            raise RuntimeError(f"the NIC measurement bench failed (log: {tmp}/run/sim.log)")
-        return json.loads(report.read_text())
+    return cocotb_measurement(TOP, export_verilog(NicTop(), TOP), "sim.tb_nic", "throughput",
+                              {"seed": 4, "packets": 2 if quick else 8, "values": 2048,
+                               "baseline_cycles": 5000 if quick else 30000},
+                              report_param="results")
 
 
 def run(quick: bool) -> dict:

@@ -25,13 +25,12 @@ this run.
 """
 from __future__ import annotations
 
-import json
 import random
-import tempfile
 import time
-from pathlib import Path
 
 from hdl.aggregator import Aggregator
+
+from . import cocotb_measurement
 from sim.switch_traffic import EngineParams, hammer_traffic
 
 TOP = "switch_top"
@@ -41,23 +40,15 @@ DEFAULT_ENGINE = EngineParams(slots=64, lanes=64, max_workers=32, jobs=4)
 
 
 def _verilator_measure(quick):
-    from cocotb_tools.check_results import get_results
     from hdl.switch_top import SwitchTop
-    from sim.runner import export_verilog, run_cocotb
+    from sim.runner import export_verilog
 
-    verilog = export_verilog(SwitchTop(**ENGINE.as_dict()), TOP)
-    with tempfile.TemporaryDirectory(prefix="switch-bench-") as tmp:
-        report = Path(tmp) / "report.json"
-        results = run_cocotb(TOP, verilog, "sim.tb_switch", testcase="measure",
-                             params={"engine": ENGINE.as_dict(), "seed": 5,
-                                     "rounds": 2 if quick else 16,
-                                     "packets": 120 if quick else 1500,
-                                     "report": str(report)},
-                             test_dir=Path(tmp) / "run")
-        tests, failed = get_results(Path(results))
-        if failed or not tests:
-            raise RuntimeError(f"the switch measurement bench failed (log: {tmp}/run/sim.log)")
-        return json.loads(report.read_text())
+    return cocotb_measurement(TOP, export_verilog(SwitchTop(**ENGINE.as_dict()), TOP),
+                              "sim.tb_switch", "measure",
+                              {"engine": ENGINE.as_dict(), "seed": 5,
+                               "rounds": 2 if quick else 16,
+                               "packets": 120 if quick else 1500},
+                              report_param="report")
 
 
 def _amaranth_cycles_per_second(params, steps):
