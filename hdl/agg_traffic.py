@@ -254,32 +254,38 @@ class PacketArbiter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         inputs = self.inputs
-        current = Signal(range(self.n))      # the input being forwarded (or last forwarded)
-        locked = Signal()                    # inside a packet of `current`
-        chosen = Signal(range(self.n))       # the next input with a beat waiting
-        m.d.comb += chosen.eq(current)
-        with m.Switch(current):
+        # `grant` is a register: it selects the 256-bit data mux directly (no logic between
+        # the many mux selects and a flip-flop). It moves on at a packet's last beat, or
+        # while its input has nothing to send, to the next input with a beat waiting.
+        grant = Signal(range(self.n))
+        locked = Signal()                    # inside a packet of `grant`
+        valid = Array(s.valid for s in inputs)
+        payload = Array(s.payload for s in inputs)
+        following = Signal(range(self.n))    # next input after `grant` with a beat waiting
+        m.d.comb += following.eq(grant)
+        with m.Switch(grant):
             for cur in range(self.n):
                 with m.Case(cur):
-                    # round-robin: the inputs after `current` first, `current` itself last;
-                    # the last matching If wins, so scan in reverse priority
+                    # round-robin: the inputs after `grant` first, `grant` itself last; the
+                    # last matching If wins, so scan in reverse priority
                     for offset in reversed(range(1, self.n + 1)):
                         k = (cur + offset) % self.n
                         with m.If(inputs[k].valid):
-                            m.d.comb += chosen.eq(k)
-        select = Mux(locked, current, chosen)
-        valid = Array(s.valid for s in inputs)
-        payload = Array(s.payload for s in inputs)
-        # registered output: the selection logic feeds the register's data, and its clock
-        # enable comes straight from registers
-        take = Signal()
+                            m.d.comb += following.eq(k)
+
+        take = Signal()                      # the output register is free
         m.d.comb += take.eq(~self.o.valid | self.o.ready)
         for k, s in enumerate(inputs):
-            m.d.comb += s.ready.eq(take & (select == k))
+            m.d.comb += s.ready.eq(take & (grant == k))
+        beat_taken = take & valid[grant]
         with m.If(take):
-            m.d.sync += [self.o.valid.eq(valid[select]), self.o.payload.eq(payload[select])]
-            with m.If(valid[select]):
-                m.d.sync += [current.eq(select), locked.eq(~payload[select].last)]
+            m.d.sync += [self.o.valid.eq(valid[grant]), self.o.payload.eq(payload[grant])]
+        with m.If(beat_taken):
+            m.d.sync += locked.eq(~payload[grant].last)
+            with m.If(payload[grant].last):
+                m.d.sync += grant.eq(following)
+        with m.Elif(~locked):
+            m.d.sync += grant.eq(following)
         return m
 
 
