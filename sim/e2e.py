@@ -50,7 +50,9 @@ def _engine_report(stats, mhz):
     """Beats per clock and throughput of one engine stream from transport stats."""
     d = stats.as_dict()
     if stats.busy_cycles:
-        d["throughput_in_gbps"] = stats.in_beats * BEAT_BYTES * 8 / stats.busy_cycles * mhz / 1e3
+        for side in ("in", "out"):
+            beats = getattr(stats, f"{side}_beats")
+            d[f"throughput_{side}_gbps"] = beats * BEAT_BYTES * 8 / stats.busy_cycles * mhz / 1e3
     return d
 
 
@@ -238,7 +240,7 @@ def format_report(r):
     if r["engines"]:
         lines += ["", f"Engines (clock {r['clock_mhz']:.1f} MHz: {r['clock_source']})",
                   f"  {'engine':<12} {'in beats':>9} {'out beats':>9} {'cycles':>9} "
-                  f"{'in/clk':>7} {'out/clk':>7} {'latency':>7} {'Gb/s in':>8}"]
+                  f"{'in/clk':>7} {'out/clk':>7} {'latency':>7} {'Gb/s in':>8} {'Gb/s out':>8}"]
         for name, e in r["engines"].items():
             if not e.get("busy_cycles"):
                 lines.append(f"  {name:<12} (no clock: reference model)")
@@ -247,7 +249,12 @@ def format_report(r):
                          f"{e['busy_cycles']:>9} {e['in_beats_per_cycle']:>7.3f} "
                          f"{e['out_beats_per_cycle']:>7.3f} "
                          f"{e.get('first_beat_latency_cycles', '-'):>7} "
-                         f"{e.get('throughput_in_gbps', 0):>8.2f}")
+                         f"{e.get('throughput_in_gbps', 0):>8.2f} "
+                         f"{e.get('throughput_out_gbps', 0):>8.2f}")
+    if r["engines"]:
+        lines.append("  (cycles run from each exchange's first input beat to its last output beat, so "
+                     "short exchanges\n   include pipeline fill; the RX path stores and forwards "
+                     "whole packets)")
     lines += ["", "RESULT: " + ("both paths bit-exact against the golden model" if r["ok"]
                                 else "MISMATCH (see above)")]
     return "\n".join(lines)
