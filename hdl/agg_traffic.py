@@ -3,7 +3,8 @@
 * :class:`AggTraffic` configures one job on the aggregator's control port (``workers``
   workers, slots ``[slot_base, slot_base + window)``), then runs ``workers``
   :class:`VirtualWorker` sources through a packet-level round-robin :class:`PacketArbiter`
-  into the aggregator, SwitchML style: round ``r`` uses slot ``slot_base + r % window``,
+  and a :class:`BeatFormer` (the workers hand over their state, the 256-bit beats are made
+  after the arbiter) into the aggregator, SwitchML style: round ``r`` uses slot ``slot_base + r % window``,
   version ``(r // window) % 2``, and a worker may send round ``r`` only when fewer than
   ``window`` rounds are outstanding (at most one packet in flight per slot and version).
 * Every worker sends one packet per round: a header with a random exponent, then ``lanes``
@@ -22,7 +23,7 @@ packet, and every worker sends its rounds in order.
 through the reference model ``host.aggregator.AggregatorModel``).
 """
 from amaranth import Array, Cat, Module, Mux, Signal, signed
-from amaranth.lib import wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
@@ -35,7 +36,8 @@ from hdl.lfsr import LFSR, lfsr_advance
 from hdl.skid_buffer import SkidBuffer
 from hdl.stream_checker import StreamChecker
 
-__all__ = ["AggTrafficModel", "VirtualWorker", "PacketArbiter", "AggExpected", "AggTraffic"]
+__all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "PacketArbiter", "BeatFormer",
+           "AggExpected", "AggTraffic"]
 
 FULL_KEEP = (1 << BEAT_BYTES) - 1
 
@@ -121,33 +123,38 @@ class AggTrafficModel:
             r += 1
 
 
-class _WorkerRandom:
-    """The LFSR of one virtual worker (a source and its replica each have one); it advances
-    once per beat, header beats included."""
+def _beat_from_rng(value, op_or):
+    """The 256-bit payload beat of a worker's 64-bit random ``value`` (:func:`_lane_word`)."""
+    low, high = value[0:32], value[32:64]
 
-    def __init__(self, m, seed, worker, prefix):
-        self.rng = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker))
-        m.submodules[f"{prefix}_rng"] = self.rng
+    def rotl(x, n):
+        return x.rotate_left(n % 32)
 
-    def exponent(self):
-        return self.rng.value[0:8]
+    lanes = []
+    for j in range(LANES):
+        word = rotl(low, 5 * j) ^ rotl(high, 11 * j + 3) ^ _LANE_XOR[j]
+        sparse = word & (rotl(low, 7 * j + 13) ^ rotl(high, 3 * j + 17))
+        lanes.append(Mux(op_or, sparse, word))
+    return Cat(*lanes)
 
-    def beat(self, op_or):
-        """The 256-bit payload beat of the current random value (see :func:`_lane_word`)."""
-        low, high = self.rng.value[0:32], self.rng.value[32:64]
 
-        def rotl(x, n):
-            return x.rotate_left(n % 32)
+def _is_or(round_number):
+    return round_number[0:2] == 3
 
-        lanes = []
-        for j in range(LANES):
-            word = rotl(low, 5 * j) ^ rotl(high, 11 * j + 3) ^ _LANE_XOR[j]
-            sparse = word & (rotl(low, 7 * j + 13) ^ rotl(high, 3 * j + 17))
-            lanes.append(Mux(op_or, sparse, word))
-        return Cat(*lanes)
 
-    def advance(self, m):
-        m.d.comb += self.rng.advance.eq(1)
+def _round_header(m, *, round_number, slot_index, version, lanes, slot_base, job, worker,
+                  exponent, flags):
+    """The header of round ``round_number`` (a ``HeaderLayout`` signal)."""
+    header = Signal(HeaderLayout)
+    m.d.comb += [
+        header.magic.eq(MAGIC), header.version.eq(VERSION),
+        header.type.eq(Mux(_is_or(round_number), PacketType.AGG_OR32, PacketType.AGG_ADD_I32)),
+        header.flags.eq(flags), header.job.eq(job), header.worker.eq(worker),
+        header.exponent.eq(exponent), header.count.eq(lanes),
+        header.slot.eq(slot_base + slot_index), header.slot_version.eq(version),
+        header.seq.eq(round_number), header.offset.eq(round_number * lanes),
+    ]
+    return header
 
 
 class _RoundCounter:
@@ -166,46 +173,53 @@ class _RoundCounter:
         with m.Else():
             m.d.sync += self.slot_index.eq(self.slot_index + 1)
 
-    def header(self, m, *, lanes, slot_base, job, worker, exponent, flags):
-        header = Signal(HeaderLayout)
-        op_or = self.round[0:2] == 3
-        m.d.comb += [
-            header.magic.eq(MAGIC), header.version.eq(VERSION),
-            header.type.eq(Mux(op_or, PacketType.AGG_OR32, PacketType.AGG_ADD_I32)),
-            header.flags.eq(flags), header.job.eq(job), header.worker.eq(worker),
-            header.exponent.eq(exponent), header.count.eq(lanes),
-            header.slot.eq(slot_base + self.slot_index), header.slot_version.eq(self.version),
-            header.seq.eq(self.round), header.offset.eq(self.round * lanes),
-        ]
-        return header, op_or
+
+def _worker_rng(m, seed, worker, name):
+    """The LFSR of one virtual worker (a source and its replica each have one); it advances
+    once per beat, header beats included."""
+    rng = LFSR(width=RNG_WIDTH, seed=_worker_seed(seed, worker))
+    m.submodules[name] = rng
+    return rng
+
+
+#: What a virtual worker hands to the arbiter for each beat: its state, not the 256-bit
+#: beat. :class:`BeatFormer` makes the beat after the arbiter, once for all workers, so
+#: the wide data never goes through a multiplexer.
+WorkerBeat = data.StructLayout({
+    "rng": RNG_WIDTH,        # the worker's LFSR value for this beat
+    "header": 1,             # this is the header beat
+    "last": 1,
+    "round": 32,
+    "slot_index": 16,        # slot inside the job's window
+    "version": 1,
+    "worker": 5,
+})
 
 
 class VirtualWorker(wiring.Component):
-    """One worker's packets, round after round, while ``round < limit``.
+    """One worker's beats, round after round, while ``round < limit``, as
+    :data:`WorkerBeat` descriptors (:class:`BeatFormer` turns them into AXI-Stream beats).
 
-    The beat on ``o`` is computed combinationally from the worker's state (round counter,
-    LFSR), which only changes when a beat is taken, so it is stable while ``valid``: no
-    256-bit output register whose clock enable would fan out from the arbiter's ``ready``.
+    The descriptor is a function of the worker's registers, which only change when a beat
+    is taken, so it is stable while ``valid``.
 
     Attributes
     ----------
-    o : Out(axis_signature())
+    o : Out(stream.Signature(WorkerBeat))
     limit : In(32)
         The worker may start round ``r`` only if ``r < limit``.
     """
 
-    def __init__(self, *, worker, lanes, window, slot_base, job, seed):
-        self.worker, self.lanes, self.window = worker, lanes, window
-        self.slot_base, self.job, self.seed = slot_base, job, seed
-        super().__init__({"o": Out(axis_signature()), "limit": In(32)})
+    def __init__(self, *, worker, lanes, window, seed):
+        if not 0 <= worker < 32:
+            raise ValueError(f"worker must be in 0..31, not {worker!r}")
+        self.worker, self.lanes, self.window, self.seed = worker, lanes, window, seed
+        super().__init__({"o": Out(stream.Signature(WorkerBeat)), "limit": In(32)})
 
     def elaborate(self, platform):
         m = Module()
-        rnd = _WorkerRandom(m, self.seed, self.worker, "rng")
+        rng = _worker_rng(m, self.seed, self.worker, "rng")
         rounds = _RoundCounter(self.window, "worker")
-        header, op_or = rounds.header(m, lanes=self.lanes, slot_base=self.slot_base,
-                                      job=self.job, worker=self.worker,
-                                      exponent=rnd.exponent(), flags=Flags.NONE)
         beats_left = Signal(range(self.lanes // LANES + 1))   # payload beats still to send
         # may the round in `rounds.round` start? A register, for the round number as it
         # will be after this cycle; `limit` only grows, so a value one cycle old is safe.
@@ -213,9 +227,13 @@ class VirtualWorker(wiring.Component):
         in_header = beats_left == 0
         m.d.comb += [
             self.o.valid.eq(~in_header | allowed),
-            self.o.payload.data.eq(Mux(in_header, header.as_value(), rnd.beat(op_or))),
-            self.o.payload.keep.eq(FULL_KEEP),
+            self.o.payload.rng.eq(rng.value),
+            self.o.payload.header.eq(in_header),
             self.o.payload.last.eq(beats_left == 1),
+            self.o.payload.round.eq(rounds.round),
+            self.o.payload.slot_index.eq(rounds.slot_index),
+            self.o.payload.version.eq(rounds.version),
+            self.o.payload.worker.eq(self.worker),
         ]
         taken = self.o.valid & self.o.ready
         stepping = taken & (beats_left == 1)
@@ -223,10 +241,42 @@ class VirtualWorker(wiring.Component):
         m.d.sync += allowed.eq(Mux(stepping, rounds.round + 1 < self.limit,
                                    rounds.round < self.limit))
         with m.If(taken):
-            rnd.advance(m)
+            m.d.comb += rng.advance.eq(1)
             m.d.sync += beats_left.eq(Mux(in_header, self.lanes // LANES, beats_left - 1))
             with m.If(beats_left == 1):
                 rounds.step(m)
+        return m
+
+
+class BeatFormer(wiring.Component):
+    """Turns :data:`WorkerBeat` descriptors into AXI-Stream beats (one register).
+
+    Attributes
+    ----------
+    i : In(stream.Signature(WorkerBeat))
+    o : Out(axis_signature())
+    """
+
+    def __init__(self, *, lanes, slot_base, job):
+        self.lanes, self.slot_base, self.job = lanes, slot_base, job
+        super().__init__({"i": In(stream.Signature(WorkerBeat)), "o": Out(axis_signature())})
+
+    def elaborate(self, platform):
+        m = Module()
+        d = self.i.payload
+        header = _round_header(m, round_number=d.round, slot_index=d.slot_index,
+                               version=d.version, lanes=self.lanes, slot_base=self.slot_base,
+                               job=self.job, worker=d.worker, exponent=d.rng[0:8],
+                               flags=Flags.NONE)
+        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
+        with m.If(self.i.ready):
+            m.d.sync += [
+                self.o.valid.eq(self.i.valid),
+                self.o.payload.data.eq(Mux(d.header, header.as_value(),
+                                           _beat_from_rng(d.rng, _is_or(d.round)))),
+                self.o.payload.keep.eq(FULL_KEEP),
+                self.o.payload.last.eq(d.last),
+            ]
         return m
 
 
@@ -234,18 +284,24 @@ class PacketArbiter(wiring.Component):
     """Merges ``n`` packet streams into one, a whole packet at a time, round-robin, through
     one register.
 
+    Parameters
+    ----------
+    n : int
+    shape : shape-like
+        Stream payload, with a ``last`` field (default :data:`hdl.axis.AxisBeat`).
+
     Attributes
     ----------
-    i : list of In(axis_signature()) (``i0``, ``i1``, ...)
-    o : Out(axis_signature())
+    i0, i1, ... : In(stream.Signature(shape))
+    o : Out(stream.Signature(shape))
     """
 
-    def __init__(self, n):
+    def __init__(self, n, shape=AxisBeat):
         if not isinstance(n, int) or n < 1:
             raise ValueError(f"PacketArbiter needs at least one input, not {n!r}")
         self.n = n
-        super().__init__({**{f"i{k}": In(axis_signature()) for k in range(n)},
-                          "o": Out(axis_signature())})
+        signature = stream.Signature(shape)
+        super().__init__({**{f"i{k}": In(signature) for k in range(n)}, "o": Out(signature)})
 
     @property
     def inputs(self):
@@ -305,7 +361,7 @@ class AggExpected(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        replicas = [_WorkerRandom(m, self.seed, w, f"w{w}") for w in range(self.workers)]
+        replicas = [_worker_rng(m, self.seed, w, f"w{w}_rng") for w in range(self.workers)]
         rounds = _RoundCounter(self.window, "expected")
         advance = Signal()
         m.d.comb += advance.eq(~self.o.valid | self.o.ready)
@@ -316,22 +372,24 @@ class AggExpected(wiring.Component):
         s1_exponents = [Signal(8, name=f"s1_exp{w}") for w in range(self.workers)]
         s1_beats = [Signal(256, name=f"s1_beat{w}") for w in range(self.workers)]
         s1_fields = Signal(HeaderLayout)
-        header, op_or = rounds.header(m, lanes=self.lanes, slot_base=self.slot_base,
-                                      job=self.job, worker=WORKER_MULTICAST, exponent=0,
-                                      flags=Flags.RESULT)
+        header = _round_header(m, round_number=rounds.round, slot_index=rounds.slot_index,
+                               version=rounds.version, lanes=self.lanes,
+                               slot_base=self.slot_base, job=self.job,
+                               worker=WORKER_MULTICAST, exponent=0, flags=Flags.RESULT)
+        op_or = _is_or(rounds.round)
         with m.If(advance):
             m.d.sync += [s1_valid.eq(1), s1_header.eq(beats_left == 0), s1_op_or.eq(op_or)]
             with m.If(beats_left == 0):
                 m.d.sync += [s1_fields.eq(header), s1_last.eq(0),
                              beats_left.eq(self.lanes // LANES)]
-                for w, rnd in enumerate(replicas):
-                    rnd.advance(m)
-                    m.d.sync += s1_exponents[w].eq(rnd.exponent())
+                for w, rng in enumerate(replicas):
+                    m.d.comb += rng.advance.eq(1)
+                    m.d.sync += s1_exponents[w].eq(rng.value[0:8])
             with m.Else():
                 m.d.sync += [s1_last.eq(beats_left == 1), beats_left.eq(beats_left - 1)]
-                for w, rnd in enumerate(replicas):
-                    rnd.advance(m)
-                    m.d.sync += s1_beats[w].eq(rnd.beat(op_or))
+                for w, rng in enumerate(replicas):
+                    m.d.comb += rng.advance.eq(1)
+                    m.d.sync += s1_beats[w].eq(_beat_from_rng(rng.value, op_or))
                 with m.If(beats_left == 1):
                     rounds.step(m)
 
@@ -471,17 +529,21 @@ class AggTraffic(wiring.Component):
             m.d.sync += self.configured.eq(1)
 
         m.submodules.checker = checker = StreamChecker(stall_limit=self.stall_limit)
-        m.submodules.arbiter = arbiter = PacketArbiter(self.workers)
+        m.submodules.arbiter = arbiter = PacketArbiter(self.workers, WorkerBeat)
         # SwitchML flow control: at most `window` rounds between sent and completed
         limit = Signal(32)
         m.d.sync += limit.eq(Mux(self.configured, checker.packets + self.window, 0))
         for w in range(self.workers):
-            worker = VirtualWorker(worker=w, **common)
+            worker = VirtualWorker(worker=w, lanes=self.lanes, window=self.window,
+                                   seed=self.seed)
             m.submodules[f"worker{w}"] = worker
             m.d.comb += worker.limit.eq(limit)
             wiring.connect(m, worker.o, arbiter.inputs[w])
+        m.submodules.former = former = BeatFormer(lanes=self.lanes, slot_base=self.slot_base,
+                                                  job=self.job)
         m.submodules.inject = inject = FaultInjector()
-        wiring.connect(m, arbiter.o, inject.i)
+        wiring.connect(m, arbiter.o, former.i)
+        wiring.connect(m, former.o, inject.i)
         wiring.connect(m, inject.o, wiring.flipped(self.o))
         m.d.comb += [inject.enable.eq(self.inject_fault), self.flipped.eq(inject.flipped)]
         with m.If(self.o.valid & self.o.ready & self.o.payload.last):
