@@ -30,6 +30,8 @@ from amaranth.utils import ceil_log2
 
 from host.counters import AGG_COUNTERS
 
+from .ctrl_port import ctrl_port_members
+
 __all__ = ["AggControl", "REG_COUNTERS", "REG_PARAMS", "JOB_STRIDE"]
 
 JOB_STRIDE = 4
@@ -66,11 +68,7 @@ class AggControl(wiring.Component):
     def __init__(self, *, slots, lanes, max_workers, jobs):
         self._slots, self._lanes, self._max_workers, self._jobs = slots, lanes, max_workers, jobs
         super().__init__({
-            "ctrl_addr": In(16),
-            "ctrl_wdata": In(32),
-            "ctrl_we": In(1),
-            "ctrl_re": In(1),
-            "ctrl_rdata": Out(32),
+            **ctrl_port_members(),
             "count_inc": In(len(AGG_COUNTERS)),
             "lookup_job": In(8),
             "lookup_configured": Out(1),

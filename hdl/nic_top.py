@@ -11,12 +11,12 @@ Ports (flat, so cocotbext-axi binds by prefix and the names are the AXI ones):
 """
 from amaranth import Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 from host.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
 
 from .axis import connect_flat_axis, flat_axis_members
 from .compressor import Compressor
+from .ctrl_port import ctrl_port_members
 from .decompressor import Decompressor
 
 __all__ = ["RX_COUNTER_BASE", "NicTop"]
@@ -41,7 +41,7 @@ class NicTop(wiring.Component):
         members.update(flat_axis_members("tx_m_axis", sink=False))
         members.update(flat_axis_members("rx_s_axis", sink=True))
         members.update(flat_axis_members("rx_m_axis", sink=False))
-        members.update({"ctrl_addr": In(16), "ctrl_re": In(1), "ctrl_rdata": Out(COUNTER_BITS)})
+        members.update(ctrl_port_members(writable=False))
         super().__init__(members)
 
     def elaborate(self, platform):

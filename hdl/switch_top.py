@@ -2,14 +2,14 @@
 
 Ports: ``clk``/``rst`` (sync domain), AXI-Stream ``s_axis_t*`` (data packets in) and
 ``m_axis_t*`` (result packets out) named the way ``cocotbext-axi`` binds by prefix, and the
-``ctrl_*`` register port of ``notes/agg-contract.md`` (map in :mod:`hdl.agg_control`).
+``ctrl_*`` register port (map in :mod:`hdl.agg_control` and ``host/driver/registers.py``).
 """
 from amaranth import Module
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
 
 from .aggregator import Aggregator
 from .axis import connect_flat_axis, flat_axis_members
+from .ctrl_port import connect_ctrl_port, ctrl_port_members
 
 __all__ = ["SwitchTop"]
 
@@ -26,11 +26,7 @@ class SwitchTop(wiring.Component):
         super().__init__({
             **flat_axis_members("s_axis", sink=True),
             **flat_axis_members("m_axis", sink=False),
-            "ctrl_addr": In(16),
-            "ctrl_wdata": In(32),
-            "ctrl_we": In(1),
-            "ctrl_re": In(1),
-            "ctrl_rdata": Out(32),
+            **ctrl_port_members(),
         })
 
     def elaborate(self, platform):
@@ -38,11 +34,5 @@ class SwitchTop(wiring.Component):
         m.submodules.engine = engine = self.engine
         connect_flat_axis(m, self, "s_axis", engine.i, sink=True)
         connect_flat_axis(m, self, "m_axis", engine.o, sink=False)
-        m.d.comb += [
-            engine.ctrl_addr.eq(self.ctrl_addr),
-            engine.ctrl_wdata.eq(self.ctrl_wdata),
-            engine.ctrl_we.eq(self.ctrl_we),
-            engine.ctrl_re.eq(self.ctrl_re),
-            self.ctrl_rdata.eq(engine.ctrl_rdata),
-        ]
+        connect_ctrl_port(m, self, engine)
         return m
