@@ -54,10 +54,13 @@ class NicChecker(wiring.Component):
                                                          max_count=self.max_count)
         m.submodules.quantise = quantise = QuantizeStream()
         m.submodules.compare = compare = StreamChecker(stall_limit=self.stall_limit)
-        # keeps the pairing with the received beat off the clock enables of the quantiser
-        # and the replay
+        # skid buffers keep the pairing with the received beat off the quantiser's clock
+        # enables, and the quantiser's stall off the replay's: each register group's
+        # enable is then one gate away from flip-flops
+        m.submodules.replay_skid = replay_skid = SkidBuffer(AxisBeat)
         m.submodules.skid = skid = SkidBuffer(AxisBeat)
-        wiring.connect(m, replay.o, quantise.i)
+        wiring.connect(m, replay.o, replay_skid.i)
+        wiring.connect(m, replay_skid.o, quantise.i)
         wiring.connect(m, quantise.o, skid.i)
         wiring.connect(m, skid.o, compare.expected)
         wiring.connect(m, wiring.flipped(self.received), compare.received)
