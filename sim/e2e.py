@@ -145,7 +145,7 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
             for key, value in stats.items():
                 if key.endswith("bytes") and np.isscalar(value):
                     totals[key] = totals.get(key, 0) + int(value)
-            model.apply(result / np.float32(workers), lr=20.0)
+            model.apply(result / np.float32(workers), lr=5.0)
             if progress:
                 progress("lhc", step + 1, steps)
         loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
