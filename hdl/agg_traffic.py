@@ -29,11 +29,11 @@ from amaranth.lib.wiring import In, Out
 from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
     PacketType
 from hdl.axis import AxisBeat, axis_signature
+from hdl.credit_buffer import CreditBuffer
 from hdl.fault_inject import FaultInjector
 from hdl.gradient_gen import RNG_WIDTH, derive_seed
 from hdl.header import HeaderLayout
 from hdl.lfsr import LFSR, lfsr_advance
-from hdl.skid_buffer import SkidBuffer
 from hdl.stream_checker import StreamChecker
 
 __all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "PacketArbiter", "BeatFormer",
@@ -346,8 +346,9 @@ class PacketArbiter(wiring.Component):
 
 
 class AggExpected(wiring.Component):
-    """The result packets the aggregator must emit, round after round (pipelined: the
-    workers' values, then one register level per level of the combining tree).
+    """The result packets the aggregator must emit, round after round (free-running
+    pipeline: the workers' values, one register level per level of the combining tree, an
+    output register, then a :class:`hdl.credit_buffer.CreditBuffer`).
 
     Attributes
     ----------
@@ -363,8 +364,12 @@ class AggExpected(wiring.Component):
         m = Module()
         replicas = [_worker_rng(m, self.seed, w, f"w{w}_rng") for w in range(self.workers)]
         rounds = _RoundCounter(self.window, "expected")
-        advance = Signal()
-        m.d.comb += advance.eq(~self.o.valid | self.o.ready)
+        # Free-running pipeline (no clock enables on its wide registers): a beat is issued
+        # whenever the buffer at the end grants space, and moves on every clock.
+        levels = (self.workers - 1).bit_length()       # register levels of the tree
+        m.submodules.buffer = buffer = CreditBuffer(AxisBeat, latency=levels + 2)
+        wiring.connect(m, buffer.o, wiring.flipped(self.o))
+        issue = buffer.space
 
         # stage 1: the workers' values of this beat (exponents, or payload lanes)
         beats_left = Signal(range(self.lanes // LANES + 1))
@@ -377,21 +382,16 @@ class AggExpected(wiring.Component):
                                slot_base=self.slot_base, job=self.job,
                                worker=WORKER_MULTICAST, exponent=0, flags=Flags.RESULT)
         op_or = _is_or(rounds.round)
-        with m.If(advance):
-            m.d.sync += [s1_valid.eq(1), s1_header.eq(beats_left == 0), s1_op_or.eq(op_or)]
-            with m.If(beats_left == 0):
-                m.d.sync += [s1_fields.eq(header), s1_last.eq(0),
-                             beats_left.eq(self.lanes // LANES)]
-                for w, rng in enumerate(replicas):
-                    m.d.comb += rng.advance.eq(1)
-                    m.d.sync += s1_exponents[w].eq(rng.value[0:8])
-            with m.Else():
-                m.d.sync += [s1_last.eq(beats_left == 1), beats_left.eq(beats_left - 1)]
-                for w, rng in enumerate(replicas):
-                    m.d.comb += rng.advance.eq(1)
-                    m.d.sync += s1_beats[w].eq(_beat_from_rng(rng.value, op_or))
-                with m.If(beats_left == 1):
-                    rounds.step(m)
+        m.d.sync += [s1_valid.eq(issue), s1_header.eq(beats_left == 0), s1_op_or.eq(op_or),
+                     s1_last.eq(beats_left == 1), s1_fields.eq(header)]
+        m.d.sync += [s1_exponents[w].eq(rng.value[0:8]) for w, rng in enumerate(replicas)]
+        m.d.sync += [s1_beats[w].eq(_beat_from_rng(rng.value, op_or))
+                     for w, rng in enumerate(replicas)]
+        with m.If(issue):
+            m.d.comb += [rng.advance.eq(1) for rng in replicas]
+            m.d.sync += beats_left.eq(Mux(beats_left == 0, self.lanes // LANES, beats_left - 1))
+            with m.If(beats_left == 1):
+                rounds.step(m)
 
         # then a tree that combines pairs, one register level per tree level (lane-wise
         # wrap-around sum or OR; signed max of the exponents): no chain of adders or
@@ -411,28 +411,25 @@ class AggExpected(wiring.Component):
                     lanes = [Mux(meta["op_or"], ba[32 * j:32 * j + 32] | bb[32 * j:32 * j + 32],
                                  (ba[32 * j:32 * j + 32] + bb[32 * j:32 * j + 32])[0:32])
                              for j in range(LANES)]
-                    update = [exponent.eq(Mux(ea > eb, ea, eb)), beat.eq(Cat(*lanes))]
+                    m.d.sync += [exponent.eq(Mux(ea > eb, ea, eb)), beat.eq(Cat(*lanes))]
                 else:
-                    update = [exponent.eq(items[k][0]), beat.eq(items[k][1])]
-                with m.If(advance):
-                    m.d.sync += update
+                    m.d.sync += [exponent.eq(items[k][0]), beat.eq(items[k][1])]
                 combined.append((exponent, beat))
             staged = {name: Signal.like(value, name=f"s{level}_{name}")
                       for name, value in meta.items()}
-            with m.If(advance):
-                m.d.sync += [staged[name].eq(value) for name, value in meta.items()]
+            m.d.sync += [staged[name].eq(value) for name, value in meta.items()]
             items, meta = combined, staged
+        assert level == levels + 1
 
         exponent, beat = items[0]
         result_header = Signal(HeaderLayout)
         m.d.comb += [result_header.eq(meta["fields"]), result_header.exponent.eq(exponent)]
-        with m.If(advance):
-            m.d.sync += [
-                self.o.valid.eq(meta["valid"]),
-                self.o.payload.data.eq(Mux(meta["header"], result_header.as_value(), beat)),
-                self.o.payload.keep.eq(FULL_KEEP),
-                self.o.payload.last.eq(meta["last"]),
-            ]
+        m.d.sync += [
+            buffer.i.valid.eq(meta["valid"]),
+            buffer.i.payload.data.eq(Mux(meta["header"], result_header.as_value(), beat)),
+            buffer.i.payload.keep.eq(FULL_KEEP),
+            buffer.i.payload.last.eq(meta["last"]),
+        ]
         return m
 
 
@@ -550,10 +547,7 @@ class AggTraffic(wiring.Component):
             m.d.sync += self.sent.eq(self.sent + 1)
 
         m.submodules.expected = expected = AggExpected(workers=self.workers, **common)
-        # keeps the engine's tvalid (the checker's pairing) off the replay's clock enables
-        m.submodules.expected_skid = expected_skid = SkidBuffer(AxisBeat)
-        wiring.connect(m, expected.o, expected_skid.i)
-        wiring.connect(m, expected_skid.o, checker.expected)
+        wiring.connect(m, expected.o, checker.expected)
         wiring.connect(m, wiring.flipped(self.results), checker.received)
         for name in ("beats", "packets", "errors", "bad_packets", "error"):
             m.d.comb += getattr(self, name).eq(getattr(checker, name))

@@ -17,7 +17,8 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from host.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, PacketType
-from hdl.axis import axis_signature
+from hdl.axis import AxisBeat, axis_signature
+from hdl.credit_buffer import CreditBuffer
 from hdl.header import HeaderLayout
 
 __all__ = ["quantize_model", "QuantizeStream", "nic_applies_k"]
@@ -77,7 +78,8 @@ def _leading_one(m, code, name):
 
 
 class QuantizeStream(wiring.Component):
-    """Quantises the payload lanes of every packet the NIC compresses; four pipeline stages.
+    """Quantises the payload lanes of every packet the NIC compresses; four free-running
+    pipeline stages, then a :class:`hdl.credit_buffer.CreditBuffer`.
 
     Attributes
     ----------
@@ -94,8 +96,12 @@ class QuantizeStream(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        advance = Signal()                       # every stage moves on together
-        m.d.comb += [advance.eq(~self.o.valid | self.o.ready), self.i.ready.eq(advance)]
+        # The stages move on every clock (no clock enable on ~1800 flip-flops); the buffer
+        # at the end takes what comes out, and its registered `space` is the input's ready.
+        m.submodules.buffer = buffer = CreditBuffer(AxisBeat, latency=self.LATENCY)
+        wiring.connect(m, buffer.o, wiring.flipped(self.o))
+        take = Signal()
+        m.d.comb += [self.i.ready.eq(buffer.space), take.eq(self.i.valid & self.i.ready)]
 
         # which beats to quantise: the payload of a compressible packet
         first = Signal(init=1)                   # the next input beat is a header
@@ -105,7 +111,7 @@ class QuantizeStream(wiring.Component):
         edge_01, e8, shift8 = Signal(8), Signal(8), Signal(5)
         header = data.View(HeaderLayout, self.i.payload.data)
         k_in = header.k[0:4]
-        with m.If(self.i.valid & advance):
+        with m.If(take):
             m.d.sync += first.eq(self.i.payload.last)
             with m.If(first):
                 m.d.sync += [
@@ -125,17 +131,16 @@ class QuantizeStream(wiring.Component):
         s3 = [Signal(_Stage3, name=f"s3_lane{j}") for j in range(LANES)]
         out = [Signal(32, name=f"out_lane{j}") for j in range(LANES)]
 
-        with m.If(advance):
-            m.d.sync += [
-                valid[0].eq(self.i.valid),
-                beat[0].quantise.eq(~first & quantise_packet),
-                beat[0].shift8.eq(shift8),
-                beat[0].edge_01.eq(edge_01),
-                beat[0].keep.eq(self.i.payload.keep),
-                beat[0].last.eq(self.i.payload.last),
-            ]
-            for n in range(1, 4):
-                m.d.sync += [valid[n].eq(valid[n - 1]), beat[n].eq(beat[n - 1])]
+        m.d.sync += [
+            valid[0].eq(take),
+            beat[0].quantise.eq(~first & quantise_packet),
+            beat[0].shift8.eq(shift8),
+            beat[0].edge_01.eq(edge_01),
+            beat[0].keep.eq(self.i.payload.keep),
+            beat[0].last.eq(self.i.payload.last),
+        ]
+        for n in range(1, 4):
+            m.d.sync += [valid[n].eq(valid[n - 1]), beat[n].eq(beat[n - 1])]
 
         for j in range(LANES):
             word = self.i.payload.data[32 * j:32 * j + 32]
@@ -151,31 +156,27 @@ class QuantizeStream(wiring.Component):
             with m.Else():
                 m.d.comb += tag.eq(0b11)
             shift = (127 - e)[0:4]
-            with m.If(advance):
-                m.d.sync += [s1[j].word.eq(word), s1[j].tag.eq(tag),
-                             s1[j].f.eq(Cat(mant, C(1, 1)) >> shift)]
+            m.d.sync += [s1[j].word.eq(word), s1[j].tag.eq(tag),
+                         s1[j].f.eq(Cat(mant, C(1, 1)) >> shift)]
             # stage 2: the payload code, P8 or P16 (without the sign)
             code = Mux(s1[j].tag == 0b01, s1[j].f >> beat[0].shift8, s1[j].f >> 8)
-            with m.If(advance):
-                m.d.sync += [s2[j].word.eq(s1[j].word), s2[j].tag.eq(s1[j].tag),
-                             s2[j].code.eq(code)]
-            # stage 3: position of the code's leading one (the last 1 bit wins)
+            m.d.sync += [s2[j].word.eq(s1[j].word), s2[j].tag.eq(s1[j].tag),
+                         s2[j].code.eq(code)]
+            # stage 3: position of the code's leading one
             top = _leading_one(m, s2[j].code, f"top{j}")
-            with m.If(advance):
-                m.d.sync += [s3[j].word.eq(s2[j].word), s3[j].tag.eq(s2[j].tag),
-                             s3[j].code.eq(s2[j].code), s3[j].top.eq(top)]
+            m.d.sync += [s3[j].word.eq(s2[j].word), s3[j].tag.eq(s2[j].tag),
+                         s3[j].code.eq(s2[j].code), s3[j].top.eq(top)]
             # stage 4: decode to fp32: exponent from the leading one, mantissa after it
             scale_base = Mux(s3[j].tag == 0b01, beat[2].edge_01, 127 - 15)
             normalised = (s3[j].code << (14 - s3[j].top).as_unsigned())[0:14]
             decoded = Cat(C(0, 9), normalised, (scale_base + s3[j].top)[0:8], s3[j].word[31])
             result = Mux(s3[j].tag == 0b00, 0, Mux(s3[j].tag == 0b11, s3[j].word, decoded))
-            with m.If(advance):
-                m.d.sync += out[j].eq(Mux(beat[2].quantise, result, s3[j].word))
+            m.d.sync += out[j].eq(Mux(beat[2].quantise, result, s3[j].word))
 
         m.d.comb += [
-            self.o.valid.eq(valid[3]),
-            self.o.payload.data.eq(Cat(*out)),
-            self.o.payload.keep.eq(beat[3].keep),
-            self.o.payload.last.eq(beat[3].last),
+            buffer.i.valid.eq(valid[3]),
+            buffer.i.payload.data.eq(Cat(*out)),
+            buffer.i.payload.keep.eq(beat[3].keep),
+            buffer.i.payload.last.eq(beat[3].last),
         ]
         return m

@@ -11,10 +11,9 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.axis import AxisBeat, axis_signature
+from hdl.axis import axis_signature
 from hdl.gradient_gen import GradientGenerator
 from hdl.lane_quantizer import QuantizeStream
-from hdl.skid_buffer import SkidBuffer
 from hdl.stream_checker import StreamChecker
 
 __all__ = ["NicChecker"]
@@ -54,15 +53,10 @@ class NicChecker(wiring.Component):
                                                          max_count=self.max_count)
         m.submodules.quantise = quantise = QuantizeStream()
         m.submodules.compare = compare = StreamChecker(stall_limit=self.stall_limit)
-        # skid buffers keep the pairing with the received beat off the quantiser's clock
-        # enables, and the quantiser's stall off the replay's: each register group's
-        # enable is then one gate away from flip-flops
-        m.submodules.replay_skid = replay_skid = SkidBuffer(AxisBeat)
-        m.submodules.skid = skid = SkidBuffer(AxisBeat)
-        wiring.connect(m, replay.o, replay_skid.i)
-        wiring.connect(m, replay_skid.o, quantise.i)
-        wiring.connect(m, quantise.o, skid.i)
-        wiring.connect(m, skid.o, compare.expected)
+        # (the quantiser's input ready is a register: the replay's clock enables stay one
+        # gate away from flip-flops)
+        wiring.connect(m, replay.o, quantise.i)
+        wiring.connect(m, quantise.o, compare.expected)
         wiring.connect(m, wiring.flipped(self.received), compare.received)
         for name in ("beats", "packets", "errors", "bad_packets", "error"):
             m.d.comb += getattr(self, name).eq(getattr(compare, name))

@@ -1,0 +1,73 @@
+"""A FIFO that grants its producer credit ahead of time, for free-running pipelines.
+
+A pipeline whose stages all wait while the output is stalled (``advance = ~o.valid |
+o.ready``) turns the consumer's ``ready`` into the clock enable of every register it
+holds: thousands of flip-flops on one net, one clock after another stage's ``ready``. The
+self-test's wide pipelines (the quantiser, the expected sums) instead move on every clock,
+and a :class:`CreditBuffer` at their end absorbs what comes out: its ``space`` output, a
+register, tells the producer whether a beat issued now still fits once the pipeline
+``latency`` has passed, counting every beat that may still be in flight.
+"""
+from amaranth import Module, Shape
+from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+
+__all__ = ["CreditBuffer"]
+
+
+class CreditBuffer(wiring.Component):
+    """FIFO with a registered "you may issue a beat now" for a pipeline of ``latency``.
+
+    Parameters
+    ----------
+    shape : shape-like
+        Payload of the streams.
+    latency : int
+        Clocks from the producer's decision to issue (``space`` seen high) to the beat's
+        arrival at ``i``.
+    depth : int or None
+        FIFO entries; default ``2 * latency + 4`` (full throughput with a consumer that
+        takes a beat every clock).
+
+    Attributes
+    ----------
+    i : In(stream.Signature(shape))
+        ``ready`` is high whenever there is room, which ``space`` guarantees; a producer that
+        issues only on ``space`` never sees it low.
+    o : Out(stream.Signature(shape))
+    space : Out(1)
+        A register: a beat issued this clock will find room.
+    """
+
+    def __init__(self, shape, *, latency, depth=None):
+        if not isinstance(latency, int) or latency < 0:
+            raise ValueError(f"latency must be a non-negative integer, not {latency!r}")
+        depth = 2 * latency + 4 if depth is None else depth
+        if depth < latency + 3:
+            raise ValueError(f"depth {depth} cannot cover a latency of {latency} "
+                             f"(needs at least {latency + 3})")
+        self.shape, self.latency, self.depth = shape, latency, depth
+        super().__init__({
+            "i": In(stream.Signature(shape)),
+            "o": Out(stream.Signature(shape)),
+            "space": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        width = Shape.cast(self.shape).width
+        m.submodules.fifo = fifo = SyncFIFOBuffered(width=width, depth=self.depth)
+        m.d.comb += [
+            fifo.w_data.eq(self.i.payload.as_value()),
+            fifo.w_en.eq(self.i.valid),
+            self.i.ready.eq(fifo.w_rdy),
+            self.o.payload.as_value().eq(fifo.r_data),
+            self.o.valid.eq(fifo.r_rdy),
+            fifo.r_en.eq(self.o.ready),
+        ]
+        # `space` at clock t is computed from the level at t - 1, which does not count the
+        # beats issued at t - 1 - latency .. t - 1 (still in the pipeline), nor the one
+        # issued at t: latency + 2 beats at most (one per clock), counted as stored already.
+        m.d.sync += self.space.eq(fifo.level + self.latency + 2 <= self.depth)
+        return m
