@@ -322,15 +322,19 @@ class GradientGenerator(wiring.Component):
         words = Signal(range(LANES + 1))
         m.d.comb += words.eq(Mux(left >= LANES, LANES, left))
 
+        # `left == 0` as a register of its own: it decides which LFSRs advance, so it
+        # must be a flip-flop, not a compare, in front of their clock enables
+        at_header = Signal(init=1)
         with m.If(take):
             m.d.sync += self.o.valid.eq(1)
-            with m.If(left == 0):                    # next beat: a header
+            with m.If(at_header):                    # next beat: a header
                 m.d.comb += header_rng.advance.eq(1)
                 m.d.sync += [
                     self.o.payload.data.eq(header.as_value()),
                     self.o.payload.keep.eq(Const(-1, BEAT_BYTES)),
                     self.o.payload.last.eq(count == 0),
                     left.eq(count),
+                    at_header.eq(count == 0),
                     edges.eq(packet_edges(m, Mux(h[4:8] == 0, 10, h[4:8]))),
                     seq.eq(seq + 1),
                     offset.eq(offset + count),
@@ -343,5 +347,6 @@ class GradientGenerator(wiring.Component):
                     self.o.payload.keep.eq((Const(1, 33) << (words * 4)) - 1),
                     self.o.payload.last.eq(left <= LANES),
                     left.eq(left - words),
+                    at_header.eq(left <= LANES),
                 ]
         return m
