@@ -104,16 +104,19 @@ class Report(wiring.Component):
 
         snapshot = Array(Signal(self.width, name=f"snap_{name}") for name in self.fields)
         pc = Signal(range(len(ops) + 1))
-        op_is_number = Signal()
-        op_char = Signal(8)
-        op_field = Signal(range(max(len(self.fields), 1)))
+        # the op at `pc`, decoded from the program into registers (FETCH) before it is used
+        # (EXEC): no ROM decoder in front of the output handshake
+        decoded_number, decoded_char = Signal(), Signal(8)
+        decoded_field = Signal(range(max(len(self.fields), 1)))
         with m.Switch(pc):
             for index, (kind, arg) in enumerate(ops):
                 with m.Case(index):
                     if kind == "char":
-                        m.d.comb += op_char.eq(arg)
+                        m.d.comb += decoded_char.eq(arg)
                     else:
-                        m.d.comb += [op_is_number.eq(1), op_field.eq(arg)]
+                        m.d.comb += [decoded_number.eq(1), decoded_field.eq(arg)]
+        op_end, op_number = Signal(), Signal()
+        op_char, op_field = Signal.like(decoded_char), Signal.like(decoded_field)
 
         work = Signal(self.width)        # what is left of the number being printed
         place = Signal(range(digits))    # the decimal place being worked on
@@ -131,23 +134,32 @@ class Report(wiring.Component):
                     m.d.sync += [pc.eq(0), self.lines.eq(self.lines + 1)]
                     m.next = "FETCH"
             with m.State("FETCH"):
-                with m.If(pc == len(ops)):
+                m.d.sync += [op_end.eq(pc == len(ops)), op_number.eq(decoded_number),
+                             op_char.eq(decoded_char), op_field.eq(decoded_field)]
+                m.next = "EXEC"
+            with m.State("EXEC"):
+                with m.If(op_end):
                     m.next = "IDLE"
-                with m.Elif(op_is_number):
+                with m.Elif(op_number):
                     m.d.sync += [work.eq(snapshot[op_field]), place.eq(digits - 1),
                                  power.eq(10 ** (digits - 1)), digit.eq(0), started.eq(0)]
-                    m.next = "DIGIT"
+                    m.next = "SUBTRACT"
                 with m.Else():
                     m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(op_char)]
                     with m.If(self.o.ready):
                         m.d.sync += pc.eq(pc + 1)
-            with m.State("DIGIT"):
-                advance = Signal()
+                        m.next = "FETCH"
+            with m.State("SUBTRACT"):
+                # the digit at `place`: subtract 10 ** place while it fits
                 with m.If(work >= power):
                     m.d.sync += [work.eq(work - power), digit.eq(digit + 1)]
-                with m.Elif((digit != 0) | started | (place == 0)):
-                    m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(ord("0") + digit)]
-                    m.d.comb += advance.eq(self.o.ready)
+                with m.Else():
+                    m.next = "EMIT"
+            with m.State("EMIT"):
+                advance = Signal()
+                with m.If((digit != 0) | started | (place == 0)):
+                    m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(ord("0") + digit),
+                                 advance.eq(self.o.ready)]
                     with m.If(self.o.ready):
                         m.d.sync += started.eq(1)
                 with m.Else():
@@ -157,4 +169,6 @@ class Report(wiring.Component):
                     with m.If(place == 0):
                         m.d.sync += pc.eq(pc + 1)
                         m.next = "FETCH"
+                    with m.Else():
+                        m.next = "SUBTRACT"
         return m
