@@ -102,21 +102,23 @@ class Report(wiring.Component):
         with m.If(tick):
             m.d.sync += timer.eq(self.period - 1)
 
-        snapshot = Array(Signal(self.width, name=f"snap_{name}") for name in self.fields)
+        # The snapshot is a queue in the order the numbers are printed (a field used twice
+        # is in it twice): each number takes the head and shifts the rest, so no wide
+        # multiplexer picks the value to print.
+        printed = [self.fields[arg] for kind, arg in ops if kind == "number"]
+        queue = [Signal(self.width, name=f"queue{n}_{name}") for n, name in enumerate(printed)]
         pc = Signal(range(len(ops) + 1))
         # the op at `pc`, decoded from the program into registers (FETCH) before it is used
         # (EXEC): no ROM decoder in front of the output handshake
         decoded_number, decoded_char = Signal(), Signal(8)
-        decoded_field = Signal(range(max(len(self.fields), 1)))
         with m.Switch(pc):
             for index, (kind, arg) in enumerate(ops):
                 with m.Case(index):
                     if kind == "char":
                         m.d.comb += decoded_char.eq(arg)
                     else:
-                        m.d.comb += [decoded_number.eq(1), decoded_field.eq(arg)]
-        op_end, op_number = Signal(), Signal()
-        op_char, op_field = Signal.like(decoded_char), Signal.like(decoded_field)
+                        m.d.comb += decoded_number.eq(1)
+        op_end, op_number, op_char = Signal(), Signal(), Signal.like(decoded_char)
 
         work = Signal(self.width)        # what is left of the number being printed
         place = Signal(range(digits))    # the decimal place being worked on
@@ -128,21 +130,22 @@ class Report(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(tick):
-                    for name, snap in zip(self.fields, snapshot):
+                    for name, entry in zip(printed, queue):
                         value = self.lines + 1 if name == "line" else getattr(self, name)
-                        m.d.sync += snap.eq(value)
+                        m.d.sync += entry.eq(value)
                     m.d.sync += [pc.eq(0), self.lines.eq(self.lines + 1)]
                     m.next = "FETCH"
             with m.State("FETCH"):
                 m.d.sync += [op_end.eq(pc == len(ops)), op_number.eq(decoded_number),
-                             op_char.eq(decoded_char), op_field.eq(decoded_field)]
+                             op_char.eq(decoded_char)]
                 m.next = "EXEC"
             with m.State("EXEC"):
                 with m.If(op_end):
                     m.next = "IDLE"
                 with m.Elif(op_number):
-                    m.d.sync += [work.eq(snapshot[op_field]), place.eq(digits - 1),
+                    m.d.sync += [work.eq(queue[0]), place.eq(digits - 1),
                                  power.eq(10 ** (digits - 1)), digit.eq(0), started.eq(0)]
+                    m.d.sync += [a.eq(b) for a, b in zip(queue, queue[1:])]
                     m.next = "SUBTRACT"
                 with m.Else():
                     m.d.comb += [self.o.valid.eq(1), self.o.payload.eq(op_char)]

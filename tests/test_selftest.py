@@ -314,7 +314,7 @@ async def uart_text(ctx, line, divisor, stop_after):
 
 
 def test_report_line_over_uart():
-    template = "t={line}s a={alpha} b={beta} zero={gamma} big={delta}\r\n"
+    template = "t={line}s a={alpha} b={beta} zero={gamma} big={delta} a={alpha}\r\n"
     values = {"alpha": 1234567, "beta": 10, "gamma": 0, "delta": 0xFFFFFFFF}
     m = Module()
     m.submodules.report = report = Report(template, period=20)
@@ -333,9 +333,9 @@ def test_report_line_over_uart():
             lines.append(await uart_text(ctx, uart.tx, 4, "\r\n"))
 
     run(m, inputs, receiver)
-    assert lines[0] == "t=1s a=1234567 b=10 zero=0 big=4294967295\r\n"
+    assert lines[0] == "t=1s a=1234567 b=10 zero=0 big=4294967295 a=1234567\r\n"
     # periods that start while a line is going out are skipped, so this is line 2
-    assert lines[1] == "t=2s a=42 b=10 zero=0 big=4294967295\r\n"
+    assert lines[1] == "t=2s a=42 b=10 zero=0 big=4294967295 a=42\r\n"
 
 
 @pytest.mark.filterwarnings("ignore:.*created but never used")
