@@ -78,6 +78,7 @@ def test_board_top_elaborates(board, tmp_path):
     il = files["gradwire.il"]
     il = il.decode() if isinstance(il, bytes) else il
     assert "EHXPLLL" in il
+    assert "DCCA" in il              # the reset goes over a global network
     assert ("compress" in il.lower()) == ("nic" in entry.engines)
     assert ("aggregator" in il.lower() or "agg_traffic" in il) == ("switch" in entry.engines)
     for spec in entry.leds.values():
