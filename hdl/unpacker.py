@@ -3,42 +3,57 @@
 The receive path's front end hands this component the beats of every packet it does not
 drop, each marked ``bypass`` (passed through) or not (an ``INC_F32`` packet: header beat,
 then bitstream beats). For an ``INC_F32`` packet it emits the rewritten header
-(``type = RAW_F32``) and then one item per block, each the 34 bytes starting at the block
-(tag vector in bits 0..15), plus the packet's end verdict.
+(``type = RAW_F32``), then one item per block, each the 34 bytes starting at the block
+(tag vector in bits 0..15), then the packet's verdict.
 
 How a block is found
 --------------------
 Every field of the bitstream is a whole number of bytes, so blocks start on byte
 boundaries. The unread part of the bitstream sits in a window of four 256-bit words
-(``win_bytes`` valid bytes) with a byte pointer ``ptr`` (0..65) into it. Each clock:
+(``win_bytes`` valid bytes) with a byte pointer ``ptr`` (0..65) into it. Words that ``ptr``
+has passed (its bits 5..6) leave the window one clock later, and a new word enters whenever a
+slot is free.
 
-* the block length ``2 + payload bytes`` (2..34) that a block starting at byte ``p`` would
-  have was computed for every position ``p`` the clock before and registered; ``ptr``
-  selects one (a balanced mux tree);
-* if the window holds the whole block (``length <= available``, ``available`` being a
-  register too), the 34 bytes at ``ptr`` go out as one item (a byte shifter feeding the
-  output register) and ``ptr`` advances by the length;
-* the words ``ptr`` has passed (0, 1 or 2, from the ``ptr`` register's upper bits) leave
-  the window, and a new input word enters whenever a slot is free.
+The only recurrence is the pointer advance, and it is kept to one multiplexer:
 
-The pointer-advance loop (``ptr`` -> length -> ``ptr``) is the only recurrence, and it is
-kept to a mux tree, one compare and one add; the length sums and the window shift hang off
-registers. With blocks of up to 32 bytes the window never runs dry, so a block leaves every
-clock as long as the input keeps up; 34-byte blocks are limited by the input word rate.
+* :class:`~hdl.block_ends.BlockEnds` computes, one clock before a word enters, where a block
+  starting at each of its bytes would end (measured from that word's start, so the value
+  stays right as the window moves by whole words); the window keeps these ``ends``;
+* every clock, ``fits[q]`` records whether the block at byte ``q`` is all in the window
+  (from registers: ``ends[q]`` against ``win_bytes``). It is one clock old when used, and
+  shifted by the words that left meanwhile; data only ever arrives, so an old "fits" is
+  still true;
+* ``ptr`` selects ``(fits, end)`` at its position; if the block fits and the output has
+  room, ``ptr`` becomes the end (already in the coordinates of the window after the shift).
+
+That fast path never fires the last block: lanes past ``count`` carry nothing whatever
+their tag bits, so its length needs the lane mask. A three-clock *probe* does: it registers
+the tag vector at ``ptr``, then its exact (masked) end, then compares that with
+``win_bytes``. The probe restarts whenever ``ptr`` moves, and it also decides truncation
+(the input has ended and the block at ``ptr`` is not all there). A block thus leaves every
+clock while the input keeps up; the last block of a packet and the verdict cost three
+clocks more. 34-byte blocks are limited by the input word rate (16 per 17 clocks).
+
+Output side
+-----------
+Items go through two registers: stage A holds the 66 window bytes from the word holding
+``ptr`` (or a raw beat) and the byte offset, stage B (the output register) shifts the block
+out of them. Neither is on the pointer loop; stage A's data is loaded whenever it has room,
+only its ``valid`` depends on whether a block fired.
 
 End of packet (``notes/nic-contract.md``)
 ------------------------------------------
-The block count is ``ceil(count / 8)``; lanes past ``count`` in the last block carry
-nothing whatever their tag bits (as the golden decoder reads them). The packet is
+The block count is ``ceil(count / 8)``. The packet is
 
 * **truncated** if the input ends (``tlast`` in the window) before a block is complete;
 * **over-long** if any 32-bit word follows the last block's padded end (in the window
   already, or arriving before ``tlast``);
 * good otherwise.
 
-The verdict travels with the data as ``end``: ``COMMIT`` on the last item of a good packet,
-``REWIND`` on the item at which a bad one is detected (the output buffer then discards
-everything written since the last commit). Bypassed beats all carry ``COMMIT`` (cut-through).
+The verdict travels with the data as ``end``: ``COMMIT`` on a data-less item after the last
+block of a good packet, ``REWIND`` on the item at which a bad one is detected (the output
+buffer then discards everything written since the last commit). Bypassed beats all carry
+``COMMIT`` (cut-through).
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
@@ -47,16 +62,21 @@ from amaranth.lib.wiring import In, Out
 from host.header import BEAT_BYTES, LANES, PacketType
 
 from .axis import DATA_BITS
-from .block_packer import BLOCK_BITS, BLOCK_BYTES, TAG_VECTOR_BYTES
+from .block_ends import (END_BITS, NO_END, PAIR_BYTES, BlockEnds, UnpackRequest,
+                         block_end, block_payload_bytes)
+from .block_packer import BLOCK_BITS, BLOCK_BYTES
 from .header import HeaderLayout
 
 __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
-           "Unpacker"]
+           "PAIR_BYTES", "Unpacker"]
 
 WINDOW_WORDS = 4
 WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
 #: Positions the block pointer can take: below 32 plus one longest block.
 POSITIONS = BEAT_BYTES + BLOCK_BYTES
+#: Window bytes a block starting in a given word can reach: that word and the next 34.
+SLICE_BYTES = POSITIONS
+TAG_MASK_ALL = (1 << 2 * LANES) - 1
 
 
 class End(enum.Enum, shape=2):
@@ -65,14 +85,6 @@ class End(enum.Enum, shape=2):
     COMMIT = 1    # make everything written so far visible to the reader
     REWIND = 2    # forget everything written since the last commit (malformed packet)
 
-
-#: One input beat of a packet the front end did not drop.
-UnpackRequest = data.StructLayout({
-    "data": unsigned(DATA_BITS),
-    "keep": unsigned(BEAT_BYTES),
-    "last": unsigned(1),
-    "bypass": unsigned(1),     # pass the beat through untouched
-})
 
 #: One output item: a raw beat (header, bypassed beat) or a block (``bits`` = the 34 bytes
 #: from the block's first byte, tags of lanes past ``count`` cleared), or neither
@@ -87,42 +99,25 @@ UnpackedItem = data.StructLayout({
     "k": unsigned(4),
 })
 
+#: Stage A of the output: an item whose block is still to be shifted out of ``window``.
+_PendingItem = data.StructLayout({
+    "window": unsigned(8 * SLICE_BYTES),
+    "offset": unsigned(5),          # the block's first byte in ``window``
+    "tag_mask": unsigned(2 * LANES),
+    "raw": unsigned(1),
+    "write": unsigned(1),
+    "keep": unsigned(BEAT_BYTES),
+    "last": unsigned(1),
+    "end": End,
+    "k": unsigned(4),
+})
+
 #: Receive counters decided here (strobes).
 RxUnpackEvents = data.StructLayout({
     "decompressed": unsigned(1),
     "drop_truncated": unsigned(1),
     "drop_overlong": unsigned(1),
 })
-
-
-def block_payload_bytes(m, tags, name):
-    """Payload bytes of a block from its 16-bit tag vector (tags 00/01/10/11 -> 0/1/2/4).
-
-    Returns ``(total, widths)``. The total is summed from four 4-bit lane pairs, each a
-    plain 4-input function (one LUT level), so the adder tree is only two levels deep.
-    """
-    widths = []
-    for j in range(LANES):
-        w = Signal(3, name=f"{name}_w{j}")
-        tag = tags[2 * j:2 * j + 2]
-        # 00 -> 0, 01 -> 1, 10 -> 2, 11 -> 4
-        m.d.comb += w.eq(Cat(tag[0] & ~tag[1], tag[1] & ~tag[0], tag[0] & tag[1]))
-        widths.append(w)
-    pairs = []
-    for j in range(0, LANES, 2):
-        pair = Signal(4, name=f"{name}_pair{j // 2}")
-        with m.Switch(tags[2 * j:2 * j + 4]):
-            for v in range(16):
-                with m.Case(v):
-                    m.d.comb += pair.eq(PAIR_BYTES[v])
-        pairs.append(pair)
-    total = Signal(6, name=name)
-    m.d.comb += total.eq((pairs[0] + pairs[1]) + (pairs[2] + pairs[3]))
-    return total, widths
-
-
-#: Payload bytes of two lanes from their 4 tag bits.
-PAIR_BYTES = [(0, 1, 2, 4)[v & 3] + (0, 1, 2, 4)[v >> 2] for v in range(16)]
 
 
 def shift_right_bytes(m, value, amount, width, name):
@@ -140,8 +135,10 @@ def shift_right_bytes(m, value, amount, width, name):
 
 
 def mux_tree(m, values, select, width, name):
-    """``values[select]`` as a balanced tree of 2:1 muxes (``len(values)`` a power of two)."""
+    """``values[select]`` as a balanced tree of 2:1 muxes, ``select``'s low bit first (the
+    high bits, often the slowest to arrive, pick among the last few)."""
     level = list(values)
+    level += [level[-1]] * ((1 << len(select)) - len(level))
     for i in range(len(select)):
         level = [Mux(select[i], b, a) for a, b in zip(level[0::2], level[1::2])]
     out = Signal(width, name=name)
@@ -183,14 +180,11 @@ class Unpacker(wiring.Component):
         m = Module()
         max_blocks = -(-self._max_count // LANES)
 
-        window = Signal(8 * WINDOW_BYTES)
-        win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from the window start
-        ptr = Signal(7)                               # next block's first byte, 0..65
-        ended = Signal()                              # the packet's tlast is in the window
-        blocks_left = Signal(range(max_blocks + 1))
-        k = Signal(4)
-        last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
-        last_keep = Signal(BEAT_BYTES)
+        m.submodules.ends = ends_stage = BlockEnds()
+        wiring.connect(m, wiring.flipped(self.i), ends_stage.i)
+        beat = ends_stage.o.p
+        beat_valid = ends_stage.o.valid
+        in_ready = ends_stage.o.ready
 
         class Phase(enum.Enum):
             BETWEEN = 0   # next beat is a header or a bypassed beat
@@ -198,107 +192,203 @@ class Unpacker(wiring.Component):
             TAIL = 2      # all blocks out, nothing extra yet, tlast still to come
             DRAIN = 3     # verdict given (dropped), swallow the rest of the packet
         phase = Signal(Phase)
+        in_blocks = Signal()
+        m.d.comb += in_blocks.eq(phase == Phase.BLOCKS)
 
-        beat = self.i.p
-        out = self.o.p
+        window = Signal(8 * WINDOW_BYTES)
+        win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from the window start
+        ends = [Signal(END_BITS, name=f"end_at{q}", init=NO_END) for q in range(WINDOW_BYTES)]
+        last_ends = [Signal(END_BITS, name=f"last_end_at{q}", init=NO_END)
+                     for q in range(WINDOW_BYTES)]
+        fits = Signal(WINDOW_BYTES)
+        ptr = Signal(7)                               # next block's first byte, 0..65
+        ended = Signal()                              # the packet's tlast is in the window
+        blocks_left = Signal(range(max_blocks + 1))
+        is_last_block = Signal()                      # blocks_left == 1
+        k = Signal(4)
+        last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
+        last_keep = Signal(BEAT_BYTES)
+
+        # -- output: stage A (pending item) and stage B (the output register) -------------
+        pending = Signal(_PendingItem)
+        pending_valid = Signal()
         out_free = Signal()
-        m.d.comb += out_free.eq(~self.o.valid | self.o.ready)
-        with m.If(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
-        events = self.events
-        m.d.sync += events.eq(0)
+        pending_free = Signal()
+        m.d.comb += [
+            out_free.eq(~self.o.valid | self.o.ready),
+            pending_free.eq(~pending_valid | out_free),
+        ]
+        with m.If(out_free):
+            block = shift_right_bytes(m, pending.window, pending.offset, BLOCK_BITS, "block")
+            m.d.sync += [
+                self.o.valid.eq(pending_valid),
+                self.o.p.bits.eq(Cat(block[:2 * LANES] & pending.tag_mask,
+                                     block[2 * LANES:])),
+                self.o.p.raw.eq(pending.raw),
+                self.o.p.write.eq(pending.write),
+                self.o.p.keep.eq(pending.keep),
+                self.o.p.last.eq(pending.last),
+                self.o.p.end.eq(pending.end),
+                self.o.p.k.eq(pending.k),
+            ]
+        with m.If(pending_free):
+            m.d.sync += pending_valid.eq(0)
 
         def emit(**fields):
-            m.d.sync += self.o.valid.eq(1)
-            defaults = dict(bits=0, raw=0, write=0, keep=(1 << BEAT_BYTES) - 1, last=0,
-                            end=End.NONE, k=k)
+            """Load stage A (the caller checks ``pending_free``)."""
+            m.d.sync += pending_valid.eq(1)
+            defaults = dict(window=0, offset=0, tag_mask=TAG_MASK_ALL, raw=0, write=0,
+                            keep=(1 << BEAT_BYTES) - 1, last=0, end=End.NONE, k=k)
             defaults.update(fields)
             for name, value in defaults.items():
-                target = out.end.as_value() if name == "end" else getattr(out, name)
+                target = pending.end.as_value() if name == "end" else getattr(pending, name)
                 if isinstance(value, End):
                     value = value.value
                 m.d.sync += target.eq(value)
 
+        events = self.events
+        m.d.sync += events.eq(0)
+
         in_bytes = Signal(range(BEAT_BYTES + 1))      # bytes of this input beat
         m.d.comb += in_bytes.eq(4 * sum(beat.keep[4 * j] for j in range(LANES)))
 
-        # -- block finder (the per-clock recurrence) -------------------------------------
-        # The loop is ptr -> block length -> ptr, and it is kept to a mux tree, a compare
-        # and an add:
-        # * the length a block starting at each position would have is computed for the
-        #   window as it will be next clock, and registered (with and without the mask of
-        #   the last block's lanes), so the loop only selects one;
-        # * `available` (win_bytes - ptr) is a register, so "is the block all there" is one
-        #   compare;
-        # * words that ptr has passed leave the window one clock late, decided from the ptr
-        #   register (its bits 5..6), so the window shift is not part of the loop either.
-        #   ptr therefore ranges over 0..65 (< 32 plus one block).
-        is_last_block = Signal()                      # blocks_left == 1, kept as a register
-        available = Signal(range(WINDOW_BYTES + 1))   # win_bytes - ptr, kept as a register
-        # Never below 2 (a tag vector), not even before the first word: with `available`
-        # 0 nothing can fire on a stale length.
-        lengths = [Signal(6, name=f"length_at{p}", init=BLOCK_BYTES) for p in range(POSITIONS)]
-        last_lengths = [Signal(6, name=f"last_length_at{p}", init=BLOCK_BYTES)
-                        for p in range(POSITIONS)]
-
-        # Window bookkeeping: passed words leave, one word may enter.
+        # -- window bookkeeping: passed words leave, one word may enter -------------------
+        drop = Signal(2)
+        m.d.comb += drop.eq(ptr[5:7])
+        words_kept = Signal(3)                        # whole words before tlast
+        m.d.comb += words_kept.eq(win_bytes[5:8] - drop)
+        room = Signal()
+        m.d.comb += room.eq(~words_kept[2])           # < 4 words
         take_word = Signal()
-        drop_words = Signal(2)
-        m.d.comb += drop_words.eq(ptr[5:7])
-        shifted = Signal(8 * WINDOW_BYTES)
-        with m.Switch(drop_words):
+        slot = words_kept[:2]
+
+        next_window = Signal(8 * WINDOW_BYTES)
+        with m.Switch(drop):
             for d in range(3):
                 with m.Case(d):
-                    m.d.comb += shifted.eq(window >> (DATA_BITS * d))
-        bytes_kept = Signal(range(WINDOW_BYTES + 1))
-        m.d.comb += bytes_kept.eq(win_bytes - BEAT_BYTES * drop_words)
-        next_window = Signal(8 * WINDOW_BYTES)
-        m.d.comb += next_window.eq(shifted)
+                    m.d.comb += next_window.eq(window >> (DATA_BITS * d))
         with m.If(take_word):
-            # Before tlast the window holds whole words, so the free slot is bytes_kept / 32.
-            with m.Switch(bytes_kept[5:7]):
-                for slot in range(WINDOW_WORDS):
-                    with m.Case(slot):
-                        m.d.comb += next_window.word_select(slot, DATA_BITS).eq(beat.data)
-        next_lengths, next_last_lengths = [], []
-        for p in range(POSITIONS):
-            tags_at = next_window[8 * p:8 * p + 16]
-            payload_at, _ = block_payload_bytes(m, tags_at, f"payload_bytes_at{p}")
-            last_payload_at, _ = block_payload_bytes(m, tags_at & last_tag_mask,
-                                                     f"last_payload_bytes_at{p}")
-            next_lengths.append(TAG_VECTOR_BYTES + payload_at)
-            next_last_lengths.append(TAG_VECTOR_BYTES + last_payload_at)
+            # Before tlast the window holds whole words, so the free slot is words_kept.
+            with m.Switch(slot):
+                for s in range(WINDOW_WORDS):
+                    with m.Case(s):
+                        m.d.comb += next_window.word_select(s, DATA_BITS).eq(beat.data)
 
-        candidates = [Mux(is_last_block, last_lengths[p], lengths[p]) for p in range(POSITIONS)]
-        candidates += [Const(BLOCK_BYTES, 6)] * (2 ** len(ptr) - POSITIONS)   # unreachable
-        length = mux_tree(m, candidates, ptr, 6, "length")
-        block_in_window = Signal()
-        m.d.comb += block_in_window.eq(length <= available)
-        # The block itself only feeds the output register: a byte shifter off the loop.
-        tag_mask = Signal(2 * LANES)
-        m.d.comb += tag_mask.eq(Mux(is_last_block, last_tag_mask, (1 << 2 * LANES) - 1))
-        block_at_ptr = shift_right_bytes(m, window, ptr, BLOCK_BITS, "block_at_ptr")
-        block_bits = Signal(BLOCK_BITS)
-        m.d.comb += block_bits.eq(Cat(block_at_ptr[:2 * LANES] & tag_mask,
-                                      block_at_ptr[2 * LANES:]))
-        ptr_after = Signal(7)                         # up to 65 + 34, window coordinates
-        m.d.comb += ptr_after.eq(ptr + length)
+        # ends (and the last-block ends) move with the window; a word entering brings its own.
+        def windowed(array, incoming, boundary_fill):
+            """Next value of a per-byte array kept alongside the window."""
+            nxt = []
+            for q in range(WINDOW_BYTES):
+                word, byte = divmod(q, BEAT_BYTES)
+                shifted = [array[q + BEAT_BYTES * d] if q + BEAT_BYTES * d < WINDOW_BYTES
+                           else boundary_fill for d in range(3)]
+                value = Mux(drop[1], shifted[2], Mux(drop[0], shifted[1], shifted[0]))
+                if byte < BEAT_BYTES - 1:
+                    value = Mux(take_word & (slot == word), incoming[byte], value)
+                else:
+                    # Byte 31's tag vector needs the next word, which brings its entry.
+                    value = Mux(take_word & (slot == word), boundary_fill, value)
+                    if word + 1 < WINDOW_WORDS:
+                        value = Mux(take_word & (slot == word + 1), incoming[BEAT_BYTES - 1],
+                                    value)
+                nxt.append(value)
+            return nxt
 
+        next_ends = windowed(ends, beat.ends, Const(NO_END, END_BITS))
+        next_last_ends = windowed(last_ends, beat.last_ends, Const(NO_END, END_BITS))
+        # fits[q]: the block at byte q is all in the window. From registers (so it lags a
+        # clock for blocks reaching into a word that just entered; data only arrives, so
+        # it is never wrong), except for the entering word's own blocks.
+        fits_before = [(ends[q] + BEAT_BYTES * (q // BEAT_BYTES) <= win_bytes) &
+                       (win_bytes >= q + 2) for q in range(WINDOW_BYTES)]
+        next_fits = Cat(windowed(fits_before, beat.fits, Const(0, 1)))
+
+        # -- the pointer loop ------------------------------------------------------------
+        selected = mux_tree(m, [Cat(ends[q], fits[q]) for q in range(POSITIONS)], ptr,
+                            END_BITS + 1, "selected")
+        # Off the loop: where the packet should end if the block at ptr is its last.
+        selected_last_end = mux_tree(m, last_ends[:POSITIONS], ptr, END_BITS,
+                                     "selected_last_end")
+        selected_end, selected_fits = selected[:END_BITS], selected[END_BITS]
+
+        # -- the probe: exact (masked) end of the block at ptr, three clocks --------------
+        probe_tags = Signal(2 * LANES)
+        probe_start = Signal(5)
+        probe_tags_valid = Signal()
+        probe_end = Signal(END_BITS)
+        probe_end_valid = Signal()
+        tags_at_ptr = mux_tree(m, [window[8 * q:8 * q + 16] for q in range(POSITIONS)], ptr,
+                               2 * LANES, "tags_at_ptr")
+        probe_mask = Signal(2 * LANES)
+        m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
+        probe_lookup = []
+        for start in range(BEAT_BYTES):
+            probe_lookup.append(block_end(m, probe_tags & probe_mask, start,
+                                          f"probe_end_from{start}"))
+        probe_fits = Signal()
+        m.d.comb += probe_fits.eq(probe_end <= win_bytes)
+
+        fire_fast = Signal()
+        fire_slow = Signal()
         fire = Signal()
-        with m.If(phase == Phase.BLOCKS):
+        m.d.comb += [
+            fire_fast.eq(in_blocks & selected_fits & pending_free),
+            fire_slow.eq(in_blocks & probe_end_valid & probe_fits & pending_free),
+            fire.eq(fire_fast | fire_slow),
+        ]
+        next_ptr = Signal(7)
+        m.d.comb += next_ptr.eq(Mux(fire_fast, selected_end,
+                                    Mux(fire_slow, probe_end, ptr[:5])))
+
+        window_slice = Signal(8 * SLICE_BYTES)
+        with m.Switch(drop):
+            for d in range(3):
+                with m.Case(d):
+                    m.d.comb += window_slice.eq(window >> (DATA_BITS * d))
+
+        with m.If(in_blocks):
+            m.d.comb += take_word.eq(beat_valid & room & ~ended)
             m.d.sync += [
                 window.eq(next_window),
-                win_bytes.eq(bytes_kept + Mux(take_word, in_bytes, 0)),
-                # (ptr - 32 * drop_words) + length, in the coordinates of the next window
-                ptr.eq(ptr[:5] + Mux(fire, length, 0)),
-                available.eq(available - Mux(fire, length, 0) + Mux(take_word, in_bytes, 0)),
+                win_bytes.eq(win_bytes - (drop << 5) + Mux(take_word, in_bytes, 0)),
+                fits.eq(next_fits),
+                ptr.eq(next_ptr),
             ]
-            m.d.sync += [lengths[p].eq(next_lengths[p]) for p in range(POSITIONS)]
-            m.d.sync += [last_lengths[p].eq(next_last_lengths[p]) for p in range(POSITIONS)]
-            with m.If(fire):
-                m.d.sync += is_last_block.eq(blocks_left == 2)
+            m.d.sync += [ends[q].eq(next_ends[q]) for q in range(WINDOW_BYTES)]
+            m.d.sync += [last_ends[q].eq(next_last_ends[q]) for q in range(WINDOW_BYTES)]
             with m.If(take_word & beat.last):
                 m.d.sync += ended.eq(1)
+            # The probe restarts whenever ptr moves.
+            with m.If(fire):
+                m.d.sync += [probe_tags_valid.eq(0), probe_end_valid.eq(0),
+                             blocks_left.eq(blocks_left - 1),
+                             is_last_block.eq(blocks_left == 2)]
+            with m.Else():
+                with m.Switch(probe_start):
+                    for start in range(BEAT_BYTES):
+                        with m.Case(start):
+                            m.d.sync += probe_end.eq(probe_lookup[start])
+                m.d.sync += [
+                    probe_tags.eq(tags_at_ptr),
+                    probe_start.eq(ptr[:5]),
+                    # Tags read before both their bytes arrived mean nothing, unless none
+                    # will ever arrive (then the end lies past win_bytes: truncated).
+                    probe_tags_valid.eq((ptr + 2 <= win_bytes) | ended),
+                    probe_end_valid.eq(probe_tags_valid),
+                ]
+            # Stage A's data follows ptr whenever it has room; only `valid` needs a block.
+            with m.If(pending_free):
+                m.d.sync += [
+                    pending.window.eq(window_slice),
+                    pending.offset.eq(ptr[:5]),
+                    pending.tag_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL)),
+                    pending.raw.eq(0),
+                    pending.write.eq(1),
+                    pending.keep.eq(Mux(is_last_block, last_keep, (1 << BEAT_BYTES) - 1)),
+                    pending.last.eq(is_last_block),
+                    pending.end.eq(End.NONE),
+                    pending.k.eq(k),
+                ]
 
         # -- header beat: decode count and k, rewrite type ------------------------------
         header = data.View(HeaderLayout, beat.data)
@@ -310,21 +400,21 @@ class Unpacker(wiring.Component):
 
         with m.Switch(phase):
             with m.Case(Phase.BETWEEN):
-                m.d.comb += self.i.ready.eq(out_free)
-                with m.If(self.i.valid & out_free):
+                m.d.comb += in_ready.eq(pending_free)
+                with m.If(beat_valid & pending_free):
                     with m.If(beat.bypass):
-                        emit(bits=beat.data, raw=1, write=1, keep=beat.keep, last=beat.last,
-                             end=End.COMMIT)
+                        emit(window=beat.data, raw=1, write=1, keep=beat.keep,
+                             last=beat.last, end=End.COMMIT)
                     with m.Elif(header.count == 0):
                         # No values: good iff nothing follows the header.
-                        emit(bits=rewritten, raw=1, write=1, last=1,
+                        emit(window=rewritten, raw=1, write=1, last=1, k=header.k,
                              end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
                         with m.If(beat.last):
                             m.d.sync += events.decompressed.eq(1)
                         with m.Else():
                             m.d.sync += phase.eq(Phase.TAIL)
                     with m.Else():
-                        emit(bits=rewritten, raw=1, write=1, last=0,
+                        emit(window=rewritten, raw=1, write=1, last=0, k=header.k,
                              end=Mux(beat.last, End.REWIND.value, End.NONE.value))
                         with m.If(beat.last):
                             m.d.sync += events.drop_truncated.eq(1)
@@ -335,59 +425,53 @@ class Unpacker(wiring.Component):
                         m.d.sync += [
                             k.eq(header.k),
                             blocks_left.eq(count_blocks),
-                            window.eq(0), win_bytes.eq(0), ptr.eq(0), ended.eq(0),
-                            available.eq(0), is_last_block.eq(count_blocks == 1),
+                            is_last_block.eq(count_blocks == 1),
+                            win_bytes.eq(0), ptr.eq(0), ended.eq(0), fits.eq(0),
+                            probe_tags_valid.eq(0), probe_end_valid.eq(0),
                         ]
                         with m.Switch(lanes):
                             for n in range(1, LANES + 1):
                                 with m.Case(n):
                                     m.d.sync += [last_tag_mask.eq((1 << 2 * n) - 1),
                                                  last_keep.eq(keep_for_lanes(n))]
-                        # the emitted header must carry this packet's k, not the last one's
-                        m.d.sync += out.k.eq(header.k)
 
             with m.Case(Phase.BLOCKS):
-                m.d.comb += [
-                    take_word.eq(self.i.valid & ~ended & (bytes_kept < WINDOW_BYTES)),
-                    self.i.ready.eq(~ended & (bytes_kept < WINDOW_BYTES)),
-                    fire.eq(block_in_window & out_free),
-                ]
+                m.d.comb += in_ready.eq(room & ~ended)
                 with m.If(fire):
-                    m.d.sync += blocks_left.eq(blocks_left - 1)
-                    with m.If(~is_last_block):
-                        emit(bits=block_bits, write=1)
-                    with m.Else():
+                    m.d.sync += pending_valid.eq(1)
+                    with m.If(is_last_block):
                         # Verdict: any whole 32-bit word past the padded end is over-long.
-                        # The word entering this clock counts too: it is either data
-                        # past the end (over-long) or the packet's tlast.
-                        padded_end = Signal(7)
-                        bytes_in_packet = Signal(range(WINDOW_BYTES + BEAT_BYTES + 1))
+                        # The word entering this clock counts too: it is either data past
+                        # the end (over-long) or the packet's tlast. Both sides are in the
+                        # coordinates of the window after this clock's shift.
+                        bytes_in_packet = Signal(8)
                         ended_now = Signal()
+                        overlong = Signal()
                         m.d.comb += [
-                            padded_end.eq((ptr_after + 3) & 0x7C),
-                            bytes_in_packet.eq(win_bytes + Mux(take_word, in_bytes, 0)),
+                            bytes_in_packet.eq(win_bytes - (drop << 5) +
+                                               Mux(take_word, in_bytes, 0)),
                             ended_now.eq(ended | (take_word & beat.last)),
+                            overlong.eq(Mux(fire_fast,
+                                            bytes_in_packet > selected_last_end,
+                                            bytes_in_packet > ((probe_end + 3) & 0xFC))),
                         ]
-                        with m.If(bytes_in_packet > padded_end):
-                            emit(bits=block_bits, write=1, keep=last_keep, last=1,
-                                 end=End.REWIND)
-                            m.d.sync += [events.drop_overlong.eq(1),
+                        with m.If(overlong):
+                            m.d.sync += [pending.end.eq(End.REWIND),
+                                         events.drop_overlong.eq(1),
                                          phase.eq(Mux(ended_now, Phase.BETWEEN, Phase.DRAIN))]
                         with m.Elif(ended_now):
-                            emit(bits=block_bits, write=1, keep=last_keep, last=1,
-                                 end=End.COMMIT)
-                            m.d.sync += [events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
+                            m.d.sync += [pending.end.eq(End.COMMIT),
+                                         events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
                         with m.Else():
-                            emit(bits=block_bits, write=1, keep=last_keep, last=1)
                             m.d.sync += phase.eq(Phase.TAIL)
-                with m.Elif(ended & ~block_in_window & out_free):
-                    # The input is over and the next block is not all there.
+                with m.Elif(ended & probe_end_valid & ~probe_fits & pending_free):
+                    # The input is over and the block at ptr is not all there.
                     emit(end=End.REWIND)
                     m.d.sync += [events.drop_truncated.eq(1), phase.eq(Phase.BETWEEN)]
 
             with m.Case(Phase.TAIL):
-                m.d.comb += self.i.ready.eq(out_free)
-                with m.If(self.i.valid & out_free):
+                m.d.comb += in_ready.eq(pending_free)
+                with m.If(beat_valid & pending_free):
                     with m.If(in_bytes != 0):
                         emit(end=End.REWIND)
                         m.d.sync += [events.drop_overlong.eq(1),
@@ -397,7 +481,7 @@ class Unpacker(wiring.Component):
                         m.d.sync += [events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
 
             with m.Case(Phase.DRAIN):
-                m.d.comb += self.i.ready.eq(1)
-                with m.If(self.i.valid & beat.last):
+                m.d.comb += in_ready.eq(1)
+                with m.If(beat_valid & beat.last):
                     m.d.sync += phase.eq(Phase.BETWEEN)
         return m
