@@ -45,10 +45,17 @@ RxEvents = data.StructLayout({name: unsigned(1) for name in NIC_RX_COUNTERS})
 MAX_COUNT_LIMIT = 1 << 16
 
 
+#: Items that can be on their way into the packet buffer after it last said it had room:
+#: the decoder's three stages, the one released this clock, and the registered room flag's
+#: own clock of delay (:attr:`PacketBuffer.room`).
+IN_FLIGHT = 5
+
+
 def buffer_depth(max_count):
-    """Beats of packet buffer for packets of up to ``max_count`` values (power of two)."""
-    beats = 1 + -(-max_count // LANES)
-    return 1 << (beats - 1).bit_length() if beats > 1 else 2
+    """Beats of packet buffer for packets of up to ``max_count`` values (power of two): a
+    whole packet (header and ``ceil(max_count / 8)`` beats) on top of the beats in flight."""
+    beats = 1 + -(-max_count // LANES) + IN_FLIGHT
+    return 1 << (beats - 1).bit_length()
 
 
 class PacketBuffer(wiring.Component):
@@ -63,20 +70,31 @@ class PacketBuffer(wiring.Component):
     ----------
     depth : int
         Beats held; a power of two, at least 2.
+    headroom : int
+        Free entries that :attr:`room` promises.
 
     Ports
     -----
     i : In(stream.Signature(BufferItem))
     o : Out(stream.Signature(AxisBeat))
+    room : Out(1)
+        A register: at least ``headroom`` entries were free at the last clock. A producer
+        whose items reach the buffer within ``headroom - 1`` clocks of deciding on ``room``
+        never meets a full buffer, so ``i.ready`` need not reach back into its pipeline.
     """
 
-    def __init__(self, *, depth):
+    def __init__(self, *, depth, headroom=1):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"PacketBuffer depth must be a power of two >= 2, not {depth!r}")
+        if not isinstance(headroom, int) or not 1 <= headroom < depth:
+            raise ValueError(f"PacketBuffer headroom must be an integer in 1..{depth - 1}, "
+                             f"not {headroom!r}")
         self._depth = depth
+        self._headroom = headroom
         super().__init__({
             "i": In(stream.Signature(BufferItem)),
             "o": Out(stream.Signature(AxisBeat)),
+            "room": Out(1),
         })
 
     def elaborate(self, platform):
@@ -94,8 +112,11 @@ class PacketBuffer(wiring.Component):
 
         item = self.i.p
         has_room = Signal()
+        used = Signal(abits + 1)
+        m.d.comb += used.eq(write_ptr - read_ptr)
+        m.d.sync += self.room.eq(used <= depth - self._headroom)
         m.d.comb += [
-            has_room.eq((write_ptr - read_ptr)[:abits + 1] < depth),
+            has_room.eq(used < depth),
             self.i.ready.eq(~item.write | has_room),
             write.addr.eq(write_ptr[:abits]),
             write.data.eq(Cat(item.data, item.keep, item.last)),
@@ -158,16 +179,25 @@ class Decompressor(wiring.Component):
         m = Module()
         m.submodules.unpack = unpack = Unpacker(max_count=self.max_count)
         m.submodules.decode = decode = BlockDecoder()
-        m.submodules.buffer = buffer = PacketBuffer(depth=buffer_depth(self.max_count))
+        m.submodules.buffer = buffer = PacketBuffer(depth=buffer_depth(self.max_count),
+                                                    headroom=IN_FLIGHT)
         # Skid buffers around the unpacker register its input (the front end's header
-        # checks stay out of its block-finding loop) and the ready it sees (the decoder and
-        # buffer ready chain stays out of it too).
+        # checks stay out of its block-finding loop) and the ready it sees.
         m.submodules.unpack_in = unpack_in = SkidBuffer(UnpackRequest)
         m.submodules.unpack_out = unpack_out = SkidBuffer(UnpackedItem)
         wiring.connect(m, unpack_in.o, unpack.i)
         wiring.connect(m, unpack.o, unpack_out.i)
-        wiring.connect(m, unpack_out.o, decode.i)
-        wiring.connect(m, decode.o, buffer.i)
+        # The decoder never stalls: an item enters it only while the packet buffer has room
+        # for everything in flight (a registered flag), so no ready chain runs back through
+        # its wide stages.
+        m.d.comb += [
+            decode.i.p.eq(unpack_out.o.p),
+            decode.i.valid.eq(unpack_out.o.valid & buffer.room),
+            unpack_out.o.ready.eq(buffer.room),
+            buffer.i.p.eq(decode.o.p),
+            buffer.i.valid.eq(decode.o.valid),
+            decode.o.ready.eq(1),
+        ]
         wiring.connect(m, buffer.o, wiring.flipped(self.o))
 
         # -- front end: header checks ---------------------------------------------------
