@@ -133,7 +133,6 @@ class AggControl(wiring.Component):
         clear_slot = Signal(range(S))
         clear_last = Signal(range(S))
         m.d.comb += [
-            self.busy.eq((commit_req != 0) | clearing),
             self.clear_en.eq(clearing),
             self.clear_slot.eq(clear_slot),
         ]
@@ -142,31 +141,51 @@ class AggControl(wiring.Component):
             with m.If(clear_slot == clear_last):
                 m.d.sync += clearing.eq(0)
 
-        # Lowest requested job first.
+        # A granted commit takes three more clocks, each from registers: select the job's
+        # pending values, compare them with what the engine can hold, apply. `busy` stays
+        # high throughout, so the engine stays drained.
+        granted = Signal()                  # selecting the granted job's pending values
+        checking = Signal()                 # comparing them
+        applying = Signal()                 # applying (or rejecting) them
         grant_job = Signal(range(J))
+        sel_workers, sel_base, sel_count = Signal(32), Signal(32), Signal(32)
+        ok_workers, ok_base, ok_count = Signal(), Signal(), Signal()
+        sel_end = Signal(33)
+        m.d.comb += self.busy.eq((commit_req != 0) | clearing | granted | checking | applying)
+
+        # Lowest requested job first.
+        next_job = Signal(range(J))
         for j in reversed(range(J)):
             with m.If(commit_req[j]):
-                m.d.comb += grant_job.eq(j)
-        grant = (commit_req != 0) & ~clearing & self.drained
+                m.d.comb += next_job.eq(j)
+        grant = (commit_req != 0) & ~clearing & ~granted & ~checking & ~applying & \
+            self.drained
         req_next = Signal(J)
         m.d.comb += req_next.eq(commit_req)
+        m.d.sync += [granted.eq(grant), checking.eq(granted), applying.eq(checking)]
         with m.If(grant):
-            m.d.comb += req_next.bit_select(grant_job, 1).eq(0)
-            workers, base, count = (pend_workers[grant_job], pend_base[grant_job],
-                                    pend_count[grant_job])
-            fits = (workers <= W) & (base < S) & (count <= S) & (base + count <= S)
-            with m.If(fits):
+            m.d.comb += req_next.bit_select(next_job, 1).eq(0)
+            m.d.sync += grant_job.eq(next_job)
+        with m.If(granted):
+            m.d.sync += [sel_workers.eq(pend_workers[grant_job]),
+                         sel_base.eq(pend_base[grant_job]),
+                         sel_count.eq(pend_count[grant_job])]
+        with m.If(checking):
+            m.d.sync += [ok_workers.eq(sel_workers <= W), ok_base.eq(sel_base < S),
+                         ok_count.eq(sel_count <= S), sel_end.eq(sel_base + sel_count)]
+        with m.If(applying):
+            with m.If(ok_workers & ok_base & ok_count & (sel_end <= S)):
                 m.d.sync += [
-                    act_workers[grant_job].eq(workers),
-                    act_base[grant_job].eq(base),
-                    act_end[grant_job].eq(base + count),
+                    act_workers[grant_job].eq(sel_workers),
+                    act_base[grant_job].eq(sel_base),
+                    act_end[grant_job].eq(sel_end),
                     rejected.bit_select(grant_job, 1).eq(0),
                 ]
-                with m.If((workers != 0) & (count != 0)):
+                with m.If((sel_workers != 0) & (sel_count != 0)):
                     m.d.sync += [
                         clearing.eq(1),
-                        clear_slot.eq(base),
-                        clear_last.eq(base + count - 1),
+                        clear_slot.eq(sel_base),
+                        clear_last.eq(sel_end - 1),
                     ]
             with m.Else():
                 m.d.sync += [
