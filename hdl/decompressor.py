@@ -8,11 +8,14 @@ Pipeline:
  0    front (comb)     header checks; drops bad-header / bad-k / too-large packets whole
                        (their beats are swallowed, nothing is written); marks bypass packets
  1    skid buffer      registers the unpacker's input and ready
- 2    unpack           one block per clock out of the bitstream (:class:`~hdl.unpacker.Unpacker`),
-                       end-of-packet verdict (good / truncated / over-long)
- 3    skid buffer      registers the unpacker's output ready
- 4-6  block decode     prefix sum, payload extraction, lane decode (:class:`~hdl.lane_decoder.BlockDecoder`)
- 7    packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
+ 2-5  unpack           block ends of each word, then one block per clock out of the bitstream
+                       and its extraction (:class:`~hdl.unpacker.Unpacker`), end-of-packet
+                       verdict (good / truncated / over-long)
+ 6    skid buffer      registers the unpacker's output ready
+ 7-9  block decode     prefix sum, payload extraction, lane decode
+                       (:class:`~hdl.lane_decoder.BlockDecoder`); never stalls: items enter
+                       only while the packet buffer has room for all in flight
+ 10   packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
 ====  ===============  ======================================================================
 
 Truncation and over-length are only known at the end of a packet, so decoded beats go into

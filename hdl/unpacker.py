@@ -26,13 +26,19 @@ The only recurrence is the pointer advance, and it is kept to one multiplexer:
 * ``ptr`` selects ``(fits, end)`` at its position; if the block fits and the output has
   room, ``ptr`` becomes the end (already in the coordinates of the window after the shift).
 
-That fast path never fires the last block: lanes past ``count`` carry nothing whatever
-their tag bits, so its length needs the lane mask. A three-clock *probe* does: it registers
-the tag vector at ``ptr``, then its exact (masked) end, then compares that with
-``win_bytes``. The probe restarts whenever ``ptr`` moves, and it also decides truncation
-(the input has ended and the block at ``ptr`` is not all there). A block thus leaves every
-clock while the input keeps up; the last block of a packet and the verdict cost three
-clocks more. 34-byte blocks are limited by the input word rate (16 per 17 clocks).
+For the last block of a packet, lanes past ``count`` carry nothing whatever their tag bits,
+so it may be shorter than ``ends`` says; it still fires on the fast path (the real block is
+no longer), and the packet's verdict uses ``last_ends`` (the masked end, rounded up to a
+whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and selected at
+``ptr`` off the loop.
+
+Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
+that just entered) are caught by a three-clock *probe*: it registers the tag vector at
+``ptr``, then its exact (masked, for the last block) end, then compares that with
+``win_bytes``. The probe restarts whenever ``ptr`` moves, and it also decides truncation (the
+input has ended and the block at ``ptr`` is not all there). A block thus leaves every clock
+while the input keeps up, and 34-byte blocks are limited by the input word rate (16 per 17
+clocks); per packet there is one idle clock, after the header, while the first word enters.
 
 Output side
 -----------
@@ -50,8 +56,9 @@ The block count is ``ceil(count / 8)``. The packet is
   already, or arriving before ``tlast``);
 * good otherwise.
 
-The verdict travels with the data as ``end``: ``COMMIT`` on a data-less item after the last
-block of a good packet, ``REWIND`` on the item at which a bad one is detected (the output
+The verdict travels with the data as ``end``: ``COMMIT`` on the last block of a good packet
+(or a data-less item, if ``tlast`` comes later), ``REWIND`` on the item at which a bad one
+is detected (the output
 buffer then discards everything written since the last commit). Bypassed beats all carry
 ``COMMIT`` (cut-through).
 """
