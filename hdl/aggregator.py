@@ -29,7 +29,7 @@ drop cause) leaves every slot as it was.
 Why results are never lost: an input beat is only taken while the result FIFO has room
 for a whole result packet (``P/8 + 1`` beats) on top of the results already queued or
 promised to packet ends in flight (each last beat taken reserves one result until its
-verdict). So back-pressure on ``m_axis`` stalls ``s_axis`` (conservatively, at any beat),
+verdict); the check is a register, one clock old, so it keeps room for one more. So back-pressure on ``m_axis`` stalls ``s_axis`` (conservatively, at any beat),
 and a result once decided is always written: nothing after the input register ever stalls.
 
 Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata row with,
@@ -129,8 +129,9 @@ class Aggregator(wiring.Component):
 
     @property
     def result_fifo_depth(self):
-        """Result FIFO beats: room for a queued result, one being written and one promised."""
-        return 4 * (self.beats + 1)
+        """Result FIFO beats: room for a queued result, one being written, one promised, and
+        one more promised while the registered room flag catches up."""
+        return 5 * (self.beats + 1)
 
     @property
     def ram_bits_per_slot(self):
@@ -173,7 +174,11 @@ class Aggregator(wiring.Component):
         reserved = Signal(range(D + 1))  # FIFO beats promised to packet ends in flight
         quiet_cycles = B + 6            # last beat -> end of its commit, with margin
         quiet = Signal(range(quiet_cycles + 1))
-        space_ok = fifo.level + reserved + (B + 1) <= D
+        # Registered, so the FIFO level and the reservations stay out of the input's ready:
+        # it lags a clock, during which at most one more packet end (B + 1 beats) can be
+        # reserved, hence the second B + 1 of margin.
+        space_ok = Signal()
+        m.d.sync += space_ok.eq(fifo.level + reserved + 2 * (B + 1) <= D)
         m.d.comb += [
             self.i.ready.eq(space_ok & ~(ctl.busy & ~in_packet)),
             accept.eq(self.i.valid & self.i.ready),
