@@ -196,8 +196,9 @@ class Unpacker(wiring.Component):
         class Phase(enum.Enum):
             BETWEEN = 0   # next beat is a header or a bypassed beat
             BLOCKS = 1    # cutting blocks
-            TAIL = 2      # all blocks out, nothing extra yet, tlast still to come
-            DRAIN = 3     # verdict given (dropped), swallow the rest of the packet
+            CHECK = 2     # last block in stage A: judge the packet (and start the next)
+            TAIL = 3      # all blocks out, nothing extra yet, tlast still to come
+            DRAIN = 4     # verdict given (dropped), swallow the rest of the packet
         phase = Signal(Phase)
         in_blocks = Signal()
         m.d.comb += in_blocks.eq(phase == Phase.BLOCKS)
@@ -215,6 +216,7 @@ class Unpacker(wiring.Component):
         k = Signal(4)
         last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
         last_keep = Signal(BEAT_BYTES)
+        good_end = Signal(END_BITS)                   # where a good packet ends (CHECK)
 
         # -- output: stage A (pending item) and stage B (the output register) -------------
         pending = Signal(_PendingItem)
@@ -240,6 +242,14 @@ class Unpacker(wiring.Component):
             ]
         with m.If(pending_free):
             m.d.sync += pending_valid.eq(0)
+        # In CHECK, stage A holds the last block and the packet's verdict is decided: it goes
+        # out with the block, or into stage A if the block cannot leave yet.
+        verdict = Signal(End)
+        with m.If(phase == Phase.CHECK):
+            with m.If(out_free):
+                m.d.sync += self.o.p.end.eq(verdict)
+            with m.Else():
+                m.d.sync += pending.end.eq(verdict)
 
         def emit(**fields):
             """Load stage A (the caller checks ``pending_free``)."""
@@ -405,76 +415,81 @@ class Unpacker(wiring.Component):
         count_blocks = Signal(range(max_blocks + 1))
         m.d.comb += count_blocks.eq((header.count + LANES - 1) >> 3)
 
+        def start_packet(allowed=1):
+            """Take a header or bypassed beat (phase BETWEEN, or CHECK once a packet is
+            over, if ``allowed``)."""
+            m.d.comb += in_ready.eq(pending_free & allowed)
+            with m.If(beat_valid & pending_free & allowed):
+                with m.If(beat.bypass):
+                    emit(window=beat.data, raw=1, write=1, keep=beat.keep,
+                         last=beat.last, end=End.COMMIT)
+                with m.Elif(header.count == 0):
+                    # No values: good iff nothing follows the header.
+                    emit(window=rewritten, raw=1, write=1, last=1, k=header.k,
+                         end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
+                    with m.If(beat.last):
+                        m.d.sync += events.decompressed.eq(1)
+                    with m.Else():
+                        m.d.sync += phase.eq(Phase.TAIL)
+                with m.Else():
+                    emit(window=rewritten, raw=1, write=1, last=0, k=header.k,
+                         end=Mux(beat.last, End.REWIND.value, End.NONE.value))
+                    with m.If(beat.last):
+                        m.d.sync += events.drop_truncated.eq(1)
+                    with m.Else():
+                        m.d.sync += phase.eq(Phase.BLOCKS)
+                with m.If(~beat.bypass):
+                    lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
+                    m.d.sync += [
+                        k.eq(header.k),
+                        blocks_left.eq(count_blocks),
+                        is_last_block.eq(count_blocks == 1),
+                        win_bytes.eq(0), ptr.eq(0), ended.eq(0), fits.eq(0),
+                        probe_tags_valid.eq(0), probe_end_valid.eq(0),
+                    ]
+                    with m.Switch(lanes):
+                        for n in range(1, LANES + 1):
+                            with m.Case(n):
+                                m.d.sync += [last_tag_mask.eq((1 << 2 * n) - 1),
+                                             last_keep.eq(keep_for_lanes(n))]
+
         with m.Switch(phase):
             with m.Case(Phase.BETWEEN):
-                m.d.comb += in_ready.eq(pending_free)
-                with m.If(beat_valid & pending_free):
-                    with m.If(beat.bypass):
-                        emit(window=beat.data, raw=1, write=1, keep=beat.keep,
-                             last=beat.last, end=End.COMMIT)
-                    with m.Elif(header.count == 0):
-                        # No values: good iff nothing follows the header.
-                        emit(window=rewritten, raw=1, write=1, last=1, k=header.k,
-                             end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
-                        with m.If(beat.last):
-                            m.d.sync += events.decompressed.eq(1)
-                        with m.Else():
-                            m.d.sync += phase.eq(Phase.TAIL)
-                    with m.Else():
-                        emit(window=rewritten, raw=1, write=1, last=0, k=header.k,
-                             end=Mux(beat.last, End.REWIND.value, End.NONE.value))
-                        with m.If(beat.last):
-                            m.d.sync += events.drop_truncated.eq(1)
-                        with m.Else():
-                            m.d.sync += phase.eq(Phase.BLOCKS)
-                    with m.If(~beat.bypass):
-                        lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
-                        m.d.sync += [
-                            k.eq(header.k),
-                            blocks_left.eq(count_blocks),
-                            is_last_block.eq(count_blocks == 1),
-                            win_bytes.eq(0), ptr.eq(0), ended.eq(0), fits.eq(0),
-                            probe_tags_valid.eq(0), probe_end_valid.eq(0),
-                        ]
-                        with m.Switch(lanes):
-                            for n in range(1, LANES + 1):
-                                with m.Case(n):
-                                    m.d.sync += [last_tag_mask.eq((1 << 2 * n) - 1),
-                                                 last_keep.eq(keep_for_lanes(n))]
+                start_packet()
 
             with m.Case(Phase.BLOCKS):
                 m.d.comb += in_ready.eq(room & ~ended)
                 with m.If(fire):
                     m.d.sync += pending_valid.eq(1)
                     with m.If(is_last_block):
-                        # Verdict: any whole 32-bit word past the padded end is over-long.
-                        # The word entering this clock counts too: it is either data past
-                        # the end (over-long) or the packet's tlast. Both sides are in the
-                        # coordinates of the window after this clock's shift.
-                        bytes_in_packet = Signal(8)
-                        ended_now = Signal()
-                        overlong = Signal()
-                        m.d.comb += [
-                            bytes_in_packet.eq(win_bytes - (drop << 5) +
-                                               Mux(take_word, in_bytes, 0)),
-                            ended_now.eq(ended | (take_word & beat.last)),
-                            overlong.eq(Mux(fire_fast,
-                                            bytes_in_packet > selected_last_end,
-                                            bytes_in_packet > ((probe_end + 3) & 0xFC))),
-                        ]
-                        with m.If(overlong):
-                            m.d.sync += [pending.end.eq(End.REWIND),
-                                         events.drop_overlong.eq(1),
-                                         phase.eq(Mux(ended_now, Phase.BETWEEN, Phase.DRAIN))]
-                        with m.Elif(ended_now):
-                            m.d.sync += [pending.end.eq(End.COMMIT),
-                                         events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
-                        with m.Else():
-                            m.d.sync += phase.eq(Phase.TAIL)
+                        # The verdict needs the whole window after this clock; decide it in
+                        # CHECK, from registers: where the packet should end (whichever path
+                        # fired, the masked end of the block at ptr, in the coordinates of
+                        # the window after this clock's shift) against win_bytes.
+                        m.d.sync += [phase.eq(Phase.CHECK), good_end.eq(selected_last_end)]
                 with m.Elif(ended & probe_end_valid & ~probe_fits & pending_free):
                     # The input is over and the block at ptr is not all there.
                     emit(end=End.REWIND)
                     m.d.sync += [events.drop_truncated.eq(1), phase.eq(Phase.BETWEEN)]
+
+            with m.Case(Phase.CHECK):
+                # Any whole 32-bit word past the good end makes the packet over-long.
+                overlong = Signal()
+                m.d.comb += overlong.eq(win_bytes > good_end)
+                with m.If(overlong):
+                    m.d.comb += verdict.eq(End.REWIND)
+                    m.d.sync += [events.drop_overlong.eq(1),
+                                 phase.eq(Mux(ended, Phase.BETWEEN, Phase.DRAIN))]
+                with m.Elif(ended):
+                    m.d.comb += verdict.eq(End.COMMIT)
+                    m.d.sync += [events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
+                with m.Else():
+                    m.d.comb += verdict.eq(End.NONE)
+                    m.d.sync += phase.eq(Phase.TAIL)
+                with m.If(ended):
+                    # The packet is judged: the next one can start in this clock, unless
+                    # its header is all of it (its verdict strobe would meet this one's).
+                    start_packet(allowed=beat.bypass | ~beat.last)
 
             with m.Case(Phase.TAIL):
                 m.d.comb += in_ready.eq(pending_free)
