@@ -53,6 +53,11 @@ BeatWithEnds = data.StructLayout({
     "ends": data.ArrayLayout(unsigned(END_BITS), BEAT_BYTES),
     "fits": unsigned(BEAT_BYTES),
     "last_ends": data.ArrayLayout(unsigned(END_BITS), BEAT_BYTES),
+    # Decoded ahead so that the unpacker's control decisions start from registers:
+    "bytes": range(BEAT_BYTES + 1),        # bytes in the beat (from tkeep)
+    "empty": unsigned(1),                  # as a header: count == 0
+    "blocks": unsigned(14),                # as a header: ceil(count / 8)
+    "one_block": unsigned(1),              # as a header: 1 <= count <= 8
 })
 
 #: Payload bytes of two lanes from their 4 tag bits (tags 00/01/10/11 -> 0/1/2/4 bytes).
@@ -158,6 +163,13 @@ class BlockEnds(wiring.Component):
             m.d.sync += [self.o.p.last_ends[j].eq((last_ends[j] + 3) & ~3)
                          for j in range(BEAT_BYTES)]
             m.d.sync += self.o.p.fits.eq(fits)
+            count = beat.data[HEADER_COUNT_OFFSET:HEADER_COUNT_OFFSET + 16]
+            m.d.sync += [
+                self.o.p.bytes.eq(in_bytes),
+                self.o.p.empty.eq(count == 0),
+                self.o.p.blocks.eq((count + LANES - 1) >> 3),
+                self.o.p.one_block.eq((count != 0) & (count <= LANES)),
+            ]
         with m.If(self.i.valid & self.i.ready):
             m.d.sync += [previous_byte31.eq(byte[BEAT_BYTES - 1]), first_beat.eq(beat.last)]
             with m.If(first_beat & ~beat.bypass):

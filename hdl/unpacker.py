@@ -33,9 +33,9 @@ whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and sele
 ``ptr`` off the loop.
 
 Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
-that just entered) are caught by a three-clock *probe*: it registers the tag vector at
+that just entered) are caught by a four-clock *probe*: it registers the tag vector at
 ``ptr``, then its exact (masked, for the last block) end, then compares that with
-``win_bytes``. The probe restarts whenever ``ptr`` moves, and it also decides truncation (the
+``win_bytes`` and fires from that register. The probe restarts whenever ``ptr`` moves, and it also decides truncation (the
 input has ended and the block at ``ptr`` is not all there). A block thus leaves every clock
 while the input keeps up, and 34-byte blocks are limited by the input word rate (16 per 17
 clocks); per packet there is one idle clock, after the header, while the first word enters.
@@ -210,6 +210,11 @@ class Unpacker(wiring.Component):
                      for q in range(WINDOW_BYTES)]
         fits = Signal(WINDOW_BYTES)
         ptr = Signal(7)                               # next block's first byte, 0..65
+        # A second copy of ptr for everything but the loop, so the loop's select lines do
+        # not also spread over the window. Kept inverted: synthesis merges identical
+        # registers, and an inverter costs nothing in the LUTs it feeds.
+        ptr_copy_inverted = Signal(7, init=0x7F)
+        ptr_copy = ~ptr_copy_inverted
         ended = Signal()                              # the packet's tlast is in the window
         blocks_left = Signal(range(max_blocks + 1))
         is_last_block = Signal()                      # blocks_left == 1
@@ -266,12 +271,11 @@ class Unpacker(wiring.Component):
         events = self.events
         m.d.sync += events.eq(0)
 
-        in_bytes = Signal(range(BEAT_BYTES + 1))      # bytes of this input beat
-        m.d.comb += in_bytes.eq(4 * sum(beat.keep[4 * j] for j in range(LANES)))
+        in_bytes = beat.bytes                         # bytes of this input beat
 
         # -- window bookkeeping: passed words leave, one word may enter -------------------
         drop = Signal(2)
-        m.d.comb += drop.eq(ptr[5:7])
+        m.d.comb += drop.eq(ptr_copy[5:7])
         words_kept = Signal(3)                        # whole words before tlast
         m.d.comb += words_kept.eq(win_bytes[5:8] - drop)
         room = Signal()
@@ -324,33 +328,35 @@ class Unpacker(wiring.Component):
         selected = mux_tree(m, [Cat(ends[q], fits[q]) for q in range(POSITIONS)], ptr,
                             END_BITS + 1, "selected")
         # Off the loop: where the packet should end if the block at ptr is its last.
-        selected_last_end = mux_tree(m, last_ends[:POSITIONS], ptr, END_BITS,
+        selected_last_end = mux_tree(m, last_ends[:POSITIONS], ptr_copy, END_BITS,
                                      "selected_last_end")
         selected_end, selected_fits = selected[:END_BITS], selected[END_BITS]
 
-        # -- the probe: exact (masked) end of the block at ptr, three clocks --------------
+        # -- the probe: exact (masked) end of the block at ptr, four clocks - --------------
         probe_tags = Signal(2 * LANES)
         probe_start = Signal(5)
         probe_tags_valid = Signal()
         probe_end = Signal(END_BITS)
         probe_end_valid = Signal()
-        tags_at_ptr = mux_tree(m, [window[8 * q:8 * q + 16] for q in range(POSITIONS)], ptr,
-                               2 * LANES, "tags_at_ptr")
+        tags_at_ptr = mux_tree(m, [window[8 * q:8 * q + 16] for q in range(POSITIONS)],
+                               ptr_copy, 2 * LANES, "tags_at_ptr")
         probe_mask = Signal(2 * LANES)
         m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
         probe_lookup = []
         for start in range(BEAT_BYTES):
             probe_lookup.append(block_end(m, probe_tags & probe_mask, start,
                                           f"probe_end_from{start}"))
+        # Third stage: the comparison, registered with whether the data was final then.
+        probe_checked = Signal()
         probe_fits = Signal()
-        m.d.comb += probe_fits.eq(probe_end <= win_bytes)
+        probe_final = Signal()
 
         fire_fast = Signal()
         fire_slow = Signal()
         fire = Signal()
         m.d.comb += [
             fire_fast.eq(in_blocks & selected_fits & pending_free),
-            fire_slow.eq(in_blocks & probe_end_valid & probe_fits & pending_free),
+            fire_slow.eq(in_blocks & probe_checked & probe_fits & pending_free),
             fire.eq(fire_fast | fire_slow),
         ]
         next_ptr = Signal(7)
@@ -370,6 +376,7 @@ class Unpacker(wiring.Component):
                 win_bytes.eq(win_bytes - (drop << 5) + Mux(take_word, in_bytes, 0)),
                 fits.eq(next_fits),
                 ptr.eq(next_ptr),
+                ptr_copy_inverted.eq(~next_ptr),
             ]
             m.d.sync += [ends[q].eq(next_ends[q]) for q in range(WINDOW_BYTES)]
             m.d.sync += [last_ends[q].eq(next_last_ends[q]) for q in range(WINDOW_BYTES)]
@@ -377,7 +384,7 @@ class Unpacker(wiring.Component):
                 m.d.sync += ended.eq(1)
             # The probe restarts whenever ptr moves.
             with m.If(fire):
-                m.d.sync += [probe_tags_valid.eq(0), probe_end_valid.eq(0),
+                m.d.sync += [probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                              blocks_left.eq(blocks_left - 1),
                              is_last_block.eq(blocks_left == 2)]
             with m.Else():
@@ -387,17 +394,20 @@ class Unpacker(wiring.Component):
                             m.d.sync += probe_end.eq(probe_lookup[start])
                 m.d.sync += [
                     probe_tags.eq(tags_at_ptr),
-                    probe_start.eq(ptr[:5]),
+                    probe_start.eq(ptr_copy[:5]),
                     # Tags read before both their bytes arrived mean nothing, unless none
                     # will ever arrive (then the end lies past win_bytes: truncated).
-                    probe_tags_valid.eq((ptr + 2 <= win_bytes) | ended),
+                    probe_tags_valid.eq((ptr_copy + 2 <= win_bytes) | ended),
                     probe_end_valid.eq(probe_tags_valid),
+                    probe_checked.eq(probe_end_valid),
+                    probe_fits.eq(probe_end <= win_bytes),
+                    probe_final.eq(ended),
                 ]
             # Stage A's data follows ptr whenever it has room; only `valid` needs a block.
             with m.If(pending_free):
                 m.d.sync += [
                     pending.window.eq(window_slice),
-                    pending.offset.eq(ptr[:5]),
+                    pending.offset.eq(ptr_copy[:5]),
                     pending.tag_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL)),
                     pending.raw.eq(0),
                     pending.write.eq(1),
@@ -412,8 +422,7 @@ class Unpacker(wiring.Component):
         rewritten = Signal(HeaderLayout)
         m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
         count_lanes_left = header.count[:3]           # values in a partial last block
-        count_blocks = Signal(range(max_blocks + 1))
-        m.d.comb += count_blocks.eq((header.count + LANES - 1) >> 3)
+        count_blocks = beat.blocks
 
         def start_packet(allowed=1):
             """Take a header or bypassed beat (phase BETWEEN, or CHECK once a packet is
@@ -423,7 +432,7 @@ class Unpacker(wiring.Component):
                 with m.If(beat.bypass):
                     emit(window=beat.data, raw=1, write=1, keep=beat.keep,
                          last=beat.last, end=End.COMMIT)
-                with m.Elif(header.count == 0):
+                with m.Elif(beat.empty):
                     # No values: good iff nothing follows the header.
                     emit(window=rewritten, raw=1, write=1, last=1, k=header.k,
                          end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
@@ -443,9 +452,10 @@ class Unpacker(wiring.Component):
                     m.d.sync += [
                         k.eq(header.k),
                         blocks_left.eq(count_blocks),
-                        is_last_block.eq(count_blocks == 1),
-                        win_bytes.eq(0), ptr.eq(0), ended.eq(0), fits.eq(0),
-                        probe_tags_valid.eq(0), probe_end_valid.eq(0),
+                        is_last_block.eq(beat.one_block),
+                        win_bytes.eq(0), ptr.eq(0), ptr_copy_inverted.eq(0x7F), ended.eq(0),
+                        fits.eq(0),
+                        probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                     ]
                     with m.Switch(lanes):
                         for n in range(1, LANES + 1):
@@ -467,7 +477,7 @@ class Unpacker(wiring.Component):
                         # fired, the masked end of the block at ptr, in the coordinates of
                         # the window after this clock's shift) against win_bytes.
                         m.d.sync += [phase.eq(Phase.CHECK), good_end.eq(selected_last_end)]
-                with m.Elif(ended & probe_end_valid & ~probe_fits & pending_free):
+                with m.Elif(probe_checked & probe_final & ~probe_fits & pending_free):
                     # The input is over and the block at ptr is not all there.
                     emit(end=End.REWIND)
                     m.d.sync += [events.drop_truncated.eq(1), phase.eq(Phase.BETWEEN)]
@@ -494,7 +504,7 @@ class Unpacker(wiring.Component):
             with m.Case(Phase.TAIL):
                 m.d.comb += in_ready.eq(pending_free)
                 with m.If(beat_valid & pending_free):
-                    with m.If(in_bytes != 0):
+                    with m.If(in_bytes != 0):   # (a register compare: 6 bits)
                         emit(end=End.REWIND)
                         m.d.sync += [events.drop_overlong.eq(1),
                                      phase.eq(Mux(beat.last, Phase.BETWEEN, Phase.DRAIN))]
