@@ -133,6 +133,7 @@ class AggControl(wiring.Component):
         clear_slot = Signal(range(S))
         clear_last = Signal(range(S))
         m.d.comb += [
+            self.busy.eq((commit_req != 0) | clearing),
             self.clear_en.eq(clearing),
             self.clear_slot.eq(clear_slot),
         ]
@@ -141,51 +142,49 @@ class AggControl(wiring.Component):
             with m.If(clear_slot == clear_last):
                 m.d.sync += clearing.eq(0)
 
-        # A granted commit takes three more clocks, each from registers: select the job's
-        # pending values, compare them with what the engine can hold, apply. `busy` stays
-        # high throughout, so the engine stays drained.
-        granted = Signal()                  # selecting the granted job's pending values
-        checking = Signal()                 # comparing them
-        applying = Signal()                 # applying (or rejecting) them
-        grant_job = Signal(range(J))
-        sel_workers, sel_base, sel_count = Signal(32), Signal(32), Signal(32)
-        ok_workers, ok_base, ok_count = Signal(), Signal(), Signal()
-        sel_end = Signal(33)
-        m.d.comb += self.busy.eq((commit_req != 0) | clearing | granted | checking | applying)
+        # What a commit of each job would apply, registered a clock behind the pending
+        # values (a commit request comes at least a clock after the values it commits), so
+        # a grant only selects: the 32-bit compares and adds stay off its path.
+        snap_fits = Signal(J)
+        snap_clear = Signal(J)
+        snap_workers = Array(Signal(range(W + 1), name=f"snap_workers{j}") for j in range(J))
+        snap_base = Array(Signal(range(S), name=f"snap_base{j}") for j in range(J))
+        snap_end = Array(Signal(17, name=f"snap_end{j}") for j in range(J))
+        snap_last = Array(Signal(range(S), name=f"snap_last{j}") for j in range(J))
+        for j in range(J):
+            workers, base, count = pend_workers[j], pend_base[j], pend_count[j]
+            m.d.sync += [
+                snap_fits[j].eq((workers <= W) & (base < S) & (count <= S) &
+                                (base + count <= S)),
+                snap_clear[j].eq((workers != 0) & (count != 0)),
+                snap_workers[j].eq(workers),
+                snap_base[j].eq(base),
+                snap_end[j].eq(base + count),
+                snap_last[j].eq(base + count - 1),
+            ]
 
         # Lowest requested job first.
-        next_job = Signal(range(J))
+        grant_job = Signal(range(J))
         for j in reversed(range(J)):
             with m.If(commit_req[j]):
-                m.d.comb += next_job.eq(j)
-        grant = (commit_req != 0) & ~clearing & ~granted & ~checking & ~applying & \
-            self.drained
+                m.d.comb += grant_job.eq(j)
+        grant = (commit_req != 0) & ~clearing & self.drained
         req_next = Signal(J)
         m.d.comb += req_next.eq(commit_req)
-        m.d.sync += [granted.eq(grant), checking.eq(granted), applying.eq(checking)]
         with m.If(grant):
-            m.d.comb += req_next.bit_select(next_job, 1).eq(0)
-            m.d.sync += grant_job.eq(next_job)
-        with m.If(granted):
-            m.d.sync += [sel_workers.eq(pend_workers[grant_job]),
-                         sel_base.eq(pend_base[grant_job]),
-                         sel_count.eq(pend_count[grant_job])]
-        with m.If(checking):
-            m.d.sync += [ok_workers.eq(sel_workers <= W), ok_base.eq(sel_base < S),
-                         ok_count.eq(sel_count <= S), sel_end.eq(sel_base + sel_count)]
-        with m.If(applying):
-            with m.If(ok_workers & ok_base & ok_count & (sel_end <= S)):
+            m.d.comb += req_next.bit_select(grant_job, 1).eq(0)
+            with m.If(snap_fits.bit_select(grant_job, 1)):
                 m.d.sync += [
-                    act_workers[grant_job].eq(sel_workers),
-                    act_base[grant_job].eq(sel_base),
-                    act_end[grant_job].eq(sel_end),
+                    act_workers[grant_job].eq(snap_workers[grant_job]),
+                    act_base[grant_job].eq(snap_base[grant_job]),
+                    act_end[grant_job].eq(snap_end[grant_job]),
                     rejected.bit_select(grant_job, 1).eq(0),
                 ]
-                with m.If((sel_workers != 0) & (sel_count != 0)):
+                with m.If(snap_clear.bit_select(grant_job, 1)):
                     m.d.sync += [
                         clearing.eq(1),
-                        clear_slot.eq(sel_base),
-                        clear_last.eq(sel_end - 1),
+                        clear_slot.eq(snap_base[grant_job]),
+                        clear_last.eq(snap_last[grant_job]),
                     ]
             with m.Else():
                 m.d.sync += [
