@@ -3,7 +3,7 @@
 ::
 
     python -m hdl.build --board ecpix5|versa|colorlight [--engine nic|switch|all|none]
-                        [--freq MHZ] [--seed N] [--build-dir DIR]
+                        [--freq MHZ] [--seed N] [--router router1|router2] [--build-dir DIR]
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board_top`). The tools are the YoWASP builds in the project's virtualenv
@@ -133,6 +133,10 @@ def _arguments(argv, boards):
     p.add_argument("--freq", type=float, default=None,
                    help="engine clock in MHz (default: the board's engine_mhz)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    p.add_argument("--router", default="router2", choices=["router1", "router2"],
+                   help="nextpnr router: router2 (default) is several times faster on a "
+                        "design of this size; router1 can converge where router2's "
+                        "congestion does not")
     p.add_argument("--build-dir", default=None,
                    help="default build/bitstream/<board> (or <board>-<engine>)")
     return p.parse_args(argv)
@@ -172,10 +176,8 @@ def main(argv=None) -> int:
     error = None
     try:
         platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
-                       # router2: several times faster than the default router1 on a
-                       # design of this size
                        nextpnr_opts=f"--report report.json --seed {args.seed} "
-                                    f"--router router2",
+                                    f"--router {args.router}",
                        add_preferences=board.preferences)
     except subprocess.CalledProcessError as e:
         error = f"{e.cmd} exited with status {e.returncode}"
@@ -230,6 +232,7 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
                         if k in yosys_cells},
         "build_seconds": round(seconds, 1),
         "nextpnr_seed": args.seed,
+        "nextpnr_router": args.router,
         "files": {kind: str(build_dir / f"{name}.{kind}") for kind in ("bit", "svf")
                   if (build_dir / f"{name}.{kind}").exists()},
         "error": error,
