@@ -6,7 +6,7 @@
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
 #   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, ENGINE=all | nic |
-#                    switch | none), into build/bitstream/
+#                    switch | none, ROUTER=router1 | router2), into build/bitstream/
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
 
@@ -48,7 +48,7 @@ accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy
 
 bitstream: $(STAMP)
-	$(PY) -m hdl.build --board $(BOARD) --engine $(ENGINE)
+	$(PY) -m hdl.build --board $(BOARD) --engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER))
 
 clean:
 	rm -rf build .pytest_cache .hypothesis
