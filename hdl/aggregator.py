@@ -29,8 +29,9 @@ drop cause) leaves every slot as it was.
 Why results are never lost: an input beat is only taken while the result FIFO has room
 for a whole result packet (``P/8 + 1`` beats) on top of the results already queued or
 promised to packet ends in flight (each last beat taken reserves one result until its
-verdict); the check is a register, one clock old, so it keeps room for one more. So back-pressure on ``m_axis`` stalls ``s_axis`` (conservatively, at any beat),
-and a result once decided is always written: nothing after the input register ever stalls.
+verdict); the check is a register, one clock old, so it keeps room for one more. So
+back-pressure on ``m_axis`` stalls ``s_axis`` (conservatively, at any beat), and a result
+once decided is always written: nothing after the input register ever stalls.
 
 Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata row with,
 per version, the worker bitmap, the count, the op and the exponent

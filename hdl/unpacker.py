@@ -35,10 +35,10 @@ whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and sele
 Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
 that just entered) are caught by a four-clock *probe*: it registers the tag vector at
 ``ptr``, then its exact (masked, for the last block) end, then compares that with
-``win_bytes`` and fires from that register. The probe restarts whenever ``ptr`` moves, and it also decides truncation (the
-input has ended and the block at ``ptr`` is not all there). A block thus leaves every clock
-while the input keeps up, and 34-byte blocks are limited by the input word rate (16 per 17
-clocks); per packet there is one idle clock, after the header, while the first word enters.
+``win_bytes`` and fires from that register. The probe restarts whenever ``ptr`` moves, and
+it also decides truncation (the input has ended and the block at ``ptr`` is not all there).
+A block thus leaves every clock while the input keeps up, and 34-byte blocks are limited by
+the input word rate (16 per 17 clocks); per packet there is one idle clock, after the header, while the first word enters.
 
 Output side
 -----------
@@ -106,17 +106,15 @@ UnpackedItem = data.StructLayout({
     "k": unsigned(4),
 })
 
+#: Fields an item carries unchanged from stage A to the output.
+_ITEM_FIELDS = ("raw", "write", "keep", "last", "end", "k")
+
 #: Stage A of the output: an item whose block is still to be shifted out of ``window``.
 _PendingItem = data.StructLayout({
     "window": unsigned(8 * SLICE_BYTES),
     "offset": unsigned(5),          # the block's first byte in ``window``
     "tag_mask": unsigned(2 * LANES),
-    "raw": unsigned(1),
-    "write": unsigned(1),
-    "keep": unsigned(BEAT_BYTES),
-    "last": unsigned(1),
-    "end": End,
-    "k": unsigned(4),
+    **{name: UnpackedItem[name].shape for name in _ITEM_FIELDS},
 })
 
 #: Receive counters decided here (strobes).
@@ -238,13 +236,9 @@ class Unpacker(wiring.Component):
                 self.o.valid.eq(pending_valid),
                 self.o.p.bits.eq(Cat(block[:2 * LANES] & pending.tag_mask,
                                      block[2 * LANES:])),
-                self.o.p.raw.eq(pending.raw),
-                self.o.p.write.eq(pending.write),
-                self.o.p.keep.eq(pending.keep),
-                self.o.p.last.eq(pending.last),
-                self.o.p.end.eq(pending.end),
-                self.o.p.k.eq(pending.k),
             ]
+            m.d.sync += [getattr(self.o.p, name).eq(getattr(pending, name))
+                         for name in _ITEM_FIELDS]
         with m.If(pending_free):
             m.d.sync += pending_valid.eq(0)
         # In CHECK, stage A holds the last block and the packet's verdict is decided: it goes
@@ -283,11 +277,14 @@ class Unpacker(wiring.Component):
         take_word = Signal()
         slot = words_kept[:2]
 
-        next_window = Signal(8 * WINDOW_BYTES)
+        # The window without the words ptr has passed; stage A takes its first SLICE_BYTES.
+        shifted_window = Signal(8 * WINDOW_BYTES)
         with m.Switch(drop):
             for d in range(3):
                 with m.Case(d):
-                    m.d.comb += next_window.eq(window >> (DATA_BITS * d))
+                    m.d.comb += shifted_window.eq(window >> (DATA_BITS * d))
+        next_window = Signal(8 * WINDOW_BYTES)
+        m.d.comb += next_window.eq(shifted_window)
         with m.If(take_word):
             # Before tlast the window holds whole words, so the free slot is words_kept.
             with m.Switch(slot):
@@ -363,12 +360,6 @@ class Unpacker(wiring.Component):
         m.d.comb += next_ptr.eq(Mux(fire_fast, selected_end,
                                     Mux(fire_slow, probe_end, ptr[:5])))
 
-        window_slice = Signal(8 * SLICE_BYTES)
-        with m.Switch(drop):
-            for d in range(3):
-                with m.Case(d):
-                    m.d.comb += window_slice.eq(window >> (DATA_BITS * d))
-
         with m.If(in_blocks):
             m.d.comb += take_word.eq(beat_valid & room & ~ended)
             m.d.sync += [
@@ -406,7 +397,7 @@ class Unpacker(wiring.Component):
             # Stage A's data follows ptr whenever it has room; only `valid` needs a block.
             with m.If(pending_free):
                 m.d.sync += [
-                    pending.window.eq(window_slice),
+                    pending.window.eq(shifted_window[:8 * SLICE_BYTES]),
                     pending.offset.eq(ptr_copy[:5]),
                     pending.tag_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL)),
                     pending.raw.eq(0),
