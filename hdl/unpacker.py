@@ -38,7 +38,8 @@ that just entered) are caught by a four-clock *probe*: it registers the tag vect
 ``win_bytes`` and fires from that register. The probe restarts whenever ``ptr`` moves, and
 it also decides truncation (the input has ended and the block at ``ptr`` is not all there).
 A block thus leaves every clock while the input keeps up, and 34-byte blocks are limited by
-the input word rate (16 per 17 clocks); per packet there is one idle clock, after the header, while the first word enters.
+the input word rate (16 per 17 clocks); per packet there is one idle clock, after the
+header, while the first word enters.
 
 Output side
 -----------
