@@ -5,8 +5,8 @@ its length follows from the two bytes it starts with. The unpacker's block-point
 should only *select* a block's end, never compute it, so this stage computes the end of a
 block at each of the 32 byte positions of a beat, one clock before the beat enters the
 unpacker's window. Ends are measured from the start of the beat holding the block's first
-byte (``position + 2 + payload bytes``, 2..65), which stays true while the window moves by
-whole beats.
+byte (``position + 2 + payload bytes``, 2..65); the unpacker adds the position of the window
+slot the beat is written into.
 
 The block starting at byte 31 needs the next beat's byte 0 for its tag vector; its end is
 computed when that next beat passes (entry 31 of the *next* beat's ``ends``, with the byte 31
@@ -24,7 +24,7 @@ from .header import HeaderLayout
 #: Bit offset of the header's ``count`` field in a beat.
 HEADER_COUNT_OFFSET = HeaderLayout["count"].offset
 
-__all__ = ["UnpackRequest", "BeatWithEnds", "END_BITS", "NO_END", "PAIR_BYTES",
+__all__ = ["UnpackRequest", "BeatWithEnds", "END_BITS", "PAIR_BYTES",
            "block_payload_bytes", "block_end", "BlockEnds"]
 
 #: One input beat of a packet the front end did not drop.
@@ -37,8 +37,6 @@ UnpackRequest = data.StructLayout({
 
 #: Width of a block end (at most 31 + 34 = 65).
 END_BITS = 7
-#: An end no window can hold: marks a position whose tag vector is not all there yet.
-NO_END = (1 << END_BITS) - 1
 
 #: An :data:`UnpackRequest` with, for every byte position (entry ``j < 31``: byte ``j`` of
 #: this beat; entry 31: byte 31 of the beat before), the block end ``ends``, whether that

@@ -9,22 +9,24 @@ then bitstream beats). For an ``INC_F32`` packet it emits the rewritten header
 How a block is found
 --------------------
 Every field of the bitstream is a whole number of bytes, so blocks start on byte
-boundaries. The unread part of the bitstream sits in a window of four 256-bit words
-(``win_bytes`` valid bytes) with a byte pointer ``ptr`` (0..65) into it. Words that ``ptr``
-has passed (its bits 5..6) leave the window one clock later, and a new word enters whenever a
-slot is free.
+boundaries. The unread part of the bitstream sits in a circular window of four 256-bit
+slots: input words are written into fixed slots and never move, so no wide shifter sits on
+the window, and positions (the block pointer ``ptr`` among them) are absolute byte indices
+modulo 128. ``win_bytes`` counts the valid bytes from the start of the oldest slot still in
+use; a slot ``ptr`` has passed leaves the window one clock later, and a new word enters
+whenever a slot is free. The input beat is written into the free slot every clock, taken or
+not, so the window registers' enables come from registers.
 
 The only recurrence is the pointer advance, and it is kept to one multiplexer:
 
 * :class:`~hdl.block_ends.BlockEnds` computes, one clock before a word enters, where a block
-  starting at each of its bytes would end (measured from that word's start, so the value
-  stays right as the window moves by whole words); the window keeps these ``ends``;
+  starting at each of its bytes would end; the window keeps these ``ends`` beside the data,
+  made absolute with the slot's position as they are written;
 * every clock, ``fits[q]`` records whether the block at byte ``q`` is all in the window
-  (from registers: ``ends[q]`` against ``win_bytes``). It is one clock old when used, and
-  shifted by the words that left meanwhile; data only ever arrives, so an old "fits" is
-  still true;
+  (from registers: ``ends[q]`` against the bytes available from its slot on). It is one
+  clock old when used; data only ever arrives, so an old "fits" is still true;
 * ``ptr`` selects ``(fits, end)`` at its position; if the block fits and the output has
-  room, ``ptr`` becomes the end (already in the coordinates of the window after the shift).
+  room, ``ptr`` becomes the end.
 
 For the last block of a packet, lanes past ``count`` carry nothing whatever their tag bits,
 so it may be shorter than ``ends`` says; it still fires on the fast path (the real block is
@@ -63,15 +65,15 @@ is detected (the output
 buffer then discards everything written since the last commit). Bypassed beats all carry
 ``COMMIT`` (cut-through).
 """
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from host.header import BEAT_BYTES, LANES, PacketType
 
 from .axis import DATA_BITS
-from .block_ends import (END_BITS, NO_END, PAIR_BYTES, BlockEnds, UnpackRequest,
-                         block_end, block_payload_bytes)
+from .block_ends import (END_BITS, PAIR_BYTES, BlockEnds, UnpackRequest, block_end,
+                         block_payload_bytes)
 from .block_packer import BLOCK_BITS, BLOCK_BYTES
 from .header import HeaderLayout
 
@@ -80,10 +82,8 @@ __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payl
 
 WINDOW_WORDS = 4
 WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
-#: Positions the block pointer can take: below 32 plus one longest block.
-POSITIONS = BEAT_BYTES + BLOCK_BYTES
 #: Window bytes a block starting in a given word can reach: that word and the next 34.
-SLICE_BYTES = POSITIONS
+SLICE_BYTES = BEAT_BYTES + BLOCK_BYTES
 TAG_MASK_ALL = (1 << 2 * LANES) - 1
 
 
@@ -202,13 +202,21 @@ class Unpacker(wiring.Component):
         in_blocks = Signal()
         m.d.comb += in_blocks.eq(phase == Phase.BLOCKS)
 
+        # The window is circular: input words are written into fixed slots (slot s is bits
+        # 256 s .. 256 s + 255) and never move, so no wide shifter sits on it; positions are
+        # absolute byte indices modulo WINDOW_BYTES.
         window = Signal(8 * WINDOW_BYTES)
-        win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from the window start
-        ends = [Signal(END_BITS, name=f"end_at{q}", init=NO_END) for q in range(WINDOW_BYTES)]
-        last_ends = [Signal(END_BITS, name=f"last_end_at{q}", init=NO_END)
-                     for q in range(WINDOW_BYTES)]
+        read_slot = Signal(2)                         # the oldest slot still in the window
+        write_slot = Signal(2)                        # the slot the next input word goes to
+        write_slot_onehot = Signal(WINDOW_WORDS)
+        full = Signal()                               # all four slots hold packet data
+        win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from read_slot's start
+        # ends[q]: absolute end of a block starting at byte q; last_ends[q]: its masked,
+        # padded end as the packet's last block, relative to the start of q's slot.
+        ends = [Signal(END_BITS, name=f"end_at{q}") for q in range(WINDOW_BYTES)]
+        last_ends = [Signal(END_BITS, name=f"last_end_at{q}") for q in range(WINDOW_BYTES)]
         fits = Signal(WINDOW_BYTES)
-        ptr = Signal(7)                               # next block's first byte, 0..65
+        ptr = Signal(7)                               # next block's first byte (absolute)
         # A second copy of ptr for everything but the loop, so the loop's select lines do
         # not also spread over the window. Kept inverted: synthesis merges identical
         # registers, and an inverter costs nothing in the LUTs it feeds.
@@ -268,76 +276,100 @@ class Unpacker(wiring.Component):
 
         in_bytes = beat.bytes                         # bytes of this input beat
 
-        # -- window bookkeeping: passed words leave, one word may enter -------------------
-        drop = Signal(2)
-        m.d.comb += drop.eq(ptr_copy[5:7])
+        # -- window bookkeeping: passed slots leave, one word may enter ------------------
+        ptr_slot = ptr_copy[5:7]
+        drop = Signal(2)                              # slots ptr has passed
+        m.d.comb += drop.eq(ptr_slot - read_slot)
         words_kept = Signal(3)                        # whole words before tlast
         m.d.comb += words_kept.eq(win_bytes[5:8] - drop)
         room = Signal()
         m.d.comb += room.eq(~words_kept[2])           # < 4 words
         take_word = Signal()
-        slot = words_kept[:2]
+        # Next values of the bookkeeping registers (the header beat resets them).
+        win_bytes_next = Signal.like(win_bytes)
+        write_slot_next = Signal.like(write_slot)
+        m.d.comb += [win_bytes_next.eq(win_bytes), write_slot_next.eq(write_slot)]
+        m.d.sync += [
+            win_bytes.eq(win_bytes_next),
+            write_slot.eq(write_slot_next),
+            write_slot_onehot.eq(1 << write_slot_next),
+            full.eq(win_bytes_next > WINDOW_BYTES - BEAT_BYTES),
+        ]
+        # The input beat is written into the write slot whenever that slot is free, taken or
+        # not (a free slot's contents do not matter), so the enables of the window registers
+        # are one LUT of registers. A full window's write slot is the read slot: free once
+        # ptr has left it (it leaves the window at this clock edge).
+        write_enable = Signal(WINDOW_WORDS)
+        for s in range(WINDOW_WORDS):
+            m.d.comb += write_enable[s].eq(write_slot_onehot[s] & ~(full & (ptr_slot == s)))
 
-        # The window without the words ptr has passed; stage A takes its first SLICE_BYTES.
-        shifted_window = Signal(8 * WINDOW_BYTES)
-        with m.Switch(drop):
-            for d in range(3):
-                with m.Case(d):
-                    m.d.comb += shifted_window.eq(window >> (DATA_BITS * d))
-        next_window = Signal(8 * WINDOW_BYTES)
-        m.d.comb += next_window.eq(shifted_window)
-        with m.If(take_word):
-            # Before tlast the window holds whole words, so the free slot is words_kept.
-            with m.Switch(slot):
-                for s in range(WINDOW_WORDS):
-                    with m.Case(s):
-                        m.d.comb += next_window.word_select(s, DATA_BITS).eq(beat.data)
+        def relative(position, slot):
+            """A 7-bit absolute position as an offset from the start of ``slot``."""
+            return Cat(position[:5], (position[5:7] - slot)[:2])
 
-        # ends (and the last-block ends) move with the window; a word entering brings its own.
-        def windowed(array, incoming, boundary_fill):
-            """Next value of a per-byte array kept alongside the window."""
-            nxt = []
-            for q in range(WINDOW_BYTES):
-                word, byte = divmod(q, BEAT_BYTES)
-                shifted = [array[q + BEAT_BYTES * d] if q + BEAT_BYTES * d < WINDOW_BYTES
-                           else boundary_fill for d in range(3)]
-                value = Mux(drop[1], shifted[2], Mux(drop[0], shifted[1], shifted[0]))
-                if byte < BEAT_BYTES - 1:
-                    value = Mux(take_word & (slot == word), incoming[byte], value)
-                else:
-                    # Byte 31's tag vector needs the next word, which brings its entry.
-                    value = Mux(take_word & (slot == word), boundary_fill, value)
-                    if word + 1 < WINDOW_WORDS:
-                        value = Mux(take_word & (slot == word + 1), incoming[BEAT_BYTES - 1],
-                                    value)
-                nxt.append(value)
-            return nxt
+        # Each slot takes the input beat whenever it is the free slot to write; the entry of
+        # byte 31 of the slot before it (whose tag vector needs this beat) comes along.
+        for s in range(WINDOW_WORDS):
+            before = (s - 1) % WINDOW_WORDS
+            with m.If(write_enable[s]):
+                m.d.sync += window.word_select(s, DATA_BITS).eq(beat.data)
+                for j in range(BEAT_BYTES - 1):
+                    end = beat.ends[j]
+                    m.d.sync += [ends[BEAT_BYTES * s + j].eq(Cat(end[:5], (end[5:7] + s)[:2])),
+                                 last_ends[BEAT_BYTES * s + j].eq(beat.last_ends[j])]
+                end = beat.ends[BEAT_BYTES - 1]
+                m.d.sync += [
+                    ends[BEAT_BYTES * before + 31].eq(Cat(end[:5], (end[5:7] + before)[:2])),
+                    last_ends[BEAT_BYTES * before + 31].eq(beat.last_ends[BEAT_BYTES - 1]),
+                ]
 
-        next_ends = windowed(ends, beat.ends, Const(NO_END, END_BITS))
-        next_last_ends = windowed(last_ends, beat.last_ends, Const(NO_END, END_BITS))
         # fits[q]: the block at byte q is all in the window. From registers (so it lags a
         # clock for blocks reaching into a word that just entered; data only arrives, so
         # it is never wrong), except for the entering word's own blocks.
-        fits_before = [(ends[q] + BEAT_BYTES * (q // BEAT_BYTES) <= win_bytes) &
-                       (win_bytes >= q + 2) for q in range(WINDOW_BYTES)]
-        next_fits = Cat(windowed(fits_before, beat.fits, Const(0, 1)))
+        available = []                                # valid bytes from each slot's start
+        for s in range(WINDOW_WORDS):
+            words_before = Signal(4, name=f"words_before_slot{s}")
+            m.d.comb += words_before.eq(win_bytes[5:8] - ((s - read_slot)[:2]))
+            avail = Signal(range(WINDOW_BYTES + 1), name=f"available_from_slot{s}")
+            m.d.comb += avail.eq(Mux(words_before[3], 0, Cat(win_bytes[:5], words_before[:3])))
+            available.append(avail)
+        taken = [Signal(name=f"taken_into_slot{s}") for s in range(WINDOW_WORDS)]
+        for s in range(WINDOW_WORDS):
+            m.d.comb += taken[s].eq(take_word & write_slot_onehot[s])   # (room: enabled)
+        next_fits = Signal(WINDOW_BYTES)
+        for q in range(WINDOW_BYTES):
+            s, j = divmod(q, BEAT_BYTES)
+            in_window = relative(ends[q], s) <= available[s]
+            writer = s if j < BEAT_BYTES - 1 else (s + 1) % WINDOW_WORDS
+            m.d.comb += next_fits[q].eq(Mux(taken[writer], beat.fits[j], in_window))
+        m.d.sync += fits.eq(next_fits)
 
         # -- the pointer loop ------------------------------------------------------------
-        selected = mux_tree(m, [Cat(ends[q], fits[q]) for q in range(POSITIONS)], ptr,
+        selected = mux_tree(m, [Cat(ends[q], fits[q]) for q in range(WINDOW_BYTES)], ptr,
                             END_BITS + 1, "selected")
         # Off the loop: where the packet should end if the block at ptr is its last.
-        selected_last_end = mux_tree(m, last_ends[:POSITIONS], ptr_copy, END_BITS,
-                                     "selected_last_end")
+        selected_last_end = mux_tree(m, last_ends, ptr_copy, END_BITS, "selected_last_end")
         selected_end, selected_fits = selected[:END_BITS], selected[END_BITS]
+
+        # The three words from ptr's slot on: stage A's slice and the probe's tags.
+        from_ptr_slot = Signal(3 * DATA_BITS)
+        for i in range(3):
+            with m.Switch(ptr_slot):
+                for s in range(WINDOW_WORDS):
+                    with m.Case(s):
+                        m.d.comb += from_ptr_slot.word_select(i, DATA_BITS).eq(
+                            window.word_select((s + i) % WINDOW_WORDS, DATA_BITS))
 
         # -- the probe: exact (masked) end of the block at ptr, four clocks - --------------
         probe_tags = Signal(2 * LANES)
         probe_start = Signal(5)
+        probe_slot = Signal(2)
         probe_tags_valid = Signal()
-        probe_end = Signal(END_BITS)
+        probe_end = Signal(END_BITS)                  # relative to probe_slot's start
+        probe_end_absolute = Signal(END_BITS)
         probe_end_valid = Signal()
-        tags_at_ptr = mux_tree(m, [window[8 * q:8 * q + 16] for q in range(POSITIONS)],
-                               ptr_copy, 2 * LANES, "tags_at_ptr")
+        tags_at_ptr = mux_tree(m, [from_ptr_slot[8 * q:8 * q + 16] for q in range(BEAT_BYTES)],
+                               ptr_copy[:5], 2 * LANES, "tags_at_ptr")
         probe_mask = Signal(2 * LANES)
         m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
         probe_lookup = []
@@ -359,19 +391,19 @@ class Unpacker(wiring.Component):
         ]
         next_ptr = Signal(7)
         m.d.comb += next_ptr.eq(Mux(fire_fast, selected_end,
-                                    Mux(fire_slow, probe_end, ptr[:5])))
+                                    Mux(fire_slow, probe_end_absolute, ptr)))
 
         with m.If(in_blocks):
-            m.d.comb += take_word.eq(beat_valid & room & ~ended)
+            m.d.comb += [
+                take_word.eq(beat_valid & room & ~ended),
+                win_bytes_next.eq(win_bytes - (drop << 5) + Mux(take_word, in_bytes, 0)),
+                write_slot_next.eq(write_slot + take_word),
+            ]
             m.d.sync += [
-                window.eq(next_window),
-                win_bytes.eq(win_bytes - (drop << 5) + Mux(take_word, in_bytes, 0)),
-                fits.eq(next_fits),
+                read_slot.eq(ptr_slot),
                 ptr.eq(next_ptr),
                 ptr_copy_inverted.eq(~next_ptr),
             ]
-            m.d.sync += [ends[q].eq(next_ends[q]) for q in range(WINDOW_BYTES)]
-            m.d.sync += [last_ends[q].eq(next_last_ends[q]) for q in range(WINDOW_BYTES)]
             with m.If(take_word & beat.last):
                 m.d.sync += ended.eq(1)
             # The probe restarts whenever ptr moves.
@@ -383,13 +415,18 @@ class Unpacker(wiring.Component):
                 with m.Switch(probe_start):
                     for start in range(BEAT_BYTES):
                         with m.Case(start):
-                            m.d.sync += probe_end.eq(probe_lookup[start])
+                            end = probe_lookup[start]
+                            m.d.sync += [
+                                probe_end.eq(end),
+                                probe_end_absolute.eq(Cat(end[:5], (end[5:7] + probe_slot)[:2])),
+                            ]
                 m.d.sync += [
                     probe_tags.eq(tags_at_ptr),
                     probe_start.eq(ptr_copy[:5]),
+                    probe_slot.eq(ptr_slot),
                     # Tags read before both their bytes arrived mean nothing, unless none
                     # will ever arrive (then the end lies past win_bytes: truncated).
-                    probe_tags_valid.eq((ptr_copy + 2 <= win_bytes) | ended),
+                    probe_tags_valid.eq((relative(ptr_copy, read_slot) + 2 <= win_bytes) | ended),
                     probe_end_valid.eq(probe_tags_valid),
                     probe_checked.eq(probe_end_valid),
                     probe_fits.eq(probe_end <= win_bytes),
@@ -398,7 +435,7 @@ class Unpacker(wiring.Component):
             # Stage A's data follows ptr whenever it has room; only `valid` needs a block.
             with m.If(pending_free):
                 m.d.sync += [
-                    pending.window.eq(shifted_window[:8 * SLICE_BYTES]),
+                    pending.window.eq(from_ptr_slot[:8 * SLICE_BYTES]),
                     pending.offset.eq(ptr_copy[:5]),
                     pending.tag_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL)),
                     pending.raw.eq(0),
@@ -445,10 +482,12 @@ class Unpacker(wiring.Component):
                         k.eq(header.k),
                         blocks_left.eq(count_blocks),
                         is_last_block.eq(beat.one_block),
-                        win_bytes.eq(0), ptr.eq(0), ptr_copy_inverted.eq(0x7F), ended.eq(0),
+                        read_slot.eq(0), ptr.eq(0), ptr_copy_inverted.eq(0x7F), ended.eq(0),
                         fits.eq(0),
+                        # (win_bytes and write_slot through their next values below)
                         probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                     ]
+                    m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
                     with m.Switch(lanes):
                         for n in range(1, LANES + 1):
                             with m.Case(n):
