@@ -6,7 +6,7 @@ back to the first producer. A skid buffer cuts that path: its ``i.ready`` is a r
 (the spare entry is empty), and a beat that arrives while the output is stalled waits in
 the spare entry. Throughput stays one beat per clock; latency is one clock.
 """
-from amaranth import Module, Signal
+from amaranth import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,20 +36,20 @@ class SkidBuffer(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        spare = Signal(self._shape)
+        # The data registers load whether or not a beat is there (a payload only matters
+        # while its valid is set), so their enables never wait for ``i.valid``.
+        spare = Signal(self._shape, reset_less=True)
         spare_valid = Signal()
         m.d.comb += self.i.ready.eq(~spare_valid)
-        accept = self.i.valid & self.i.ready
 
+        with m.If(~spare_valid):
+            m.d.sync += spare.eq(self.i.p)
         with m.If(~self.o.valid | self.o.ready):
             # The output register is free this cycle: refill it, spare entry first.
-            with m.If(spare_valid):
-                m.d.sync += [self.o.p.eq(spare), spare_valid.eq(0)]
-            with m.Elif(accept):
-                m.d.sync += [self.o.p.eq(self.i.p), self.o.valid.eq(1)]
-            with m.Else():
-                m.d.sync += self.o.valid.eq(0)
-        with m.Elif(accept):
+            m.d.sync += [self.o.p.eq(Mux(spare_valid, spare, self.i.p)),
+                         self.o.valid.eq(spare_valid | self.i.valid),
+                         spare_valid.eq(0)]
+        with m.Elif(self.i.valid & ~spare_valid):
             # Output stalled: the beat that was already on its way waits in the spare entry.
-            m.d.sync += [spare.eq(self.i.p), spare_valid.eq(1)]
+            m.d.sync += spare_valid.eq(1)
         return m

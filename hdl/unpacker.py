@@ -85,6 +85,8 @@ WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
 #: Window bytes a block starting in a given word can reach: that word and the next 34.
 SLICE_BYTES = BEAT_BYTES + BLOCK_BYTES
 TAG_MASK_ALL = (1 << 2 * LANES) - 1
+#: Positions per group of the pointer loop's multiplexer (each with its own select copy).
+LOOP_GROUP_BYTES = 16
 
 
 class End(enum.Enum, shape=2):
@@ -205,7 +207,7 @@ class Unpacker(wiring.Component):
         # The window is circular: input words are written into fixed slots (slot s is bits
         # 256 s .. 256 s + 255) and never move, so no wide shifter sits on it; positions are
         # absolute byte indices modulo WINDOW_BYTES.
-        window = Signal(8 * WINDOW_BYTES)
+        window = Signal(8 * WINDOW_BYTES, reset_less=True)
         read_slot = Signal(2)                         # the oldest slot still in the window
         write_slot = Signal(2)                        # the slot the next input word goes to
         write_slot_onehot = Signal(WINDOW_WORDS)
@@ -213,8 +215,10 @@ class Unpacker(wiring.Component):
         win_bytes = Signal(range(WINDOW_BYTES + 1))   # valid bytes from read_slot's start
         # ends[q]: absolute end of a block starting at byte q; last_ends[q]: its masked,
         # padded end as the packet's last block, relative to the start of q's slot.
-        ends = [Signal(END_BITS, name=f"end_at{q}") for q in range(WINDOW_BYTES)]
-        last_ends = [Signal(END_BITS, name=f"last_end_at{q}") for q in range(WINDOW_BYTES)]
+        ends = [Signal(END_BITS, name=f"end_at{q}", reset_less=True)
+                for q in range(WINDOW_BYTES)]
+        last_ends = [Signal(END_BITS, name=f"last_end_at{q}", reset_less=True)
+                     for q in range(WINDOW_BYTES)]
         fits = Signal(WINDOW_BYTES)
         ptr = Signal(7)                               # next block's first byte (absolute)
         # A second copy of ptr for everything but the loop, so the loop's select lines do
@@ -345,8 +349,19 @@ class Unpacker(wiring.Component):
         m.d.sync += fits.eq(next_fits)
 
         # -- the pointer loop ------------------------------------------------------------
-        selected = mux_tree(m, [Cat(ends[q], fits[q]) for q in range(WINDOW_BYTES)], ptr,
-                            END_BITS + 1, "selected")
+        # Each group of LOOP_GROUP_BYTES positions selects with its own copy of ptr's low
+        # bits: one register driving every leaf of a 128-way multiplexer would be a net of
+        # hundreds of loads on the loop. (Distinct reset values keep synthesis from merging
+        # the copies.)
+        group_bits = LOOP_GROUP_BYTES.bit_length() - 1
+        ptr_low_copies = [Signal(group_bits, name=f"ptr_low_copy{g}", init=g % (1 << group_bits))
+                          for g in range(WINDOW_BYTES // LOOP_GROUP_BYTES)]
+        group_selected = [
+            mux_tree(m, [Cat(ends[q], fits[q])
+                         for q in range(g * LOOP_GROUP_BYTES, (g + 1) * LOOP_GROUP_BYTES)],
+                     copy, END_BITS + 1, f"selected_in_group{g}")
+            for g, copy in enumerate(ptr_low_copies)]
+        selected = mux_tree(m, group_selected, ptr[group_bits:], END_BITS + 1, "selected")
         # Off the loop: where the packet should end if the block at ptr is its last.
         selected_last_end = mux_tree(m, last_ends, ptr_copy, END_BITS, "selected_last_end")
         selected_end, selected_fits = selected[:END_BITS], selected[END_BITS]
@@ -403,35 +418,42 @@ class Unpacker(wiring.Component):
                 read_slot.eq(ptr_slot),
                 ptr.eq(next_ptr),
                 ptr_copy_inverted.eq(~next_ptr),
+                *[copy.eq(next_ptr[:group_bits]) for copy in ptr_low_copies],
             ]
             with m.If(take_word & beat.last):
                 m.d.sync += ended.eq(1)
-            # The probe restarts whenever ptr moves.
+            # The probe restarts whenever ptr moves; its data registers load every clock (only
+            # their valid flags say whether they mean anything), so they stay off `fire`.
             with m.If(fire):
                 m.d.sync += [probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                              blocks_left.eq(blocks_left - 1),
                              is_last_block.eq(blocks_left == 2)]
             with m.Else():
-                with m.Switch(probe_start):
-                    for start in range(BEAT_BYTES):
-                        with m.Case(start):
-                            end = probe_lookup[start]
-                            m.d.sync += [
-                                probe_end.eq(end),
-                                probe_end_absolute.eq(Cat(end[:5], (end[5:7] + probe_slot)[:2])),
-                            ]
                 m.d.sync += [
-                    probe_tags.eq(tags_at_ptr),
-                    probe_start.eq(ptr_copy[:5]),
-                    probe_slot.eq(ptr_slot),
                     # Tags read before both their bytes arrived mean nothing, unless none
                     # will ever arrive (then the end lies past win_bytes: truncated).
                     probe_tags_valid.eq((relative(ptr_copy, read_slot) + 2 <= win_bytes) | ended),
                     probe_end_valid.eq(probe_tags_valid),
                     probe_checked.eq(probe_end_valid),
-                    probe_fits.eq(probe_end <= win_bytes),
-                    probe_final.eq(ended),
                 ]
+            with m.Switch(probe_start):
+                for start in range(BEAT_BYTES):
+                    with m.Case(start):
+                        end = probe_lookup[start]
+                        m.d.sync += [
+                            probe_end.eq(end),
+                            probe_end_absolute.eq(Cat(end[:5], (end[5:7] + probe_slot)[:2])),
+                        ]
+            m.d.sync += [
+                probe_tags.eq(tags_at_ptr),
+                probe_start.eq(ptr_copy[:5]),
+                probe_slot.eq(ptr_slot),
+                probe_fits.eq(probe_end <= win_bytes),
+                probe_final.eq(ended),
+                # Where the packet should end if the block at ptr is its last (kept from the
+                # clock the last block fires, for CHECK).
+                good_end.eq(selected_last_end),
+            ]
             # Stage A's data follows ptr whenever it has room; only `valid` needs a block.
             with m.If(pending_free):
                 m.d.sync += [
@@ -483,6 +505,7 @@ class Unpacker(wiring.Component):
                         blocks_left.eq(count_blocks),
                         is_last_block.eq(beat.one_block),
                         read_slot.eq(0), ptr.eq(0), ptr_copy_inverted.eq(0x7F), ended.eq(0),
+                        *[copy.eq(0) for copy in ptr_low_copies],
                         fits.eq(0),
                         # (win_bytes and write_slot through their next values below)
                         probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
@@ -507,7 +530,7 @@ class Unpacker(wiring.Component):
                         # CHECK, from registers: where the packet should end (whichever path
                         # fired, the masked end of the block at ptr, in the coordinates of
                         # the window after this clock's shift) against win_bytes.
-                        m.d.sync += [phase.eq(Phase.CHECK), good_end.eq(selected_last_end)]
+                        m.d.sync += phase.eq(Phase.CHECK)
                 with m.Elif(probe_checked & probe_final & ~probe_fits & pending_free):
                     # The input is over and the block at ptr is not all there.
                     emit(end=End.REWIND)
