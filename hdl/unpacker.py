@@ -275,6 +275,12 @@ class Unpacker(wiring.Component):
                     value = value.value
                 m.d.sync += target.eq(value)
 
+        def emit_verdict(end):
+            """Load stage A with a data-less item carrying only ``end`` (the caller checks
+            ``pending_free``). Only ``write`` and ``end`` change: the wide fields keep
+            whatever they hold, so their inputs never wait for this decision."""
+            m.d.sync += [pending_valid.eq(1), pending.write.eq(0), pending.end.eq(end)]
+
         events = self.events
         m.d.sync += events.eq(0)
 
@@ -533,7 +539,7 @@ class Unpacker(wiring.Component):
                         m.d.sync += phase.eq(Phase.CHECK)
                 with m.Elif(probe_checked & probe_final & ~probe_fits & pending_free):
                     # The input is over and the block at ptr is not all there.
-                    emit(end=End.REWIND)
+                    emit_verdict(End.REWIND)
                     m.d.sync += [events.drop_truncated.eq(1), phase.eq(Phase.BETWEEN)]
 
             with m.Case(Phase.CHECK):
@@ -559,11 +565,11 @@ class Unpacker(wiring.Component):
                 m.d.comb += in_ready.eq(pending_free)
                 with m.If(beat_valid & pending_free):
                     with m.If(in_bytes != 0):   # (a register compare: 6 bits)
-                        emit(end=End.REWIND)
+                        emit_verdict(End.REWIND)
                         m.d.sync += [events.drop_overlong.eq(1),
                                      phase.eq(Mux(beat.last, Phase.BETWEEN, Phase.DRAIN))]
                     with m.Elif(beat.last):
-                        emit(end=End.COMMIT)
+                        emit_verdict(End.COMMIT)
                         m.d.sync += [events.decompressed.eq(1), phase.eq(Phase.BETWEEN)]
 
             with m.Case(Phase.DRAIN):
