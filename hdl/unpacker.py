@@ -37,7 +37,7 @@ whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and sele
 Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
 that just entered) are caught by a four-clock *probe*: it registers the tag vector at
 ``ptr``, then its exact (masked, for the last block) end, then compares that with
-``win_bytes`` and fires from that register. The probe restarts whenever ``ptr`` moves, and
+``win_bytes`` and fires from that register (with the end made absolute). The probe restarts whenever ``ptr`` moves, and
 it also decides truncation (the input has ended and the block at ``ptr`` is not all there).
 A block thus leaves every clock while the input keeps up, and 34-byte blocks are limited by
 the input word rate (16 per 17 clocks); per packet there is one idle clock, after the
@@ -72,7 +72,7 @@ from amaranth.lib.wiring import In, Out
 from host.header import BEAT_BYTES, LANES, PacketType
 
 from .axis import DATA_BITS
-from .block_ends import (END_BITS, PAIR_BYTES, BlockEnds, UnpackRequest, block_end,
+from .block_ends import (END_BITS, PAIR_BYTES, BlockEnds, UnpackRequest,
                          block_payload_bytes)
 from .block_packer import BLOCK_BITS, BLOCK_BYTES
 from .header import HeaderLayout
@@ -290,10 +290,6 @@ class Unpacker(wiring.Component):
         ptr_slot = ptr_copy[5:7]
         drop = Signal(2)                              # slots ptr has passed
         m.d.comb += drop.eq(ptr_slot - read_slot)
-        words_kept = Signal(3)                        # whole words before tlast
-        m.d.comb += words_kept.eq(win_bytes[5:8] - drop)
-        room = Signal()
-        m.d.comb += room.eq(~words_kept[2])           # < 4 words
         take_word = Signal()
         # Next values of the bookkeeping registers (the header beat resets them).
         win_bytes_next = Signal.like(win_bytes)
@@ -305,10 +301,13 @@ class Unpacker(wiring.Component):
             write_slot_onehot.eq(1 << write_slot_next),
             full.eq(win_bytes_next > WINDOW_BYTES - BEAT_BYTES),
         ]
+        # A full window's write slot is the read slot: free once ptr has left it (it leaves
+        # the window at this clock edge, and the word entering takes its place).
+        room = Signal()
+        m.d.comb += room.eq(~full | (ptr_slot != read_slot))
         # The input beat is written into the write slot whenever that slot is free, taken or
         # not (a free slot's contents do not matter), so the enables of the window registers
-        # are one LUT of registers. A full window's write slot is the read slot: free once
-        # ptr has left it (it leaves the window at this clock edge).
+        # are one LUT of registers.
         write_enable = Signal(WINDOW_WORDS)
         for s in range(WINDOW_WORDS):
             m.d.comb += write_enable[s].eq(write_slot_onehot[s] & ~(full & (ptr_slot == s)))
@@ -393,10 +392,7 @@ class Unpacker(wiring.Component):
                                ptr_copy[:5], 2 * LANES, "tags_at_ptr")
         probe_mask = Signal(2 * LANES)
         m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
-        probe_lookup = []
-        for start in range(BEAT_BYTES):
-            probe_lookup.append(block_end(m, probe_tags & probe_mask, start,
-                                          f"probe_end_from{start}"))
+        probe_payload, _ = block_payload_bytes(m, probe_tags & probe_mask, "probe_payload")
         # Third stage: the comparison, registered with whether the data was final then.
         probe_checked = Signal()
         probe_fits = Signal()
@@ -442,15 +438,9 @@ class Unpacker(wiring.Component):
                     probe_end_valid.eq(probe_tags_valid),
                     probe_checked.eq(probe_end_valid),
                 ]
-            with m.Switch(probe_start):
-                for start in range(BEAT_BYTES):
-                    with m.Case(start):
-                        end = probe_lookup[start]
-                        m.d.sync += [
-                            probe_end.eq(end),
-                            probe_end_absolute.eq(Cat(end[:5], (end[5:7] + probe_slot)[:2])),
-                        ]
             m.d.sync += [
+                probe_end.eq(probe_start + 2 + probe_payload),
+                probe_end_absolute.eq(Cat(probe_end[:5], (probe_end[5:7] + probe_slot)[:2])),
                 probe_tags.eq(tags_at_ptr),
                 probe_start.eq(ptr_copy[:5]),
                 probe_slot.eq(ptr_slot),
