@@ -37,11 +37,11 @@ whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and sele
 Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
 that just entered) are caught by a four-clock *probe*: it registers the tag vector at
 ``ptr``, then its exact (masked, for the last block) end, then compares that with
-``win_bytes`` and fires from that register (with the end made absolute). The probe restarts whenever ``ptr`` moves, and
-it also decides truncation (the input has ended and the block at ``ptr`` is not all there).
-A block thus leaves every clock while the input keeps up, and 34-byte blocks are limited by
-the input word rate (16 per 17 clocks); per packet there is one idle clock, after the
-header, while the first word enters.
+``win_bytes`` and fires from that register (the end made absolute). The probe restarts
+whenever ``ptr`` moves, and it also decides truncation (the input has ended and the block at
+``ptr`` is not all there). A block thus leaves every clock while the input keeps up, and
+34-byte blocks are limited by the input word rate (16 per 17 clocks); per packet there is
+one idle clock, after the header, while the first word enters.
 
 Output side
 -----------
@@ -72,7 +72,7 @@ from amaranth.lib.wiring import In, Out
 from host.header import BEAT_BYTES, LANES, PacketType
 
 from .axis import DATA_BITS
-from .block_ends import (END_BITS, PAIR_BYTES, BlockEnds, UnpackRequest,
+from .block_ends import (END_BITS, PAIR_BYTES, BlockEnds, UnpackRequest, block_end,
                          block_payload_bytes)
 from .block_packer import BLOCK_BITS, BLOCK_BYTES
 from .header import HeaderLayout
@@ -392,7 +392,8 @@ class Unpacker(wiring.Component):
                                ptr_copy[:5], 2 * LANES, "tags_at_ptr")
         probe_mask = Signal(2 * LANES)
         m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
-        probe_payload, _ = block_payload_bytes(m, probe_tags & probe_mask, "probe_payload")
+        # The block length (tag vector and payload) at a start of 0, then the start added.
+        probe_length = block_end(m, probe_tags & probe_mask, 0, "probe_length")
         # Third stage: the comparison, registered with whether the data was final then.
         probe_checked = Signal()
         probe_fits = Signal()
@@ -439,7 +440,7 @@ class Unpacker(wiring.Component):
                     probe_checked.eq(probe_end_valid),
                 ]
             m.d.sync += [
-                probe_end.eq(probe_start + 2 + probe_payload),
+                probe_end.eq(probe_start + probe_length),
                 probe_end_absolute.eq(Cat(probe_end[:5], (probe_end[5:7] + probe_slot)[:2])),
                 probe_tags.eq(tags_at_ptr),
                 probe_start.eq(ptr_copy[:5]),
