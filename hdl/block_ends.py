@@ -63,7 +63,8 @@ PAIR_BYTES = [(0, 1, 2, 4)[v & 3] + (0, 1, 2, 4)[v >> 2] for v in range(16)]
 
 
 def _pair_lookup(m, bits, table, width, name):
-    """``table[bits]`` for a 4-bit ``bits``: one LUT level per output bit."""
+    """``table[bits]`` for a 4-bit ``bits`` (such as two lanes' tags): one LUT level per
+    output bit."""
     out = Signal(width, name=name)
     with m.Switch(bits):
         for v in range(16):
@@ -141,8 +142,15 @@ class BlockEnds(wiring.Component):
         ends = [block_end(m, tags[j], j, f"end_at{j}") for j in range(BEAT_BYTES)]
         last_ends = [block_end(m, tags[j] & last_tag_mask, j, f"last_end_at{j}")
                      for j in range(BEAT_BYTES)]
+        # Bytes in the beat: 4 per valid lane, counted as two 4-lane lookups (one LUT level
+        # each) and one small add, not a chain of adds: every fits compare waits for it.
+        lane_valid = Cat(beat.keep[4 * j] for j in range(LANES))
+        half_counts = [_pair_lookup(m, lane_valid[4 * h:4 * h + 4],
+                                    [bin(v).count("1") for v in range(16)], 3,
+                                    f"lanes_in_half{h}")
+                       for h in range(2)]
         in_bytes = Signal(range(BEAT_BYTES + 1))
-        m.d.comb += in_bytes.eq(4 * sum(beat.keep[4 * j] for j in range(LANES)))
+        m.d.comb += in_bytes.eq((half_counts[0] + half_counts[1]) << 2)
         fits = Signal(BEAT_BYTES)
         for j in range(BEAT_BYTES - 1):
             m.d.comb += fits[j].eq(ends[j] <= in_bytes)
