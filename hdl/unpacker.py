@@ -264,10 +264,11 @@ class Unpacker(wiring.Component):
                 m.d.sync += pending.end.eq(verdict)
 
         def emit(**fields):
-            """Load stage A (the caller checks ``pending_free``)."""
+            """Load stage A's item fields (the caller checks ``pending_free``; the wide
+            fields load by themselves, see below)."""
             m.d.sync += pending_valid.eq(1)
-            defaults = dict(window=0, offset=0, tag_mask=TAG_MASK_ALL, raw=0, write=0,
-                            keep=(1 << BEAT_BYTES) - 1, last=0, end=End.NONE, k=k)
+            defaults = dict(raw=0, write=0, keep=(1 << BEAT_BYTES) - 1, last=0, end=End.NONE,
+                            k=k)
             defaults.update(fields)
             for name, value in defaults.items():
                 target = pending.end.as_value() if name == "end" else getattr(pending, name)
@@ -451,12 +452,10 @@ class Unpacker(wiring.Component):
                 # clock the last block fires, for CHECK).
                 good_end.eq(selected_last_end),
             ]
-            # Stage A's data follows ptr whenever it has room; only `valid` needs a block.
+            # Stage A's item fields follow ptr whenever it has room; only `valid` needs a
+            # block.
             with m.If(pending_free):
                 m.d.sync += [
-                    pending.window.eq(from_ptr_slot[:8 * SLICE_BYTES]),
-                    pending.offset.eq(ptr_copy[:5]),
-                    pending.tag_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL)),
                     pending.raw.eq(0),
                     pending.write.eq(1),
                     pending.keep.eq(Mux(is_last_block, last_keep, (1 << BEAT_BYTES) - 1)),
@@ -469,6 +468,19 @@ class Unpacker(wiring.Component):
         header = data.View(HeaderLayout, beat.data)
         rewritten = Signal(HeaderLayout)
         m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
+
+        # Stage A's wide fields load whenever it has room, from a source chosen by the phase
+        # alone (the window from ptr's slot while cutting blocks, else the input beat: a
+        # bypassed beat or a rewritten header), so their inputs never wait for a decision;
+        # `pending_valid` and the item fields say whether and what the item is.
+        with m.If(pending_free):
+            m.d.sync += [
+                pending.window.eq(Mux(in_blocks, from_ptr_slot[:8 * SLICE_BYTES],
+                                      Mux(beat.bypass, beat.data, rewritten))),
+                pending.offset.eq(Mux(in_blocks, ptr_copy[:5], 0)),
+                pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask,
+                                        TAG_MASK_ALL)),
+            ]
         count_lanes_left = header.count[:3]           # values in a partial last block
         count_blocks = beat.blocks
 
@@ -478,18 +490,18 @@ class Unpacker(wiring.Component):
             m.d.comb += in_ready.eq(pending_free & allowed)
             with m.If(beat_valid & pending_free & allowed):
                 with m.If(beat.bypass):
-                    emit(window=beat.data, raw=1, write=1, keep=beat.keep,
+                    emit(raw=1, write=1, keep=beat.keep,
                          last=beat.last, end=End.COMMIT)
                 with m.Elif(beat.empty):
                     # No values: good iff nothing follows the header.
-                    emit(window=rewritten, raw=1, write=1, last=1, k=header.k,
+                    emit(raw=1, write=1, last=1, k=header.k,
                          end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
                     with m.If(beat.last):
                         m.d.sync += events.decompressed.eq(1)
                     with m.Else():
                         m.d.sync += phase.eq(Phase.TAIL)
                 with m.Else():
-                    emit(window=rewritten, raw=1, write=1, last=0, k=header.k,
+                    emit(raw=1, write=1, last=0, k=header.k,
                          end=Mux(beat.last, End.REWIND.value, End.NONE.value))
                     with m.If(beat.last):
                         m.d.sync += events.drop_truncated.eq(1)
