@@ -227,8 +227,12 @@ class Unpacker(wiring.Component):
         ptr_copy_inverted = Signal(7, init=0x7F)
         ptr_copy = ~ptr_copy_inverted
         ended = Signal()                              # the packet's tlast is in the window
+        # The block count follows `fire` a clock late (it is wide; `fire` ends the loop), so
+        # blocks left = blocks_left - block_fired; is_last_block is kept exact.
         blocks_left = Signal(range(max_blocks + 1))
-        is_last_block = Signal()                      # blocks_left == 1
+        block_fired = Signal()
+        is_last_block = Signal()                      # one block left
+        two_left = Signal()                           # two blocks left
         k = Signal(4)
         last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
         last_keep = Signal(BEAT_BYTES)
@@ -391,6 +395,7 @@ class Unpacker(wiring.Component):
         probe_end_valid = Signal()
         tags_at_ptr = mux_tree(m, [from_ptr_slot[8 * q:8 * q + 16] for q in range(BEAT_BYTES)],
                                ptr_copy[:5], 2 * LANES, "tags_at_ptr")
+        m.d.comb += two_left.eq(Mux(block_fired, blocks_left == 3, blocks_left == 2))
         probe_mask = Signal(2 * LANES)
         m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
         # The block length (tag vector and payload) at a start of 0, then the start added.
@@ -430,8 +435,7 @@ class Unpacker(wiring.Component):
             # their valid flags say whether they mean anything), so they stay off `fire`.
             with m.If(fire):
                 m.d.sync += [probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
-                             blocks_left.eq(blocks_left - 1),
-                             is_last_block.eq(blocks_left == 2)]
+                             is_last_block.eq(two_left)]
             with m.Else():
                 m.d.sync += [
                     # Tags read before both their bytes arrived mean nothing, unless none
@@ -441,6 +445,8 @@ class Unpacker(wiring.Component):
                     probe_checked.eq(probe_end_valid),
                 ]
             m.d.sync += [
+                block_fired.eq(fire),
+                blocks_left.eq(blocks_left - block_fired),
                 probe_end.eq(probe_start + probe_length),
                 probe_end_absolute.eq(Cat(probe_end[:5], (probe_end[5:7] + probe_slot)[:2])),
                 probe_tags.eq(tags_at_ptr),
@@ -511,7 +517,7 @@ class Unpacker(wiring.Component):
                     lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
                     m.d.sync += [
                         k.eq(header.k),
-                        blocks_left.eq(count_blocks),
+                        blocks_left.eq(count_blocks), block_fired.eq(0),
                         is_last_block.eq(beat.one_block),
                         read_slot.eq(0), ptr.eq(0), ptr_copy_inverted.eq(0x7F), ended.eq(0),
                         *[copy.eq(0) for copy in ptr_low_copies],
