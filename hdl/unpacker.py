@@ -446,7 +446,7 @@ class Unpacker(wiring.Component):
                 ]
             m.d.sync += [
                 block_fired.eq(fire),
-                blocks_left.eq(blocks_left - block_fired),
+                blocks_left.eq(Mux(block_fired, blocks_left - 1, blocks_left)),
                 probe_end.eq(probe_start + probe_length),
                 probe_end_absolute.eq(Cat(probe_end[:5], (probe_end[5:7] + probe_slot)[:2])),
                 probe_tags.eq(tags_at_ptr),
