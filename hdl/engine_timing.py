@@ -1,0 +1,137 @@
+"""Clock rate of one engine alone on the ECPIX-5's ECP5 (LFE5UM5G-85F, speed 8).
+
+::
+
+    python -m hdl.engine_timing compressor|decompressor|aggregator [--freq MHZ] [--seed N]
+                                [--router router1|router2] [--build-dir DIR]
+
+An engine has far more ports than the package has pins, so it is wrapped in a harness: every
+input comes from one long shift register fed by two pins, and every output is registered and
+XOR-reduced into two pins. Nothing is constant or unobserved, so synthesis keeps the whole
+engine, and every engine port is a register one clock away from a pin-less fabric register,
+as it would be in a real top. Yosys and nextpnr come from the project's virtualenv (YoWASP);
+nextpnr runs with ``--timing-allow-fail`` because the point is the number. Writes
+``summary.json`` (Fmax, LUT4 / FF use, the critical path) into the build folder and prints it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from amaranth import Cat, Module, Signal, Value
+from amaranth.back import verilog
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .build import REPO, TOOLS, critical_path_lines, parse_nextpnr_log
+
+__all__ = ["ENGINES", "EngineHarness", "main"]
+
+
+def _compressor():
+    from .compressor import Compressor
+    return Compressor()
+
+
+def _decompressor():
+    from .decompressor import Decompressor
+    return Decompressor()
+
+
+def _aggregator():
+    from .aggregator import Aggregator
+    return Aggregator(slots=64, lanes=64, max_workers=32, jobs=4)
+
+
+#: Engine name -> constructor (the configurations the board top builds).
+ENGINES = {"compressor": _compressor, "decompressor": _decompressor, "aggregator": _aggregator}
+
+
+class EngineHarness(wiring.Component):
+    """An engine between a shift register (all inputs) and an XOR reduction (all outputs).
+
+    Parameters
+    ----------
+    engine : wiring.Component
+        The engine; its signature is flattened, so any mix of streams and plain ports works.
+    """
+
+    def __init__(self, engine):
+        if not isinstance(engine, wiring.Component):
+            raise TypeError(f"engine must be a wiring.Component, not {engine!r}")
+        self._engine = engine
+        super().__init__({"din": In(2), "dout": Out(2)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.engine = engine = self._engine
+        inputs, outputs = [], []
+        for _, member, value in engine.signature.flatten(engine):
+            (inputs if member.flow == In else outputs).append(Value.cast(value))
+
+        feed = Signal(sum(len(v) for v in inputs))
+        m.d.sync += feed.eq(Cat(self.din, feed[:-2]))
+        offset = 0
+        for value in inputs:
+            m.d.comb += value.eq(feed[offset:offset + len(value)])
+            offset += len(value)
+
+        captured = Signal(sum(len(v) for v in outputs))
+        m.d.sync += captured.eq(Cat(*outputs))
+        half = len(captured) // 2
+        m.d.sync += self.dout.eq(Cat(captured[:half].xor(), captured[half:].xor()))
+        return m
+
+
+def _arguments(argv):
+    p = argparse.ArgumentParser(prog="python -m hdl.engine_timing",
+                                description=__doc__.split("\n")[0])
+    p.add_argument("engine", choices=sorted(ENGINES))
+    p.add_argument("--freq", type=float, default=125.0, help="constraint in MHz (125)")
+    p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    p.add_argument("--router", default="router1", choices=["router1", "router2"])
+    p.add_argument("--build-dir", type=Path, default=None,
+                   help="default: build/engine-timing/<engine>")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = _arguments(argv)
+    build_dir = args.build_dir or REPO / "build" / "engine-timing" / args.engine
+    build_dir.mkdir(parents=True, exist_ok=True)
+    venv_bin = Path(sys.executable).parent
+    top = EngineHarness(ENGINES[args.engine]())
+    (build_dir / "top.v").write_text(verilog.convert(top, name="top",
+                                                     ports=[top.din, top.dout]))
+    started = time.monotonic()
+    subprocess.run([str(venv_bin / TOOLS["YOSYS"]), "-q", "-l", "yosys.log", "-p",
+                    "read_verilog top.v; synth_ecp5 -top top -json top.json; "
+                    "tee -o cells.txt stat"], cwd=build_dir, check=True)
+    synthesized = time.monotonic()
+    subprocess.run([str(venv_bin / TOOLS["NEXTPNR_ECP5"]), "--um5g-85k", "--package",
+                    "CABGA554", "--speed", "8", "--json", "top.json", "--freq",
+                    str(args.freq), "--timing-allow-fail", "--seed", str(args.seed),
+                    "--router", args.router, "--log", "nextpnr.log", "--quiet"],
+                   cwd=build_dir, check=True)
+    log = (build_dir / "nextpnr.log").read_text()
+    fmax = parse_nextpnr_log(log)
+    summary = {
+        "engine": args.engine,
+        "fmax": fmax,
+        "nextpnr_seed": args.seed,
+        "nextpnr_router": args.router,
+        "yosys_seconds": round(synthesized - started, 1),
+        "nextpnr_seconds": round(time.monotonic() - synthesized, 1),
+        "critical_path": critical_path_lines(log),
+    }
+    (build_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    print(json.dumps({k: v for k, v in summary.items() if k != "critical_path"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
