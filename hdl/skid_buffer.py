@@ -37,8 +37,9 @@ class SkidBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         # The data registers load whether or not a beat is there (a payload only matters
-        # while its valid is set), so their enables never wait for ``i.valid``.
-        spare = Signal(self._shape, reset_less=True)
+        # while its valid is set), so their enables never wait for ``i.valid``. (Not
+        # reset-less: with it, Yosys 0.70's ABC9 step fails an assertion on the compressor.)
+        spare = Signal(self._shape)
         spare_valid = Signal()
         m.d.comb += self.i.ready.eq(~spare_valid)
 
