@@ -232,7 +232,9 @@ class Decompressor(wiring.Component):
             unpack_in.i.p.last.eq(beat.last),
             unpack_in.i.p.bypass.eq(Mux(in_payload, bypassing, bypass_now)),
             unpack_in.i.valid.eq(self.i.valid & ~dropped_beat),
-            self.i.ready.eq(dropped_beat | unpack_in.i.ready),
+            # Ready is the skid buffer's (a register) for dropped beats too: a drop waits for
+            # room like any beat, and the header checks stay off the upstream ready path.
+            self.i.ready.eq(unpack_in.i.ready),
         ]
 
         events = self.events
