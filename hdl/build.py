@@ -133,10 +133,10 @@ def _arguments(argv, boards):
     p.add_argument("--freq", type=float, default=None,
                    help="engine clock in MHz (default: the board's engine_mhz)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
-    p.add_argument("--router", default="router2", choices=["router1", "router2"],
-                   help="nextpnr router: router2 (default) is several times faster on a "
-                        "design of this size; router1 can converge where router2's "
-                        "congestion does not")
+    p.add_argument("--router", default="router1", choices=["router1", "router2"],
+                   help="nextpnr router: router1 (default) converges on every build here "
+                        "(the whole ECPIX-5 top in about 16 minutes); router2 is faster when "
+                        "it converges, but diverged on the switch build")
     p.add_argument("--build-dir", default=None,
                    help="default build/bitstream/<board> (or <board>-<engine>)")
     return p.parse_args(argv)

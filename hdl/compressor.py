@@ -12,6 +12,7 @@ through the ``ready`` chain, so nothing is lost or duplicated):
  1    encode             8 lanes classified and shifted (:class:`~hdl.lane_encoder.EncodeStage`)
  2    prefix sum         payload byte offsets and block width (:class:`~hdl.block_packer.BlockPacker`)
  3    assembly           one contiguous block of 2..34 bytes
+ -    skid buffer        registers the tready the first three stages see
  4    rotate             block shifted to its byte position in the output word
                          (:class:`~hdl.bit_accumulator.BitAccumulator`)
  5    accumulate         full 256-bit words out; flush and pad at ``tlast``
@@ -39,7 +40,7 @@ from host.header import LANES, MAGIC, VERSION, Flags, K_MAX, K_MIN, PacketType
 
 from .axis import AxisBeat
 from .bit_accumulator import BitAccumulator
-from .block_packer import BlockPacker
+from .block_packer import BlockItem, BlockPacker
 from .header import HeaderLayout
 from .lane_encoder import EncodeStage
 from .skid_buffer import SkidBuffer
@@ -88,9 +89,13 @@ class Compressor(wiring.Component):
         # chain through the five stages never reaches a port.
         m.submodules.ingress = ingress = SkidBuffer(AxisBeat)
         m.submodules.egress = egress = SkidBuffer(AxisBeat)
+        # And one in the middle: the accumulator's ready (from its fill level) would
+        # otherwise run back through packer and encoder into the input's enables.
+        m.submodules.middle = middle = SkidBuffer(BlockItem)
         wiring.connect(m, wiring.flipped(self.i), ingress.i)
         wiring.connect(m, encode.o, pack.i)
-        wiring.connect(m, pack.o, accumulate.i)
+        wiring.connect(m, pack.o, middle.i)
+        wiring.connect(m, middle.o, accumulate.i)
         wiring.connect(m, accumulate.o, egress.i)
         wiring.connect(m, egress.o, wiring.flipped(self.o))
         source = ingress.o
