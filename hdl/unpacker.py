@@ -321,6 +321,10 @@ class Unpacker(wiring.Component):
             """A 7-bit absolute position as an offset from the start of ``slot``."""
             return Cat(position[:5], (position[5:7] - slot)[:2])
 
+        def absolute(offset, slot):
+            """An offset from the start of ``slot`` as a 7-bit absolute position."""
+            return Cat(offset[:5], (offset[5:7] + slot)[:2])
+
         # Each slot takes the input beat whenever it is the free slot to write; the entry of
         # byte 31 of the slot before it (whose tag vector needs this beat) comes along.
         for s in range(WINDOW_WORDS):
@@ -328,13 +332,12 @@ class Unpacker(wiring.Component):
             with m.If(write_enable[s]):
                 m.d.sync += window.word_select(s, DATA_BITS).eq(beat.data)
                 for j in range(BEAT_BYTES - 1):
-                    end = beat.ends[j]
-                    m.d.sync += [ends[BEAT_BYTES * s + j].eq(Cat(end[:5], (end[5:7] + s)[:2])),
+                    m.d.sync += [ends[BEAT_BYTES * s + j].eq(absolute(beat.ends[j], s)),
                                  last_ends[BEAT_BYTES * s + j].eq(beat.last_ends[j])]
-                end = beat.ends[BEAT_BYTES - 1]
+                last = BEAT_BYTES - 1
                 m.d.sync += [
-                    ends[BEAT_BYTES * before + 31].eq(Cat(end[:5], (end[5:7] + before)[:2])),
-                    last_ends[BEAT_BYTES * before + 31].eq(beat.last_ends[BEAT_BYTES - 1]),
+                    ends[BEAT_BYTES * before + last].eq(absolute(beat.ends[last], before)),
+                    last_ends[BEAT_BYTES * before + last].eq(beat.last_ends[last]),
                 ]
 
         # fits[q]: the block at byte q is all in the window. From registers (so it lags a
@@ -364,7 +367,8 @@ class Unpacker(wiring.Component):
         # hundreds of loads on the loop. (Distinct reset values keep synthesis from merging
         # the copies.)
         group_bits = LOOP_GROUP_BYTES.bit_length() - 1
-        ptr_low_copies = [Signal(group_bits, name=f"ptr_low_copy{g}", init=g % (1 << group_bits))
+        ptr_low_copies = [Signal(group_bits, name=f"ptr_low_copy{g}",
+                                 init=g % (1 << group_bits))
                           for g in range(WINDOW_BYTES // LOOP_GROUP_BYTES)]
         group_selected = [
             mux_tree(m, [Cat(ends[q], fits[q])
@@ -448,7 +452,7 @@ class Unpacker(wiring.Component):
                 block_fired.eq(fire),
                 blocks_left.eq(Mux(block_fired, blocks_left - 1, blocks_left)),
                 probe_end.eq(probe_start + probe_length),
-                probe_end_absolute.eq(Cat(probe_end[:5], (probe_end[5:7] + probe_slot)[:2])),
+                probe_end_absolute.eq(absolute(probe_end, probe_slot)),
                 probe_tags.eq(tags_at_ptr),
                 probe_start.eq(ptr_copy[:5]),
                 probe_slot.eq(ptr_slot),
