@@ -127,6 +127,19 @@ def test_parse_nextpnr_report_and_yosys_stat():
     assert parse_yosys_cells(rpt) == {"LUT4": 12, "TRELLIS_FF": 7, "DP16KD": 2}
 
 
+def _met_timing(result, summary_path):
+    """The summary of a finished real build, checked: it exists, the build succeeded, timing
+    was met at 125 MHz or more, and the .bit and .svf were written."""
+    assert summary_path.exists(), result.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert result.returncode == 0, json.dumps(summary, indent=1)[-3000:]
+    assert summary["timing_met"] and summary["engine_clock_constrained"]
+    assert summary["engine_fmax_mhz"] >= 125
+    for kind in ("bit", "svf"):
+        assert Path(summary["files"][kind]).stat().st_size > 100_000
+    return summary
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("GRADWIRE_SKIP_BITSTREAM") == "1",
                     reason="GRADWIRE_SKIP_BITSTREAM=1")
@@ -136,15 +149,8 @@ def test_make_bitstream_default_board(tmp_path):
     result = subprocess.run([sys.executable, "-m", "hdl.build", "--board", "ecpix5",
                              "--build-dir", str(build_dir)],
                             cwd=REPO, capture_output=True, text=True)
-    summary_path = build_dir / "summary.json"
-    assert summary_path.exists(), result.stderr[-3000:]
-    summary = json.loads(summary_path.read_text())
-    assert result.returncode == 0, json.dumps(summary, indent=1)[-3000:]
-    assert summary["timing_met"] and summary["engine_clock_constrained"]
-    assert summary["engine_fmax_mhz"] >= 125
+    summary = _met_timing(result, build_dir / "summary.json")
     assert summary["engines"] == ["nic", "switch"]
-    for kind in ("bit", "svf"):
-        assert Path(summary["files"][kind]).stat().st_size > 100_000
     assert summary["utilization"]["TRELLIS_FF"]["used"] > 1000
 
 
@@ -157,13 +163,7 @@ def test_make_bitstream_switch_engine_default_board():
     result = subprocess.run(["make", "bitstream", "BOARD=ecpix5", "ENGINE=switch",
                              "ROUTER=router1", f"PYTHON={sys.executable}"],
                             cwd=REPO, capture_output=True, text=True, env=env)
-    summary_path = REPO / "build" / "bitstream" / "ecpix5-switch" / "summary.json"
-    assert summary_path.exists(), result.stderr[-3000:]
-    summary = json.loads(summary_path.read_text())
-    assert result.returncode == 0, json.dumps(summary, indent=1)[-3000:]
-    assert summary["timing_met"] and summary["engine_clock_constrained"]
-    assert summary["engine_fmax_mhz"] >= 125
+    summary = _met_timing(result, REPO / "build" / "bitstream" / "ecpix5-switch" /
+                          "summary.json")
     assert summary["engines"] == ["switch"] and summary["nextpnr_router"] == "router1"
-    for kind in ("bit", "svf"):
-        assert Path(summary["files"][kind]).stat().st_size > 100_000
     assert summary["utilization"]["DP16KD"]["used"] > 0
