@@ -1,7 +1,8 @@
 """INCEPTIONN compressor: the NIC transmit path (``notes/nic-contract.md``, TX).
 
 Pipeline (every stage a register with the stream handshake; back-pressure propagates
-through the ``ready`` chain, so nothing is lost or duplicated):
+through the ``ready`` chain or, for stages 1-3, through credit, so nothing is lost or
+duplicated):
 
 ====  =================  ====================================================================
  #    stage              what it does
@@ -12,7 +13,8 @@ through the ``ready`` chain, so nothing is lost or duplicated):
  1    encode             8 lanes classified and shifted (:class:`~hdl.lane_encoder.EncodeStage`)
  2    prefix sum         payload byte offsets and block width (:class:`~hdl.block_packer.BlockPacker`)
  3    assembly           one contiguous block of 2..34 bytes
- -    skid buffer        registers the tready the first three stages see
+ -    credit buffer      blocks wait here for the accumulator; stages 1-3 never stall (a
+                         beat enters only when the buffer will have room for its block)
  4    rotate             block shifted to its byte position in the output word
                          (:class:`~hdl.bit_accumulator.BitAccumulator`)
  5    accumulate         full 256-bit words out; flush and pad at ``tlast``
@@ -42,6 +44,7 @@ from .axis import AxisBeat
 from .bit_accumulator import BitAccumulator
 from .block_packer import BlockItem, BlockPacker
 from .header import HeaderLayout
+from .credit_buffer import CreditBuffer
 from .lane_encoder import EncodeStage
 from .skid_buffer import SkidBuffer
 
@@ -50,6 +53,11 @@ __all__ = ["TxEvents", "Compressor"]
 #: One strobe per transmit counter (``host.counters.NIC_TX_COUNTERS`` order), high for one
 #: cycle when the counter must be incremented.
 TxEvents = data.StructLayout({name: unsigned(1) for name in NIC_TX_COUNTERS})
+
+
+#: Clocks from a beat entering the encoder to its block reaching the credit buffer (encode,
+#: prefix sum, assembly).
+PACK_LATENCY = 3
 
 
 def popcount(m, bits, name):
@@ -89,13 +97,15 @@ class Compressor(wiring.Component):
         # chain through the five stages never reaches a port.
         m.submodules.ingress = ingress = SkidBuffer(AxisBeat)
         m.submodules.egress = egress = SkidBuffer(AxisBeat)
-        # And one in the middle: the accumulator's ready (from its fill level) would
-        # otherwise run back through packer and encoder into the input's enables.
-        m.submodules.middle = middle = SkidBuffer(BlockItem)
+        # Encoder and packer never stall: a beat enters them only when the credit buffer
+        # after them has room for it three clocks later (`space`, a register), so the
+        # accumulator's ready (from its fill level) reaches no enable of theirs.
+        m.submodules.blocks = blocks = CreditBuffer(BlockItem, latency=PACK_LATENCY)
         wiring.connect(m, wiring.flipped(self.i), ingress.i)
         wiring.connect(m, encode.o, pack.i)
-        wiring.connect(m, pack.o, middle.i)
-        wiring.connect(m, middle.o, accumulate.i)
+        m.d.comb += [blocks.i.p.eq(pack.o.p), blocks.i.valid.eq(pack.o.valid),
+                     pack.o.ready.eq(1)]     # (space guarantees it)
+        wiring.connect(m, blocks.o, accumulate.i)
         wiring.connect(m, accumulate.o, egress.i)
         wiring.connect(m, egress.o, wiring.flipped(self.o))
         source = ingress.o
@@ -131,8 +141,8 @@ class Compressor(wiring.Component):
 
         req = encode.i.p
         m.d.comb += [
-            encode.i.valid.eq(source.valid),
-            source.ready.eq(encode.i.ready),
+            encode.i.valid.eq(source.valid & blocks.space),
+            source.ready.eq(blocks.space),
             req.lanes_valid.eq(lanes_valid),
             req.keep.eq(beat.keep),
             req.last.eq(beat.last),

@@ -27,8 +27,11 @@ class CreditBuffer(wiring.Component):
         Clocks from the producer's decision to issue (``space`` seen high) to the beat's
         arrival at ``i``.
     depth : int or None
-        FIFO entries; default ``2 * latency + 4`` (full throughput with a consumer that
-        takes a beat every clock).
+        FIFO entries; default ``2 * latency + 5``: full throughput with a consumer that
+        takes a beat every clock or one that stalls a clock now and then (16 clocks in 17,
+        the compressor's accumulator with all-raw blocks). One entry less and ``space``,
+        which must assume a beat issued on every clock it was high, lets the FIFO run dry
+        after such a stall.
 
     Attributes
     ----------
@@ -43,7 +46,7 @@ class CreditBuffer(wiring.Component):
     def __init__(self, shape, *, latency, depth=None):
         if not isinstance(latency, int) or latency < 0:
             raise ValueError(f"latency must be a non-negative integer, not {latency!r}")
-        depth = 2 * latency + 4 if depth is None else depth
+        depth = 2 * latency + 5 if depth is None else depth
         if depth < latency + 3:
             raise ValueError(f"depth {depth} cannot cover a latency of {latency} "
                              f"(needs at least {latency + 3})")

@@ -8,14 +8,14 @@ Pipeline:
  0    front (comb)     header checks; drops bad-header / bad-k / too-large packets whole
                        (their beats are swallowed, nothing is written); marks bypass packets
  1    skid buffer      registers the unpacker's input and ready
- 2-5  unpack           block ends of each word, then one block per clock out of the bitstream
+ 2-8  unpack           block ends of each word, then one block per clock out of the bitstream
                        and its extraction (:class:`~hdl.unpacker.Unpacker`), end-of-packet
-                       verdict (good / truncated / over-long)
- 6    skid buffer      registers the unpacker's output ready
- 7-9  block decode     prefix sum, payload extraction, lane decode
+                       verdict (good / truncated / over-long); its output is a credit buffer,
+                       so the ready it sees stops there
+ 9-11 block decode     prefix sum, payload extraction, lane decode
                        (:class:`~hdl.lane_decoder.BlockDecoder`); never stalls: items enter
                        only while the packet buffer has room for all in flight
- 10   packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
+ 12   packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
 ====  ===============  ======================================================================
 
 Truncation and over-length are only known at the end of a packet, so decoded beats go into
@@ -37,7 +37,7 @@ from .axis import AxisBeat
 from .header import HeaderLayout
 from .lane_decoder import BlockDecoder, BufferItem
 from .skid_buffer import SkidBuffer
-from .unpacker import End, UnpackedItem, UnpackRequest, Unpacker
+from .unpacker import End, UnpackRequest, Unpacker
 
 __all__ = ["RxEvents", "PacketBuffer", "Decompressor", "buffer_depth"]
 
@@ -184,19 +184,18 @@ class Decompressor(wiring.Component):
         m.submodules.decode = decode = BlockDecoder()
         m.submodules.buffer = buffer = PacketBuffer(depth=buffer_depth(self.max_count),
                                                     headroom=IN_FLIGHT)
-        # Skid buffers around the unpacker register its input (the front end's header
-        # checks stay out of its block-finding loop) and the ready it sees.
+        # A skid buffer registers the unpacker's input (the front end's header checks stay
+        # out of its block-finding loop). Its output is a credit buffer: `ready` reaches
+        # only that buffer's read side.
         m.submodules.unpack_in = unpack_in = SkidBuffer(UnpackRequest)
-        m.submodules.unpack_out = unpack_out = SkidBuffer(UnpackedItem)
         wiring.connect(m, unpack_in.o, unpack.i)
-        wiring.connect(m, unpack.o, unpack_out.i)
         # The decoder never stalls: an item enters it only while the packet buffer has room
         # for everything in flight (a registered flag), so no ready chain runs back through
         # its wide stages.
         m.d.comb += [
-            decode.i.p.eq(unpack_out.o.p),
-            decode.i.valid.eq(unpack_out.o.valid & buffer.room),
-            unpack_out.o.ready.eq(buffer.room),
+            decode.i.p.eq(unpack.o.p),
+            decode.i.valid.eq(unpack.o.valid & buffer.room),
+            unpack.o.ready.eq(buffer.room),
             buffer.i.p.eq(decode.o.p),
             buffer.i.valid.eq(decode.o.valid),
             decode.o.ready.eq(1),

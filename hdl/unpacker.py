@@ -46,9 +46,13 @@ one idle clock, after the header, while the first word enters.
 Output side
 -----------
 Items go through two registers: stage A holds the 66 window bytes from the word holding
-``ptr`` (or a raw beat) and the byte offset, stage B (the output register) shifts the block
-out of them. Neither is on the pointer loop; stage A's data is loaded whenever it has room,
-only its ``valid`` depends on whether a block fired.
+``ptr`` (or a raw beat) and the byte offset, stage B shifts the block out of them. Neither is
+on the pointer loop, and neither waits for the output: both load on every clock (only stage
+A's ``valid`` depends on whether a block fired), and a
+:class:`~hdl.credit_buffer.CreditBuffer` after them holds the items the output's consumer
+has not taken yet. An item is only started when its ``space`` flag, a register, says it will
+fit, so the consumer's ``ready`` reaches no decision here. The input side is decoupled the
+same way: a skid buffer after the block-ends stage registers the window's ``ready``.
 
 End of packet (``notes/nic-contract.md``)
 ------------------------------------------
@@ -72,10 +76,12 @@ from amaranth.lib.wiring import In, Out
 from host.header import BEAT_BYTES, LANES, PacketType
 
 from .axis import DATA_BITS
-from .block_ends import (END_BITS, PAIR_BYTES, BlockEnds, UnpackRequest, block_end,
-                         block_payload_bytes)
+from .block_ends import (END_BITS, PAIR_BYTES, BeatWithEnds, BlockEnds, UnpackRequest,
+                         block_end, block_payload_bytes)
 from .block_packer import BLOCK_BITS, BLOCK_BYTES
+from .credit_buffer import CreditBuffer
 from .header import HeaderLayout
+from .skid_buffer import SkidBuffer
 
 __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
            "PAIR_BYTES", "Unpacker"]
@@ -190,9 +196,13 @@ class Unpacker(wiring.Component):
 
         m.submodules.ends = ends_stage = BlockEnds()
         wiring.connect(m, wiring.flipped(self.i), ends_stage.i)
-        beat = ends_stage.o.p
-        beat_valid = ends_stage.o.valid
-        in_ready = ends_stage.o.ready
+        # The window's input ready is decided here, from the phase; a skid buffer keeps it
+        # from also being the clock enable of the block-ends stage and of everything before.
+        m.submodules.ends_skid = ends_skid = SkidBuffer(BeatWithEnds)
+        wiring.connect(m, ends_stage.o, ends_skid.i)
+        beat = ends_skid.o.p
+        beat_valid = ends_skid.o.valid
+        in_ready = ends_skid.o.ready
 
         class Phase(enum.Enum):
             BETWEEN = 0   # next beat is a header or a bypassed beat
@@ -238,38 +248,34 @@ class Unpacker(wiring.Component):
         last_keep = Signal(BEAT_BYTES)
         good_end = Signal(END_BITS)                   # where a good packet ends (CHECK)
 
-        # -- output: stage A (pending item) and stage B (the output register) -------------
+        # -- output: stage A (pending item), stage B (item), then a credit buffer ---------
+        # Stages A and B move on every clock, so no register of theirs waits for the
+        # output's ready: an item enters stage A only when the credit buffer's `space` (a
+        # register) says it will find room two clocks later.
         pending = Signal(_PendingItem)
         pending_valid = Signal()
-        out_free = Signal()
-        pending_free = Signal()
-        m.d.comb += [
-            out_free.eq(~self.o.valid | self.o.ready),
-            pending_free.eq(~pending_valid | out_free),
+        item = Signal(UnpackedItem)
+        item_valid = Signal()
+        m.submodules.out_buffer = out_buffer = CreditBuffer(UnpackedItem, latency=2)
+        m.d.comb += [out_buffer.i.p.eq(item), out_buffer.i.valid.eq(item_valid)]
+        wiring.connect(m, out_buffer.o, wiring.flipped(self.o))
+        space = out_buffer.space
+        block = shift_right_bytes(m, pending.window, pending.offset, BLOCK_BITS, "block")
+        m.d.sync += [
+            item_valid.eq(pending_valid),
+            item.bits.eq(Cat(block[:2 * LANES] & pending.tag_mask, block[2 * LANES:])),
+            *[getattr(item, name).eq(getattr(pending, name)) for name in _ITEM_FIELDS],
+            pending_valid.eq(0),    # unless an item is emitted below
         ]
-        with m.If(out_free):
-            block = shift_right_bytes(m, pending.window, pending.offset, BLOCK_BITS, "block")
-            m.d.sync += [
-                self.o.valid.eq(pending_valid),
-                self.o.p.bits.eq(Cat(block[:2 * LANES] & pending.tag_mask,
-                                     block[2 * LANES:])),
-            ]
-            m.d.sync += [getattr(self.o.p, name).eq(getattr(pending, name))
-                         for name in _ITEM_FIELDS]
-        with m.If(pending_free):
-            m.d.sync += pending_valid.eq(0)
         # In CHECK, stage A holds the last block and the packet's verdict is decided: it goes
-        # out with the block, or into stage A if the block cannot leave yet.
+        # out with the block.
         verdict = Signal(End)
         with m.If(phase == Phase.CHECK):
-            with m.If(out_free):
-                m.d.sync += self.o.p.end.eq(verdict)
-            with m.Else():
-                m.d.sync += pending.end.eq(verdict)
+            m.d.sync += item.end.eq(verdict)
 
         def emit(**fields):
-            """Load stage A's item fields (the caller checks ``pending_free``; the wide
-            fields load by themselves, see below)."""
+            """Load stage A's item fields (the caller checks ``space``; the wide fields load
+            by themselves, see below)."""
             m.d.sync += pending_valid.eq(1)
             defaults = dict(raw=0, write=0, keep=(1 << BEAT_BYTES) - 1, last=0, end=End.NONE,
                             k=k)
@@ -282,7 +288,7 @@ class Unpacker(wiring.Component):
 
         def emit_verdict(end):
             """Load stage A with a data-less item carrying only ``end`` (the caller checks
-            ``pending_free``). Only ``write`` and ``end`` change: the wide fields keep
+            ``space``). Only ``write`` and ``end`` change: the wide fields keep
             whatever they hold, so their inputs never wait for this decision."""
             m.d.sync += [pending_valid.eq(1), pending.write.eq(0), pending.end.eq(end)]
 
@@ -413,8 +419,8 @@ class Unpacker(wiring.Component):
         fire_slow = Signal()
         fire = Signal()
         m.d.comb += [
-            fire_fast.eq(in_blocks & selected_fits & pending_free),
-            fire_slow.eq(in_blocks & probe_checked & probe_fits & pending_free),
+            fire_fast.eq(in_blocks & selected_fits & space),
+            fire_slow.eq(in_blocks & probe_checked & probe_fits & space),
             fire.eq(fire_fast | fire_slow),
         ]
         next_ptr = Signal(7)
@@ -462,43 +468,39 @@ class Unpacker(wiring.Component):
                 # clock the last block fires, for CHECK).
                 good_end.eq(selected_last_end),
             ]
-            # Stage A's item fields follow ptr whenever it has room; only `valid` needs a
-            # block.
-            with m.If(pending_free):
-                m.d.sync += [
-                    pending.raw.eq(0),
-                    pending.write.eq(1),
-                    pending.keep.eq(Mux(is_last_block, last_keep, (1 << BEAT_BYTES) - 1)),
-                    pending.last.eq(is_last_block),
-                    pending.end.eq(End.NONE),
-                    pending.k.eq(k),
-                ]
+            # Stage A's item fields follow ptr; only `valid` needs a block.
+            m.d.sync += [
+                pending.raw.eq(0),
+                pending.write.eq(1),
+                pending.keep.eq(Mux(is_last_block, last_keep, (1 << BEAT_BYTES) - 1)),
+                pending.last.eq(is_last_block),
+                pending.end.eq(End.NONE),
+                pending.k.eq(k),
+            ]
 
         # -- header beat: decode count and k, rewrite type ------------------------------
         header = data.View(HeaderLayout, beat.data)
         rewritten = Signal(HeaderLayout)
         m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
 
-        # Stage A's wide fields load whenever it has room, from a source chosen by the phase
-        # alone (the window from ptr's slot while cutting blocks, else the input beat: a
-        # bypassed beat or a rewritten header), so their inputs never wait for a decision;
+        # Stage A's wide fields load every clock, from a source chosen by the phase alone
+        # (the window from ptr's slot while cutting blocks, else the input beat: a bypassed
+        # beat or a rewritten header), so their inputs never wait for a decision;
         # `pending_valid` and the item fields say whether and what the item is.
-        with m.If(pending_free):
-            m.d.sync += [
-                pending.window.eq(Mux(in_blocks, from_ptr_slot[:8 * SLICE_BYTES],
-                                      Mux(beat.bypass, beat.data, rewritten))),
-                pending.offset.eq(Mux(in_blocks, ptr_copy[:5], 0)),
-                pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask,
-                                        TAG_MASK_ALL)),
-            ]
+        m.d.sync += [
+            pending.window.eq(Mux(in_blocks, from_ptr_slot[:8 * SLICE_BYTES],
+                                  Mux(beat.bypass, beat.data, rewritten))),
+            pending.offset.eq(Mux(in_blocks, ptr_copy[:5], 0)),
+            pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask, TAG_MASK_ALL)),
+        ]
         count_lanes_left = header.count[:3]           # values in a partial last block
         count_blocks = beat.blocks
 
         def start_packet(allowed=1):
             """Take a header or bypassed beat (phase BETWEEN, or CHECK once a packet is
             over, if ``allowed``)."""
-            m.d.comb += in_ready.eq(pending_free & allowed)
-            with m.If(beat_valid & pending_free & allowed):
+            m.d.comb += in_ready.eq(space & allowed)
+            with m.If(beat_valid & space & allowed):
                 with m.If(beat.bypass):
                     emit(raw=1, write=1, keep=beat.keep,
                          last=beat.last, end=End.COMMIT)
@@ -550,7 +552,7 @@ class Unpacker(wiring.Component):
                         # fired, the masked end of the block at ptr, in the coordinates of
                         # the window after this clock's shift) against win_bytes.
                         m.d.sync += phase.eq(Phase.CHECK)
-                with m.Elif(probe_checked & probe_final & ~probe_fits & pending_free):
+                with m.Elif(probe_checked & probe_final & ~probe_fits & space):
                     # The input is over and the block at ptr is not all there.
                     emit_verdict(End.REWIND)
                     m.d.sync += [events.drop_truncated.eq(1), phase.eq(Phase.BETWEEN)]
@@ -575,8 +577,8 @@ class Unpacker(wiring.Component):
                     start_packet(allowed=beat.bypass | ~beat.last)
 
             with m.Case(Phase.TAIL):
-                m.d.comb += in_ready.eq(pending_free)
-                with m.If(beat_valid & pending_free):
+                m.d.comb += in_ready.eq(space)
+                with m.If(beat_valid & space):
                     with m.If(in_bytes != 0):   # (a register compare: 6 bits)
                         emit_verdict(End.REWIND)
                         m.d.sync += [events.drop_overlong.eq(1),
