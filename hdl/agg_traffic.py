@@ -34,6 +34,7 @@ from hdl.fault_inject import FaultInjector
 from hdl.gradient_gen import RNG_WIDTH, derive_seed
 from hdl.header import HeaderLayout
 from hdl.lfsr import LFSR, lfsr_advance
+from hdl.skid_buffer import SkidBuffer
 from hdl.stream_checker import StreamChecker
 
 __all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "PacketArbiter", "BeatFormer",
@@ -535,11 +536,19 @@ class AggTraffic(wiring.Component):
                                    seed=self.seed)
             m.submodules[f"worker{w}"] = worker
             m.d.comb += worker.limit.eq(limit)
-            wiring.connect(m, worker.o, arbiter.inputs[w])
+            # Skid buffers (descriptors are narrow) register the ready every worker sees and
+            # the one the arbiter sees: the aggregator's ready would otherwise run through
+            # the beat former and the arbiter's grant into every worker's clock enables.
+            skid = SkidBuffer(WorkerBeat)
+            m.submodules[f"worker{w}_skid"] = skid
+            wiring.connect(m, worker.o, skid.i)
+            wiring.connect(m, skid.o, arbiter.inputs[w])
         m.submodules.former = former = BeatFormer(lanes=self.lanes, slot_base=self.slot_base,
                                                   job=self.job)
         m.submodules.inject = inject = FaultInjector()
-        wiring.connect(m, arbiter.o, former.i)
+        m.submodules.arbiter_skid = arbiter_skid = SkidBuffer(WorkerBeat)
+        wiring.connect(m, arbiter.o, arbiter_skid.i)
+        wiring.connect(m, arbiter_skid.o, former.i)
         wiring.connect(m, former.o, inject.i)
         wiring.connect(m, inject.o, wiring.flipped(self.o))
         m.d.comb += [inject.enable.eq(self.inject_fault), self.flipped.eq(inject.flipped)]
