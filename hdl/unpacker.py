@@ -69,7 +69,7 @@ is detected (the output
 buffer then discards everything written since the last commit). Bypassed beats all carry
 ``COMMIT`` (cut-through).
 """
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -231,11 +231,14 @@ class Unpacker(wiring.Component):
                      for q in range(WINDOW_BYTES)]
         fits = Signal(WINDOW_BYTES)
         ptr = Signal(7)                               # next block's first byte (absolute)
-        # A second copy of ptr for everything but the loop, so the loop's select lines do
-        # not also spread over the window. Kept inverted: synthesis merges identical
-        # registers, and an inverter costs nothing in the LUTs it feeds.
-        ptr_copy_inverted = Signal(7, init=0x7F)
-        ptr_copy = ~ptr_copy_inverted
+        # Copies of ptr for everything but the loop, so the loop's select lines do not also
+        # spread over the window, and no copy drives more than a few hundred loads: one for
+        # the narrow uses, one for the last-end select, one slot number per word of the
+        # slice stage A takes. (Reset values differ so that synthesis does not merge them
+        # with each other or with ptr; every copy is written with ptr at a packet's start.)
+        ptr_copy = Signal(7, init=0x55)
+        last_end_ptr = Signal(7, init=0x2A)
+        slice_slot = [Signal(2, name=f"slice_slot{i}", init=i + 1) for i in range(3)]
         ended = Signal()                              # the packet's tlast is in the window
         # The block count follows `fire` a clock late (it is wide; `fire` ends the loop), so
         # blocks left = blocks_left - block_fired; is_last_block is kept exact.
@@ -376,6 +379,13 @@ class Unpacker(wiring.Component):
         ptr_low_copies = [Signal(group_bits, name=f"ptr_low_copy{g}",
                                  init=g % (1 << group_bits))
                           for g in range(WINDOW_BYTES // LOOP_GROUP_BYTES)]
+
+        def move_ptr(value):
+            """Set ``ptr`` and all its copies."""
+            m.d.sync += [ptr.eq(value), ptr_copy.eq(value), last_end_ptr.eq(value),
+                         *[copy.eq(value[:group_bits]) for copy in ptr_low_copies],
+                         *[copy.eq(value[5:7]) for copy in slice_slot]]
+
         group_selected = [
             mux_tree(m, [Cat(ends[q], fits[q])
                          for q in range(g * LOOP_GROUP_BYTES, (g + 1) * LOOP_GROUP_BYTES)],
@@ -383,13 +393,13 @@ class Unpacker(wiring.Component):
             for g, copy in enumerate(ptr_low_copies)]
         selected = mux_tree(m, group_selected, ptr[group_bits:], END_BITS + 1, "selected")
         # Off the loop: where the packet should end if the block at ptr is its last.
-        selected_last_end = mux_tree(m, last_ends, ptr_copy, END_BITS, "selected_last_end")
+        selected_last_end = mux_tree(m, last_ends, last_end_ptr, END_BITS, "selected_last_end")
         selected_end, selected_fits = selected[:END_BITS], selected[END_BITS]
 
         # The three words from ptr's slot on: stage A's slice and the probe's tags.
         from_ptr_slot = Signal(3 * DATA_BITS)
         for i in range(3):
-            with m.Switch(ptr_slot):
+            with m.Switch(slice_slot[i]):
                 for s in range(WINDOW_WORDS):
                     with m.Case(s):
                         m.d.comb += from_ptr_slot.word_select(i, DATA_BITS).eq(
@@ -435,10 +445,8 @@ class Unpacker(wiring.Component):
             ]
             m.d.sync += [
                 read_slot.eq(ptr_slot),
-                ptr.eq(next_ptr),
-                ptr_copy_inverted.eq(~next_ptr),
-                *[copy.eq(next_ptr[:group_bits]) for copy in ptr_low_copies],
             ]
+            move_ptr(next_ptr)
             with m.If(take_word & beat.last):
                 m.d.sync += ended.eq(1)
             # The probe restarts whenever ptr moves; its data registers load every clock (only
@@ -525,12 +533,11 @@ class Unpacker(wiring.Component):
                         k.eq(header.k),
                         blocks_left.eq(count_blocks), block_fired.eq(0),
                         is_last_block.eq(beat.one_block),
-                        read_slot.eq(0), ptr.eq(0), ptr_copy_inverted.eq(0x7F), ended.eq(0),
-                        *[copy.eq(0) for copy in ptr_low_copies],
-                        fits.eq(0),
+                        read_slot.eq(0), ended.eq(0), fits.eq(0),
                         # (win_bytes and write_slot through their next values below)
                         probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                     ]
+                    move_ptr(Const(0, 7))
                     m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
                     with m.Switch(lanes):
                         for n in range(1, LANES + 1):
