@@ -144,9 +144,17 @@ class BitAccumulator(wiring.Component):
         with m.Else():
             m.d.comb += [acc_after.eq(acc), fill_after.eq(fill), flush_after.eq(flush)]
 
-        # Room for one more block when less than a word is left; a packet's items never
-        # mix with the next packet's, so nothing enters while a flush is pending.
-        m.d.comb += rot.ready.eq((fill_after < BEAT_BYTES) & ~flush_after)
+        # Room for one more block when less than a word is left after this cycle's output
+        # (`fill_after < 32`); a packet's items never mix with the next packet's, so nothing
+        # enters while a flush is pending (`~flush_after`). Written out as the same function
+        # of the registers `fill`, `flush` and the output's ready (case by case: no flush,
+        # the word out leaves fill - 32; a flush, the last word out empties it): this ready
+        # is the clock enable of every register before the accumulator, and through
+        # `fill_after` it was seven logic levels deep.
+        m.d.comb += rot.ready.eq(Mux(flush,
+                                     self.o.ready & (fill <= BEAT_BYTES),
+                                     (fill < BEAT_BYTES) |
+                                     (self.o.ready & (fill < 2 * BEAT_BYTES))))
         with m.If(rot.valid & rot.ready):
             # The block was rotated to byte `fill_after` (see stage 1), the first free byte.
             m.d.sync += [

@@ -27,7 +27,7 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .build import REPO, TOOLS, critical_path_lines, parse_nextpnr_log
+from .build import PLACER_OPTS, REPO, TOOLS, critical_path_lines, parse_nextpnr_log
 
 __all__ = ["ENGINES", "EngineHarness", "main"]
 
@@ -115,7 +115,7 @@ def main(argv=None) -> int:
     subprocess.run([str(venv_bin / TOOLS["NEXTPNR_ECP5"]), "--um5g-85k", "--package",
                     "CABGA554", "--speed", "8", "--json", "top.json", "--freq",
                     str(args.freq), "--timing-allow-fail", "--seed", str(args.seed),
-                    "--router", args.router, "--log", "nextpnr.log", "--quiet"],
+                    "--router", args.router, *PLACER_OPTS, "--log", "nextpnr.log", "--quiet"],
                    cwd=build_dir, check=True)
     log = (build_dir / "nextpnr.log").read_text()
     fmax = parse_nextpnr_log(log)
