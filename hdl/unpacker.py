@@ -45,10 +45,10 @@ one idle clock, after the header, while the first word enters.
 
 Output side
 -----------
-Items go through two registers: stage A holds the 66 window bytes from the word holding
-``ptr`` (or a raw beat) and the byte offset, stage B shifts the block out of them. Neither is
-on the pointer loop, and neither waits for the output: both load on every clock (only stage
-A's ``valid`` depends on whether a block fired), and a
+Items go through two registers: stage A holds a block's start (or a raw beat), stage B
+rotates the block out of the window, a clock after it fired (its bytes are still there).
+Neither is on the pointer loop, and neither waits for the output: both load on every clock
+(only stage A's ``valid`` depends on whether a block fired), and a
 :class:`~hdl.credit_buffer.CreditBuffer` after them holds the items the output's consumer
 has not taken yet. An item is only started when its ``space`` flag, a register, says it will
 fit, so the consumer's ``ready`` reaches no decision here. The input side is decoupled the
@@ -78,7 +78,7 @@ from host.header import BEAT_BYTES, LANES, PacketType
 from .axis import DATA_BITS
 from .block_ends import (END_BITS, PAIR_BYTES, BeatWithEnds, BlockEnds, UnpackRequest,
                          block_end, block_payload_bytes)
-from .block_packer import BLOCK_BITS, BLOCK_BYTES
+from .block_packer import BLOCK_BITS
 from .credit_buffer import CreditBuffer
 from .header import HeaderLayout
 from .skid_buffer import SkidBuffer
@@ -88,8 +88,6 @@ __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payl
 
 WINDOW_WORDS = 4
 WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
-#: Window bytes a block starting in a given word can reach: that word and the next 34.
-SLICE_BYTES = BEAT_BYTES + BLOCK_BYTES
 TAG_MASK_ALL = (1 << 2 * LANES) - 1
 #: Positions per group of the pointer loop's multiplexer (each with its own select copy).
 LOOP_GROUP_BYTES = 16
@@ -118,10 +116,10 @@ UnpackedItem = data.StructLayout({
 #: Fields an item carries unchanged from stage A to the output.
 _ITEM_FIELDS = ("raw", "write", "keep", "last", "end", "k")
 
-#: Stage A of the output: an item whose block is still to be shifted out of ``window``.
+#: Stage A of the output: an item whose block is still to be read out of the window.
 _PendingItem = data.StructLayout({
-    "window": unsigned(8 * SLICE_BYTES),
-    "offset": unsigned(5),          # the block's first byte in ``window``
+    "beat": unsigned(DATA_BITS),    # a raw item's data
+    "start": unsigned(7),           # a block's first byte (absolute window position)
     "tag_mask": unsigned(2 * LANES),
     **{name: UnpackedItem[name].shape for name in _ITEM_FIELDS},
 })
@@ -136,7 +134,8 @@ RxUnpackEvents = data.StructLayout({
 
 def shift_right_bytes(m, value, amount, width, name):
     """``width`` bits of ``value >> (8 * amount)``, as a logarithmic byte shifter (one 2:1
-    mux level per bit of ``amount``; a balanced tree, unlike a 32-way case mux)."""
+    mux level per bit of ``amount``; a balanced tree, unlike a 32-way case mux). Shifting
+    ``Cat(v, v)`` rotates ``v``."""
     level = value
     for bit in reversed(range(len(amount))):
         # After this level, the shifts still to come total at most 8 * (2^bit - 1) bits.
@@ -233,12 +232,11 @@ class Unpacker(wiring.Component):
         ptr = Signal(7)                               # next block's first byte (absolute)
         # Copies of ptr for everything but the loop, so the loop's select lines do not also
         # spread over the window, and no copy drives more than a few hundred loads: one for
-        # the narrow uses, one for the last-end select, one slot number per word of the
-        # slice stage A takes. (Reset values differ so that synthesis does not merge them
-        # with each other or with ptr; every copy is written with ptr at a packet's start.)
+        # the narrow uses and one for the last-end select. (Reset values differ so that
+        # synthesis does not merge them with each other or with ptr; every copy is written
+        # with ptr at a packet's start.)
         ptr_copy = Signal(7, init=0x55)
         last_end_ptr = Signal(7, init=0x2A)
-        slice_slot = [Signal(2, name=f"slice_slot{i}", init=i + 1) for i in range(3)]
         ended = Signal()                              # the packet's tlast is in the window
         # The block count follows `fire` a clock late (it is wide; `fire` ends the loop), so
         # blocks left = blocks_left - block_fired; is_last_block is kept exact.
@@ -263,7 +261,13 @@ class Unpacker(wiring.Component):
         m.d.comb += [out_buffer.i.p.eq(item), out_buffer.i.valid.eq(item_valid)]
         wiring.connect(m, out_buffer.o, wiring.flipped(self.o))
         space = out_buffer.space
-        block = shift_right_bytes(m, pending.window, pending.offset, BLOCK_BITS, "block")
+        # Stage B reads a block out of the live window, a clock after it fired: its bytes
+        # are still there (a slot is rewritten only after the pointer has left it, and the
+        # write lands a clock after that at the earliest), so stage A needs only the start.
+        block_in_window = shift_right_bytes(m, Cat(window, window), pending.start, BLOCK_BITS,
+                                            "block_in_window")
+        block = Signal(BLOCK_BITS)
+        m.d.comb += block.eq(Mux(pending.raw, pending.beat, block_in_window))
         m.d.sync += [
             item_valid.eq(pending_valid),
             item.bits.eq(Cat(block[:2 * LANES] & pending.tag_mask, block[2 * LANES:])),
@@ -383,8 +387,7 @@ class Unpacker(wiring.Component):
         def move_ptr(value):
             """Set ``ptr`` and all its copies."""
             m.d.sync += [ptr.eq(value), ptr_copy.eq(value), last_end_ptr.eq(value),
-                         *[copy.eq(value[:group_bits]) for copy in ptr_low_copies],
-                         *[copy.eq(value[5:7]) for copy in slice_slot]]
+                         *[copy.eq(value[:group_bits]) for copy in ptr_low_copies]]
 
         group_selected = [
             mux_tree(m, [Cat(ends[q], fits[q])
@@ -396,14 +399,14 @@ class Unpacker(wiring.Component):
         selected_last_end = mux_tree(m, last_ends, last_end_ptr, END_BITS, "selected_last_end")
         selected_end, selected_fits = selected[:END_BITS], selected[END_BITS]
 
-        # The three words from ptr's slot on: stage A's slice and the probe's tags.
-        from_ptr_slot = Signal(3 * DATA_BITS)
-        for i in range(3):
-            with m.Switch(slice_slot[i]):
-                for s in range(WINDOW_WORDS):
-                    with m.Case(s):
-                        m.d.comb += from_ptr_slot.word_select(i, DATA_BITS).eq(
-                            window.word_select((s + i) % WINDOW_WORDS, DATA_BITS))
+        # The word at ptr's slot and the first byte after it: the probe's tag vectors.
+        from_ptr_slot = Signal(DATA_BITS + 8)
+        with m.Switch(ptr_slot):
+            for s in range(WINDOW_WORDS):
+                with m.Case(s):
+                    m.d.comb += from_ptr_slot.eq(Cat(
+                        window.word_select(s, DATA_BITS),
+                        window.word_select((s + 1) % WINDOW_WORDS, DATA_BITS)[:8]))
 
         # -- the probe: exact (masked) end of the block at ptr, four clocks - --------------
         probe_tags = Signal(2 * LANES)
@@ -491,14 +494,12 @@ class Unpacker(wiring.Component):
         rewritten = Signal(HeaderLayout)
         m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
 
-        # Stage A's wide fields load every clock, from a source chosen by the phase alone
-        # (the window from ptr's slot while cutting blocks, else the input beat: a bypassed
-        # beat or a rewritten header), so their inputs never wait for a decision;
-        # `pending_valid` and the item fields say whether and what the item is.
+        # Stage A's wide fields load every clock (the input beat, a bypassed beat or a
+        # rewritten header, for raw items; ptr for blocks), so their inputs never wait for a
+        # decision; `pending_valid` and the item fields say whether and what the item is.
         m.d.sync += [
-            pending.window.eq(Mux(in_blocks, from_ptr_slot[:8 * SLICE_BYTES],
-                                  Mux(beat.bypass, beat.data, rewritten))),
-            pending.offset.eq(Mux(in_blocks, ptr_copy[:5], 0)),
+            pending.beat.eq(Mux(beat.bypass, beat.data, rewritten)),
+            pending.start.eq(ptr_copy),
             pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask, TAG_MASK_ALL)),
         ]
         count_lanes_left = header.count[:3]           # values in a partial last block
