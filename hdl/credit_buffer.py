@@ -7,8 +7,13 @@ self-test's wide pipelines (the quantiser, the expected sums) instead move on ev
 and a :class:`CreditBuffer` at their end absorbs what comes out: its ``space`` output, a
 register, tells the producer whether a beat issued now still fits once the pipeline
 ``latency`` has passed, counting every beat that may still be in flight.
+
+``space`` goes through ``space_delay`` more registers on its way out (counted as more beats
+in flight), so the flip-flop the producer's enables come from can sit next to the producer,
+however far the FIFO is: the producer's stall decision is then one gate from a local
+register, not a wire across the pipeline it feeds.
 """
-from amaranth import Module, Shape
+from amaranth import Module, Shape, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
@@ -27,11 +32,13 @@ class CreditBuffer(wiring.Component):
         Clocks from the producer's decision to issue (``space`` seen high) to the beat's
         arrival at ``i``.
     depth : int or None
-        FIFO entries; default ``2 * latency + 5``: full throughput with a consumer that
-        takes a beat every clock or one that stalls a clock now and then (16 clocks in 17,
-        the compressor's accumulator with all-raw blocks). One entry less and ``space``,
-        which must assume a beat issued on every clock it was high, lets the FIFO run dry
-        after such a stall.
+        FIFO entries; default ``2 * (latency + space_delay) + 5``: full throughput with a
+        consumer that takes a beat every clock or one that stalls a clock now and then (16
+        clocks in 17, the compressor's accumulator with all-raw blocks). One entry less and
+        ``space``, which must assume a beat issued on every clock it was high, lets the FIFO
+        run dry after such a stall.
+    space_delay : int
+        Extra registers on ``space`` (default 1).
 
     Attributes
     ----------
@@ -43,14 +50,19 @@ class CreditBuffer(wiring.Component):
         A register: a beat issued this clock will find room.
     """
 
-    def __init__(self, shape, *, latency, depth=None):
+    def __init__(self, shape, *, latency, depth=None, space_delay=1):
         if not isinstance(latency, int) or latency < 0:
             raise ValueError(f"latency must be a non-negative integer, not {latency!r}")
-        depth = 2 * latency + 5 if depth is None else depth
-        if depth < latency + 3:
-            raise ValueError(f"depth {depth} cannot cover a latency of {latency} "
-                             f"(needs at least {latency + 3})")
+        if not isinstance(space_delay, int) or space_delay < 0:
+            raise ValueError(f"space_delay must be a non-negative integer, not "
+                             f"{space_delay!r}")
+        in_flight = latency + space_delay
+        depth = 2 * in_flight + 5 if depth is None else depth
+        if depth < in_flight + 3:
+            raise ValueError(f"depth {depth} cannot cover a latency of {latency} and a "
+                             f"space delay of {space_delay} (needs at least {in_flight + 3})")
         self.shape, self.latency, self.depth = shape, latency, depth
+        self.space_delay = space_delay
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -69,8 +81,16 @@ class CreditBuffer(wiring.Component):
             self.o.valid.eq(fifo.r_rdy),
             fifo.r_en.eq(self.o.ready),
         ]
-        # `space` at clock t is computed from the level at t - 1, which does not count the
-        # beats issued at t - 1 - latency .. t - 1 (still in the pipeline), nor the one
-        # issued at t: latency + 2 beats at most (one per clock), counted as stored already.
-        m.d.sync += self.space.eq(fifo.level + self.latency + 2 <= self.depth)
+        # `space` at clock t is computed from the level at t - 1 - space_delay, which does
+        # not count the beats issued at t - 1 - space_delay - latency .. t - 1 (still in the
+        # pipeline), nor the one issued at t: latency + space_delay + 2 beats at most (one
+        # per clock), counted as stored already.
+        in_flight = self.latency + self.space_delay + 2
+        space = Signal(name="space_from_level")
+        m.d.sync += space.eq(fifo.level + in_flight <= self.depth)
+        for i in range(self.space_delay):
+            delayed = Signal(name=f"space_delayed{i}")
+            m.d.sync += delayed.eq(space)
+            space = delayed
+        m.d.comb += self.space.eq(space)
         return m
