@@ -287,7 +287,12 @@ class GradientGenerator(wiring.Component):
         seq = Signal(32)
         offset = Signal(32)
         left = Signal(range(self.max_count + 1))     # values still to send in this packet
-        edges = Signal(PacketEdges)                  # of the current packet's generation k
+        # The current packet's edges (of its generation k), one copy per lane: a single
+        # register feeding all eight lanes' arithmetic was a wide net across the generator.
+        # (Reset values differ so that synthesis keeps the copies; a header loads them all
+        # before any payload beat.)
+        edges = [Signal(PacketEdges, name=f"edges_lane{j}", init={"k": j})
+                 for j in range(LANES)]
         take = Signal()                              # compute the next beat into the output
         m.d.comb += take.eq(~self.o.valid | self.o.ready)
 
@@ -318,13 +323,15 @@ class GradientGenerator(wiring.Component):
             header.slot.eq(seq[0:16]), header.seq.eq(seq), header.offset.eq(offset),
         ]
 
-        lanes = Cat(lane_value(m, rng.value, edges) for rng in lane_rngs)
+        lanes = Cat(lane_value(m, rng.value, lane_edges)
+                    for rng, lane_edges in zip(lane_rngs, edges))
         words = Signal(range(LANES + 1))
         m.d.comb += words.eq(Mux(left >= LANES, LANES, left))
 
         # `left == 0` as a register of its own: it decides which LFSRs advance, so it
         # must be a flip-flop, not a compare, in front of their clock enables
         at_header = Signal(init=1)
+        next_edges = packet_edges(m, Mux(h[4:8] == 0, 10, h[4:8]))
         with m.If(take):
             m.d.sync += self.o.valid.eq(1)
             with m.If(at_header):                    # next beat: a header
@@ -335,7 +342,7 @@ class GradientGenerator(wiring.Component):
                     self.o.payload.last.eq(count == 0),
                     left.eq(count),
                     at_header.eq(count == 0),
-                    edges.eq(packet_edges(m, Mux(h[4:8] == 0, 10, h[4:8]))),
+                    *[lane_edges.eq(next_edges) for lane_edges in edges],
                     seq.eq(seq + 1),
                     offset.eq(offset + count),
                 ]
