@@ -52,7 +52,7 @@ Neither is on the pointer loop, and neither waits for the output: both load on e
 :class:`~hdl.credit_buffer.CreditBuffer` after them holds the items the output's consumer
 has not taken yet. An item is only started when its ``space`` flag, a register, says it will
 fit, so the consumer's ``ready`` reaches no decision here. The input side is decoupled the
-same way: a skid buffer after the block-ends stage registers the window's ``ready``.
+same way: a two-entry FIFO after the block-ends stage takes the window's ``ready``.
 
 End of packet (``notes/nic-contract.md``)
 ------------------------------------------
@@ -71,6 +71,7 @@ buffer then discards everything written since the last commit). Bypassed beats a
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from host.header import BEAT_BYTES, LANES, PacketType
@@ -81,7 +82,6 @@ from .block_ends import (END_BITS, PAIR_BYTES, BeatWithEnds, BlockEnds, UnpackRe
 from .block_packer import BLOCK_BITS
 from .credit_buffer import CreditBuffer
 from .header import HeaderLayout
-from .skid_buffer import SkidBuffer
 
 __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
            "PAIR_BYTES", "Unpacker"]
@@ -195,13 +195,19 @@ class Unpacker(wiring.Component):
 
         m.submodules.ends = ends_stage = BlockEnds()
         wiring.connect(m, wiring.flipped(self.i), ends_stage.i)
-        # The window's input ready is decided here, from the phase; a skid buffer keeps it
-        # from also being the clock enable of the block-ends stage and of everything before.
-        m.submodules.ends_skid = ends_skid = SkidBuffer(BeatWithEnds)
-        wiring.connect(m, ends_stage.o, ends_skid.i)
-        beat = ends_skid.o.p
-        beat_valid = ends_skid.o.valid
-        in_ready = ends_skid.o.ready
+        # The window's input ready is decided here, from the phase and the pointer. A
+        # two-entry FIFO (LUT RAM read through its read pointer) takes the beats, so that
+        # ready only moves the read pointer: it is no clock enable of the 790 bits of a
+        # beat, nor of the block-ends stage and everything before.
+        m.submodules.ends_fifo = ends_fifo = SyncFIFO(width=BeatWithEnds.size, depth=2)
+        m.d.comb += [
+            ends_fifo.w_data.eq(ends_stage.o.p.as_value()),
+            ends_fifo.w_en.eq(ends_stage.o.valid),
+            ends_stage.o.ready.eq(ends_fifo.w_rdy),
+        ]
+        beat = data.View(BeatWithEnds, ends_fifo.r_data)
+        beat_valid = ends_fifo.r_rdy
+        in_ready = ends_fifo.r_en
 
         class Phase(enum.Enum):
             BETWEEN = 0   # next beat is a header or a bypassed beat
@@ -237,6 +243,7 @@ class Unpacker(wiring.Component):
         # with ptr at a packet's start.)
         ptr_copy = Signal(7, init=0x55)
         last_end_ptr = Signal(7, init=0x2A)
+        ptr_slot = Signal(2, init=3)                  # for the window's bookkeeping
         ended = Signal()                              # the packet's tlast is in the window
         # The block count follows `fire` a clock late (it is wide; `fire` ends the loop), so
         # blocks left = blocks_left - block_fired; is_last_block is kept exact.
@@ -305,7 +312,6 @@ class Unpacker(wiring.Component):
         in_bytes = beat.bytes                         # bytes of this input beat
 
         # -- window bookkeeping: passed slots leave, one word may enter ------------------
-        ptr_slot = ptr_copy[5:7]
         drop = Signal(2)                              # slots ptr has passed
         m.d.comb += drop.eq(ptr_slot - read_slot)
         take_word = Signal()
@@ -387,6 +393,7 @@ class Unpacker(wiring.Component):
         def move_ptr(value):
             """Set ``ptr`` and all its copies."""
             m.d.sync += [ptr.eq(value), ptr_copy.eq(value), last_end_ptr.eq(value),
+                         ptr_slot.eq(value[5:7]),
                          *[copy.eq(value[:group_bits]) for copy in ptr_low_copies]]
 
         group_selected = [
@@ -401,7 +408,7 @@ class Unpacker(wiring.Component):
 
         # The word at ptr's slot and the first byte after it: the probe's tag vectors.
         from_ptr_slot = Signal(DATA_BITS + 8)
-        with m.Switch(ptr_slot):
+        with m.Switch(ptr_copy[5:7]):
             for s in range(WINDOW_WORDS):
                 with m.Case(s):
                     m.d.comb += from_ptr_slot.eq(Cat(
@@ -472,7 +479,7 @@ class Unpacker(wiring.Component):
                 probe_end_absolute.eq(absolute(probe_end, probe_slot)),
                 probe_tags.eq(tags_at_ptr),
                 probe_start.eq(ptr_copy[:5]),
-                probe_slot.eq(ptr_slot),
+                probe_slot.eq(ptr_copy[5:7]),
                 probe_fits.eq(probe_end <= win_bytes),
                 probe_final.eq(ended),
                 # Where the packet should end if the block at ptr is its last (kept from the
