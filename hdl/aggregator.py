@@ -29,9 +29,10 @@ drop cause) leaves every slot as it was.
 Why results are never lost: an input beat is only taken while the result FIFO has room
 for a whole result packet (``P/8 + 1`` beats) on top of the results already queued or
 promised to packet ends in flight (each last beat taken reserves one result until its
-verdict); the check is a register, one clock old, so it keeps room for one more. So
-back-pressure on ``m_axis`` stalls ``s_axis`` (conservatively, at any beat), and a result
-once decided is always written: nothing after the input register ever stalls.
+verdict, counted from a clock after it is taken); the check is a register, one clock old,
+so it keeps room for two more. So back-pressure on ``m_axis`` stalls ``s_axis``
+(conservatively, at any beat), and a result once decided is always written: nothing after
+the input register ever stalls.
 
 Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata row with,
 per version, the worker bitmap, the count, the op and the exponent
@@ -131,8 +132,8 @@ class Aggregator(wiring.Component):
     @property
     def result_fifo_depth(self):
         """Result FIFO beats: room for a queued result, one being written, one promised, and
-        one more promised while the registered room flag catches up."""
-        return 5 * (self.beats + 1)
+        two more promised while the reservation and the registered room flag catch up."""
+        return 6 * (self.beats + 1)
 
     @property
     def ram_bits_per_slot(self):
@@ -175,11 +176,12 @@ class Aggregator(wiring.Component):
         reserved = Signal(range(D + 1))  # FIFO beats promised to packet ends in flight
         quiet_cycles = B + 6            # last beat -> end of its commit, with margin
         quiet = Signal(range(quiet_cycles + 1))
-        # Registered, so the FIFO level and the reservations stay out of the input's ready:
-        # it lags a clock, during which at most one more packet end (B + 1 beats) can be
-        # reserved, hence the second B + 1 of margin.
+        # Registered, so the FIFO level and the reservations stay out of the input's ready.
+        # It is computed from `reserved` a clock old, which itself counts a packet end a
+        # clock after it is taken (see below): the ends taken in the two clocks before and
+        # the one taken now (B + 1 beats each) are not in it yet, hence 3 (B + 1) of margin.
         space_ok = Signal()
-        m.d.sync += space_ok.eq(fifo.level + reserved + 2 * (B + 1) <= D)
+        m.d.sync += space_ok.eq(fifo.level + reserved + 3 * (B + 1) <= D)
         m.d.comb += [
             self.i.ready.eq(space_ok & ~(ctl.busy & ~in_packet)),
             accept.eq(self.i.valid & self.i.ready),
@@ -423,7 +425,12 @@ class Aggregator(wiring.Component):
 
         # Reservations: B + 1 beats per packet end taken at the input, returned by a verdict
         # without a result, or consumed beat by beat as the result is written.
-        taken = Mux(accept & self.i.payload.last, B + 1, 0)
+        # The reservation of an end taken is added a clock later, so that the input's
+        # accept (a function of the control's busy flag) does not run into this adder; the
+        # verdict that may return it comes three clocks after the end at the earliest.
+        end_taken = Signal()
+        m.d.sync += end_taken.eq(accept & self.i.payload.last)
+        taken = Mux(end_taken, B + 1, 0)
         returned = Mux(e2_valid & ~result, B + 1, 0)
         m.d.sync += reserved.eq(reserved + taken - returned - fifo.w_en)
 
