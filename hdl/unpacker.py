@@ -71,7 +71,7 @@ buffer then discards everything written since the last commit). Bypassed beats a
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from host.header import BEAT_BYTES, LANES, PacketType
@@ -89,6 +89,9 @@ __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payl
 WINDOW_WORDS = 4
 WINDOW_BYTES = WINDOW_WORDS * BEAT_BYTES
 TAG_MASK_ALL = (1 << 2 * LANES) - 1
+#: A block end no window position reaches (relative to any slot): the initial block ends of
+#: the input FIFO, which the window may read before any beat has been written.
+NEVER_FITS = (1 << END_BITS) - 1
 #: Positions per group of the pointer loop's multiplexer (each with its own select copy).
 LOOP_GROUP_BYTES = 16
 
@@ -199,15 +202,42 @@ class Unpacker(wiring.Component):
         # two-entry FIFO (LUT RAM read through its read pointer) takes the beats, so that
         # ready only moves the read pointer: it is no clock enable of the 790 bits of a
         # beat, nor of the block-ends stage and everything before.
-        m.submodules.ends_fifo = ends_fifo = SyncFIFO(width=BeatWithEnds.size, depth=2)
+        #
+        # The window reads the beat at the read pointer on every clock, valid or not (see
+        # below), so every entry must always hold a beat whose block ends are possible:
+        # BlockEnds's are (a block at byte j ends at j + 2 or later, which a slot without
+        # data never holds), and so is the initial value, whose blocks end past any window.
+        m.submodules.ends_fifo = ends_fifo = Memory(
+            shape=BeatWithEnds, depth=2,
+            init=[{"ends": [NEVER_FITS] * BEAT_BYTES, "last_ends": [NEVER_FITS] * BEAT_BYTES}] * 2)
+        fifo_write = ends_fifo.write_port()
+        fifo_read = ends_fifo.read_port(domain="comb")
+        fifo_produce, fifo_consume = Signal(), Signal()
+        fifo_level = Signal(range(3))
+        in_ready = Signal()
+        beat = fifo_read.data
+        beat_valid = Signal()
+        fifo_writes, fifo_reads = Signal(), Signal()
         m.d.comb += [
-            ends_fifo.w_data.eq(ends_stage.o.p.as_value()),
-            ends_fifo.w_en.eq(ends_stage.o.valid),
-            ends_stage.o.ready.eq(ends_fifo.w_rdy),
+            ends_stage.o.ready.eq(fifo_level != 2),
+            fifo_writes.eq(ends_stage.o.valid & ends_stage.o.ready),
+            fifo_write.addr.eq(fifo_produce),
+            fifo_write.data.eq(ends_stage.o.p),
+            fifo_write.en.eq(fifo_writes),
+            fifo_read.addr.eq(fifo_consume),
+            beat_valid.eq(fifo_level != 0),
+            fifo_reads.eq(beat_valid & in_ready),
         ]
-        beat = data.View(BeatWithEnds, ends_fifo.r_data)
-        beat_valid = ends_fifo.r_rdy
-        in_ready = ends_fifo.r_en
+        m.d.sync += [
+            fifo_produce.eq(fifo_produce ^ fifo_writes),
+            fifo_consume.eq(fifo_consume ^ fifo_reads),
+        ]
+        # (written as two cases: Yosys 0.70's ABC9 step fails an assertion on some
+        # subtractions of a 1-bit flag)
+        with m.If(fifo_writes & ~fifo_reads):
+            m.d.sync += fifo_level.eq(fifo_level + 1)
+        with m.Elif(fifo_reads & ~fifo_writes):
+            m.d.sync += fifo_level.eq(fifo_level - 1)
 
         class Phase(enum.Enum):
             BETWEEN = 0   # next beat is a header or a bypassed beat
