@@ -15,6 +15,7 @@ duplicated):
  3    assembly           one contiguous block of 2..34 bytes
  -    credit buffer      blocks wait here for the accumulator; stages 1-3 never stall (a
                          beat enters only when the buffer will have room for its block)
+ -    skid buffer        registers the accumulator's ready
  4    rotate             block shifted to its byte position in the output word
                          (:class:`~hdl.bit_accumulator.BitAccumulator`)
  5    accumulate         full 256-bit words out; flush and pad at ``tlast``
@@ -101,11 +102,15 @@ class Compressor(wiring.Component):
         # after them has room for it three clocks later (`space`, a register), so the
         # accumulator's ready (from its fill level) reaches no enable of theirs.
         m.submodules.blocks = blocks = CreditBuffer(BlockItem, latency=PACK_LATENCY)
+        # ... and a skid buffer keeps the accumulator's ready (from its fill level) out of
+        # the credit buffer's FIFO logic.
+        m.submodules.middle = middle = SkidBuffer(BlockItem)
         wiring.connect(m, wiring.flipped(self.i), ingress.i)
         wiring.connect(m, encode.o, pack.i)
         m.d.comb += [blocks.i.p.eq(pack.o.p), blocks.i.valid.eq(pack.o.valid),
                      pack.o.ready.eq(1)]     # (space guarantees it)
-        wiring.connect(m, blocks.o, accumulate.i)
+        wiring.connect(m, blocks.o, middle.i)
+        wiring.connect(m, middle.o, accumulate.i)
         wiring.connect(m, accumulate.o, egress.i)
         wiring.connect(m, egress.o, wiring.flipped(self.o))
         source = ingress.o
