@@ -9,8 +9,8 @@ Data paths (every arrow is a 256-bit AXI-Stream of :data:`hdl.axis.AxisBeat`):
 
 * NIC: ``GradientGenerator -> nic_top.tx_s_axis``; ``tx_m_axis -> rx_s_axis`` (the
   wire: here a loopback through a skid buffer); ``rx_m_axis -> [fault injection] ->
-  NicChecker``. The checker's expected beats come from a second ``GradientGenerator`` with the same seed, through the
-  independent :class:`hdl.lane_quantizer.QuantizeStream`.
+  NicChecker``. The checker's expected beats come from a second ``GradientGenerator``
+  with the same seed, through the independent :class:`hdl.lane_quantizer.QuantizeStream`.
 * Switch: ``AggTraffic`` (virtual workers and an arbiter) ``-> [fault injection] ->
   switch_top.s_axis``; ``m_axis -> AggTraffic`` result checker; ``ctrl_*`` configured by
   ``AggTraffic`` at start.

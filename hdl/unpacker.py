@@ -207,9 +207,10 @@ class Unpacker(wiring.Component):
         # below), so every entry must always hold a beat whose block ends are possible:
         # BlockEnds's are (a block at byte j ends at j + 2 or later, which a slot without
         # data never holds), and so is the initial value, whose blocks end past any window.
-        m.submodules.ends_fifo = ends_fifo = Memory(
-            shape=BeatWithEnds, depth=2,
-            init=[{"ends": [NEVER_FITS] * BEAT_BYTES, "last_ends": [NEVER_FITS] * BEAT_BYTES}] * 2)
+        never_fits_beat = {"ends": [NEVER_FITS] * BEAT_BYTES,
+                           "last_ends": [NEVER_FITS] * BEAT_BYTES}
+        m.submodules.ends_fifo = ends_fifo = Memory(shape=BeatWithEnds, depth=2,
+                                                    init=[never_fits_beat] * 2)
         fifo_write = ends_fifo.write_port()
         fifo_read = ends_fifo.read_port(domain="comb")
         fifo_produce, fifo_consume = Signal(), Signal()
