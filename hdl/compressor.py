@@ -102,8 +102,7 @@ class Compressor(wiring.Component):
         # after them has room for it three clocks later (`space`, a register), so the
         # accumulator's ready (from its fill level) reaches no enable of theirs.
         m.submodules.blocks = blocks = CreditBuffer(BlockItem, latency=PACK_LATENCY)
-        # ... and a skid buffer keeps the accumulator's ready (from its fill level) out of
-        # the credit buffer's FIFO logic.
+        # ... and a skid buffer keeps that ready out of the credit buffer's FIFO logic.
         m.submodules.middle = middle = SkidBuffer(BlockItem)
         wiring.connect(m, wiring.flipped(self.i), ingress.i)
         wiring.connect(m, encode.o, pack.i)
