@@ -29,8 +29,7 @@ import time
 from pathlib import Path
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
-           "parse_yosys_cells",
-           "parse_nextpnr_log", "main"]
+           "parse_yosys_cells", "parse_nextpnr_log", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 
