@@ -35,9 +35,10 @@ whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and sele
 ``ptr`` off the loop.
 
 Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
-that just entered) are caught by a four-clock *probe*: it registers the tag vector at
-``ptr``, then its exact (masked, for the last block) end, then compares that with
-``win_bytes`` and fires from that register (the end made absolute). The probe restarts
+that just entered) are caught by a five-clock *probe*: it reads the tag vector at ``ptr``
+a clock after ``ptr`` moved (through a delayed copy, so no copy of ``ptr`` hangs on the
+loop), registers it, then its exact (masked, for the last block) end, then compares that
+with ``win_bytes`` and fires from that register (the end made absolute). The probe restarts
 whenever ``ptr`` moves, and it also decides truncation (the input has ended and the block at
 ``ptr`` is not all there). A block thus leaves every clock while the input keeps up, and
 34-byte blocks are limited by the input word rate (16 per 17 clocks); per packet there is
@@ -268,12 +269,13 @@ class Unpacker(wiring.Component):
         fits = Signal(WINDOW_BYTES)
         ptr = Signal(7)                               # next block's first byte (absolute)
         # Copies of ptr for everything but the loop, so the loop's select lines do not also
-        # spread over the window, and no copy drives more than a few hundred loads: one for
-        # the narrow uses and one for the last-end select. (Reset values differ so that
-        # synthesis does not merge them with each other or with ptr; every copy is written
-        # with ptr at a packet's start.)
-        ptr_copy = Signal(7, init=0x55)
+        # spread over the window: one for the last-end select, loaded with ptr (it must
+        # follow ptr at once). The probe reads its tag vector through `tags_ptr`, ptr a
+        # clock late, so that copy hangs on a register and not on the loop; the probe
+        # waits a clock after every move of ptr. (Reset values differ so that synthesis
+        # does not merge the copies with each other or with ptr.)
         last_end_ptr = Signal(7, init=0x2A)
+        tags_ptr = Signal(7, init=0x55)
         ptr_slot = Signal(2, init=3)                  # for the window's bookkeeping
         ended = Signal()                              # the packet's tlast is in the window
         # The block count follows `fire` a clock late (it is wide; `fire` ends the loop), so
@@ -423,7 +425,7 @@ class Unpacker(wiring.Component):
 
         def move_ptr(value):
             """Set ``ptr`` and all its copies."""
-            m.d.sync += [ptr.eq(value), ptr_copy.eq(value), last_end_ptr.eq(value),
+            m.d.sync += [ptr.eq(value), last_end_ptr.eq(value),
                          ptr_slot.eq(value[5:7]),
                          *[copy.eq(value[:group_bits]) for copy in ptr_low_copies]]
 
@@ -439,14 +441,15 @@ class Unpacker(wiring.Component):
 
         # The word at ptr's slot and the first byte after it: the probe's tag vectors.
         from_ptr_slot = Signal(DATA_BITS + 8)
-        with m.Switch(ptr_copy[5:7]):
+        m.d.sync += tags_ptr.eq(ptr)     # (the header beat sets it to 0 with ptr)
+        with m.Switch(tags_ptr[5:7]):
             for s in range(WINDOW_WORDS):
                 with m.Case(s):
                     m.d.comb += from_ptr_slot.eq(Cat(
                         window.word_select(s, DATA_BITS),
                         window.word_select((s + 1) % WINDOW_WORDS, DATA_BITS)[:8]))
 
-        # -- the probe: exact (masked) end of the block at ptr, four clocks - --------------
+        # -- the probe: exact (masked) end of the block at ptr, five clocks --------------
         probe_tags = Signal(2 * LANES)
         probe_start = Signal(5)
         probe_slot = Signal(2)
@@ -455,7 +458,7 @@ class Unpacker(wiring.Component):
         probe_end_absolute = Signal(END_BITS)
         probe_end_valid = Signal()
         tags_at_ptr = mux_tree(m, [from_ptr_slot[8 * q:8 * q + 16] for q in range(BEAT_BYTES)],
-                               ptr_copy[:5], 2 * LANES, "tags_at_ptr")
+                               tags_ptr[:5], 2 * LANES, "tags_at_ptr")
         m.d.comb += two_left.eq(Mux(block_fired, blocks_left == 3, blocks_left == 2))
         probe_mask = Signal(2 * LANES)
         m.d.comb += probe_mask.eq(Mux(is_last_block, last_tag_mask, TAG_MASK_ALL))
@@ -498,8 +501,11 @@ class Unpacker(wiring.Component):
             with m.Else():
                 m.d.sync += [
                     # Tags read before both their bytes arrived mean nothing, unless none
-                    # will ever arrive (then the end lies past win_bytes: truncated).
-                    probe_tags_valid.eq((relative(ptr_copy, read_slot) + 2 <= win_bytes) | ended),
+                    # will ever arrive (then the end lies past win_bytes: truncated); nor
+                    # do tags read at tags_ptr in the clock after ptr moved.
+                    probe_tags_valid.eq(~block_fired &
+                                        ((relative(tags_ptr, read_slot) + 2 <= win_bytes) |
+                                         ended)),
                     probe_end_valid.eq(probe_tags_valid),
                     probe_checked.eq(probe_end_valid),
                 ]
@@ -509,8 +515,8 @@ class Unpacker(wiring.Component):
                 probe_end.eq(probe_start + probe_length),
                 probe_end_absolute.eq(absolute(probe_end, probe_slot)),
                 probe_tags.eq(tags_at_ptr),
-                probe_start.eq(ptr_copy[:5]),
-                probe_slot.eq(ptr_copy[5:7]),
+                probe_start.eq(tags_ptr[:5]),
+                probe_slot.eq(tags_ptr[5:7]),
                 probe_fits.eq(probe_end <= win_bytes),
                 probe_final.eq(ended),
                 # Where the packet should end if the block at ptr is its last (kept from the
@@ -537,7 +543,7 @@ class Unpacker(wiring.Component):
         # decision; `pending_valid` and the item fields say whether and what the item is.
         m.d.sync += [
             pending.beat.eq(Mux(beat.bypass, beat.data, rewritten)),
-            pending.start.eq(ptr_copy),
+            pending.start.eq(ptr),
             pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask, TAG_MASK_ALL)),
         ]
         count_lanes_left = header.count[:3]           # values in a partial last block
@@ -577,6 +583,7 @@ class Unpacker(wiring.Component):
                         probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                     ]
                     move_ptr(Const(0, 7))
+                    m.d.sync += tags_ptr.eq(0)
                     m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
                     with m.Switch(lanes):
                         for n in range(1, LANES + 1):
