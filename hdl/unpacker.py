@@ -441,7 +441,7 @@ class Unpacker(wiring.Component):
 
         # The word at ptr's slot and the first byte after it: the probe's tag vectors.
         from_ptr_slot = Signal(DATA_BITS + 8)
-        m.d.sync += tags_ptr.eq(ptr)     # (the header beat sets it to 0 with ptr)
+        m.d.sync += tags_ptr.eq(ptr)     # (0 with ptr between packets)
         with m.Switch(tags_ptr[5:7]):
             for s in range(WINDOW_WORDS):
                 with m.Case(s):
@@ -533,6 +533,18 @@ class Unpacker(wiring.Component):
                 pending.k.eq(k),
             ]
 
+        with m.Else():
+            # Outside BLOCKS the window and the probe are reset on every clock, whatever the
+            # input beat: a header then finds them ready, and the header's decode reaches
+            # none of these registers (nor the pointer loop's). CHECK still reads win_bytes
+            # and ended, as they were before this clock.
+            m.d.sync += [
+                read_slot.eq(0), ended.eq(0), fits.eq(0), block_fired.eq(0), tags_ptr.eq(0),
+                probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
+            ]
+            move_ptr(Const(0, 7))
+            m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
+
         # -- header beat: decode count and k, rewrite type ------------------------------
         header = data.View(HeaderLayout, beat.data)
         rewritten = Signal(HeaderLayout)
@@ -576,15 +588,9 @@ class Unpacker(wiring.Component):
                     lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
                     m.d.sync += [
                         k.eq(header.k),
-                        blocks_left.eq(count_blocks), block_fired.eq(0),
+                        blocks_left.eq(count_blocks),
                         is_last_block.eq(beat.one_block),
-                        read_slot.eq(0), ended.eq(0), fits.eq(0),
-                        # (win_bytes and write_slot through their next values below)
-                        probe_tags_valid.eq(0), probe_end_valid.eq(0), probe_checked.eq(0),
                     ]
-                    move_ptr(Const(0, 7))
-                    m.d.sync += tags_ptr.eq(0)
-                    m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
                     with m.Switch(lanes):
                         for n in range(1, LANES + 1):
                             with m.Case(n):
