@@ -13,12 +13,13 @@ duplicated):
  1    encode             8 lanes classified and shifted (:class:`~hdl.lane_encoder.EncodeStage`)
  2    prefix sum         payload byte offsets and block width (:class:`~hdl.block_packer.BlockPacker`)
  3    assembly           one contiguous block of 2..34 bytes
- -    credit buffer      blocks wait here for the accumulator; stages 1-3 never stall (a
-                         beat enters only when the buffer will have room for its block)
- -    skid buffer        registers the accumulator's ready
  4    rotate             block shifted to its byte position in the output word
-                         (:class:`~hdl.bit_accumulator.BitAccumulator`)
+                         (:class:`~hdl.bit_accumulator.BlockRotator`)
+ -    credit buffer      blocks wait here for the accumulator, in LUT RAM; stages 1-4 never
+                         stall (a beat enters only when the buffer will have room for its
+                         block), and the accumulator's ready moves only the read pointer
  5    accumulate         full 256-bit words out; flush and pad at ``tlast``
+                         (:class:`~hdl.bit_accumulator.BitAccumulator`)
  -    skid buffer        registers the output (and the tready the pipeline sees)
 ====  =================  ====================================================================
 
@@ -42,8 +43,8 @@ from host.counters import NIC_TX_COUNTERS
 from host.header import LANES, MAGIC, VERSION, Flags, K_MAX, K_MIN, PacketType
 
 from .axis import AxisBeat
-from .bit_accumulator import BitAccumulator
-from .block_packer import BlockItem, BlockPacker
+from .bit_accumulator import BitAccumulator, BlockRotator, RotatedItem
+from .block_packer import BlockPacker
 from .header import HeaderLayout
 from .credit_buffer import CreditBuffer
 from .lane_encoder import EncodeStage
@@ -57,8 +58,8 @@ TxEvents = data.StructLayout({name: unsigned(1) for name in NIC_TX_COUNTERS})
 
 
 #: Clocks from a beat entering the encoder to its block reaching the credit buffer (encode,
-#: prefix sum, assembly).
-PACK_LATENCY = 3
+#: prefix sum, assembly, rotate).
+PACK_LATENCY = 4
 
 
 def popcount(m, bits, name):
@@ -93,23 +94,25 @@ class Compressor(wiring.Component):
         m = Module()
         m.submodules.encode = encode = EncodeStage()
         m.submodules.pack = pack = BlockPacker()
+        m.submodules.rotate = rotate = BlockRotator()
         m.submodules.accumulate = accumulate = BitAccumulator()
         # Skid buffers on both ports register tready in both directions, so the ready
         # chain through the five stages never reaches a port.
         m.submodules.ingress = ingress = SkidBuffer(AxisBeat)
         m.submodules.egress = egress = SkidBuffer(AxisBeat)
-        # Encoder and packer never stall: a beat enters them only when the credit buffer
-        # after them has room for it three clocks later (`space`, a register), so the
-        # accumulator's ready (from its fill level) reaches no enable of theirs.
-        m.submodules.blocks = blocks = CreditBuffer(BlockItem, latency=PACK_LATENCY)
-        # ... and a skid buffer keeps that ready out of the credit buffer's FIFO logic.
-        m.submodules.middle = middle = SkidBuffer(BlockItem)
+        # Encoder, packer and rotator never stall: a beat enters them only when the credit
+        # buffer after them has room for it four clocks later (`space`, a register), so the
+        # accumulator's ready (from its fill level) reaches no enable of theirs. The buffer
+        # is LUT RAM read at its read pointer: that ready moves the pointer, and is no clock
+        # enable of the 568 bits of a rotated block.
+        m.submodules.blocks = blocks = CreditBuffer(RotatedItem, latency=PACK_LATENCY,
+                                                    registered_output=False)
         wiring.connect(m, wiring.flipped(self.i), ingress.i)
         wiring.connect(m, encode.o, pack.i)
-        m.d.comb += [blocks.i.p.eq(pack.o.p), blocks.i.valid.eq(pack.o.valid),
-                     pack.o.ready.eq(1)]     # (space guarantees it)
-        wiring.connect(m, blocks.o, middle.i)
-        wiring.connect(m, middle.o, accumulate.i)
+        wiring.connect(m, pack.o, rotate.i)
+        m.d.comb += [blocks.i.p.eq(rotate.o.p), blocks.i.valid.eq(rotate.o.valid),
+                     rotate.o.ready.eq(1)]     # (space guarantees it)
+        wiring.connect(m, blocks.o, accumulate.i)
         wiring.connect(m, accumulate.o, egress.i)
         wiring.connect(m, egress.o, wiring.flipped(self.o))
         source = ingress.o

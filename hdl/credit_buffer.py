@@ -12,10 +12,16 @@ register, tells the producer whether a beat issued now still fits once the pipel
 in flight), so the flip-flop the producer's enables come from can sit next to the producer,
 however far the FIFO is: the producer's stall decision is then one gate from a local
 register, not a wire across the pipeline it feeds.
+
+On the consumer's side, the FIFO's output is by default a register (block RAM can hold the
+entries); its load enable is then the consumer's ``ready``, on every bit of the item. With
+``registered_output=False`` the entries sit in LUT RAM read through the read pointer, and
+``ready`` only moves that pointer: for a consumer whose ``ready`` is logic (the compressor's
+accumulator) in front of a wide item.
 """
 from amaranth import Module, Shape, Signal
 from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 __all__ = ["CreditBuffer"]
@@ -39,6 +45,11 @@ class CreditBuffer(wiring.Component):
         run dry after such a stall.
     space_delay : int
         Extra registers on ``space`` (default 1).
+    registered_output : bool
+        ``o.payload`` from a register (default; :class:`~amaranth.lib.fifo.SyncFIFOBuffered`)
+        or read combinationally from the FIFO memory at the read pointer
+        (:class:`~amaranth.lib.fifo.SyncFIFO`): a beat is then out a clock earlier, and
+        ``o.ready`` enables only the pointer and the level.
 
     Attributes
     ----------
@@ -50,7 +61,7 @@ class CreditBuffer(wiring.Component):
         A register: a beat issued this clock will find room.
     """
 
-    def __init__(self, shape, *, latency, depth=None, space_delay=1):
+    def __init__(self, shape, *, latency, depth=None, space_delay=1, registered_output=True):
         if not isinstance(latency, int) or latency < 0:
             raise ValueError(f"latency must be a non-negative integer, not {latency!r}")
         if not isinstance(space_delay, int) or space_delay < 0:
@@ -63,6 +74,7 @@ class CreditBuffer(wiring.Component):
                              f"space delay of {space_delay} (needs at least {in_flight + 3})")
         self.shape, self.latency, self.depth = shape, latency, depth
         self.space_delay = space_delay
+        self.registered_output = bool(registered_output)
         super().__init__({
             "i": In(stream.Signature(shape)),
             "o": Out(stream.Signature(shape)),
@@ -72,7 +84,8 @@ class CreditBuffer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = Shape.cast(self.shape).width
-        m.submodules.fifo = fifo = SyncFIFOBuffered(width=width, depth=self.depth)
+        fifo_class = SyncFIFOBuffered if self.registered_output else SyncFIFO
+        m.submodules.fifo = fifo = fifo_class(width=width, depth=self.depth)
         m.d.comb += [
             fifo.w_data.eq(self.i.payload.as_value()),
             fifo.w_en.eq(self.i.valid),

@@ -10,10 +10,14 @@ import random
 
 import numpy as np
 import pytest
+from amaranth import Module
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hdl.bit_accumulator import BitAccumulator
-from hdl.block_packer import BlockPacker
+from hdl.axis import AxisBeat
+from hdl.bit_accumulator import BitAccumulator, BlockRotator
+from hdl.block_packer import BlockItem, BlockPacker
 from hdl.compressor import Compressor
 from hdl.decompressor import Decompressor, PacketBuffer, buffer_depth
 from hdl.lane_decoder import LaneDecoder
@@ -243,6 +247,22 @@ def test_block_packer_blocks_match_golden(seed):
 
 # -- bit accumulator -------------------------------------------------------------------------
 
+class RotateAndAccumulate(wiring.Component):
+    """BlockRotator then BitAccumulator, joined by the stream handshake (in the compressor a
+    credit buffer sits between them; here the rotator waits for the accumulator)."""
+    i: In(stream.Signature(BlockItem))
+    o: Out(stream.Signature(AxisBeat))
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.rotate = rotate = BlockRotator()
+        m.submodules.accumulate = accumulate = BitAccumulator()
+        wiring.connect(m, wiring.flipped(self.i), rotate.i)
+        wiring.connect(m, rotate.o, accumulate.i)
+        wiring.connect(m, accumulate.o, wiring.flipped(self.o))
+        return m
+
+
 @pytest.mark.parametrize("seed,p_stall,p_block", [(1, 0.3, 0.3), (2, 0.0, 0.6), (3, 0.6, 0.0)])
 def test_bit_accumulator_packs_blocks(seed, p_stall, p_block):
     """Random-length blocks (2..34 bytes, plus raw beats) concatenate into whole words."""
@@ -274,7 +294,7 @@ def test_bit_accumulator_packs_blocks(seed, p_stall, p_block):
                 b"".join(b.to_bytes(w, "little") for b, w, *_ in items[1:])
             expected.append(stream + bytes(-len(stream) % 4))
     beats_out = sum(-(-len(e) // 32) for e in expected)
-    dut = BitAccumulator()
+    dut = RotateAndAccumulate()
     got = run_stream(dut, inputs, lambda ctx, x: ctx.set(dut.i.p, x), collect_axis, beats_out,
                      seed=seed, p_stall=p_stall, p_block=p_block)
     assert reassemble(got) == expected

@@ -12,14 +12,15 @@ from hdl.skid_buffer import SkidBuffer
 WORD = data.StructLayout({"value": 16})
 
 
-def _run_credit(latency, depth, consumer_ready, cycles, seed, offer_rate=1.0):
+def _run_credit(latency, depth, consumer_ready, cycles, seed, offer_rate=1.0,
+                registered_output=True):
     """A producer that issues a beat on every clock ``space`` is high (with probability
     ``offer_rate``), through a ``latency``-clock pipeline, into a credit buffer whose consumer
     is ready when ``consumer_ready(cycle)`` says so.
 
     Returns (beats issued, beats received in order, clocks the consumer was ready and no
     beat was there after the start-up, overflow seen)."""
-    dut = CreditBuffer(WORD, latency=latency, depth=depth)
+    dut = CreditBuffer(WORD, latency=latency, depth=depth, registered_output=registered_output)
     rng = random.Random(seed)
     issued, received = [], []
     result = {"bubbles": 0, "overflow": False}
@@ -54,23 +55,27 @@ def _run_credit(latency, depth, consumer_ready, cycles, seed, offer_rate=1.0):
     return issued, received, result
 
 
+@pytest.mark.parametrize("registered_output", [True, False])
 @pytest.mark.parametrize("latency", [0, 2, 3, 4])
-def test_credit_buffer_never_overflows_and_keeps_order(latency):
+def test_credit_buffer_never_overflows_and_keeps_order(latency, registered_output):
     """Random consumer: every issued beat fits when it arrives and comes out in order."""
     issued, received, result = _run_credit(
-        latency, None, lambda cycle, rng: rng.random() < 0.3, 600, seed=latency)
+        latency, None, lambda cycle, rng: rng.random() < 0.3, 600, seed=latency,
+        registered_output=registered_output)
     assert not result["overflow"]
     assert received == [b & 0xFFFF for b in issued[:len(received)]]
     assert len(issued) - len(received) <= 2 * (latency + 1) + 5   # the rest is inside
 
 
+@pytest.mark.parametrize("registered_output", [True, False])
 @pytest.mark.parametrize("latency", [2, 3, 4])
 @pytest.mark.parametrize("period", [17, 5, 1000])
-def test_credit_buffer_default_depth_keeps_a_stalling_consumer_busy(latency, period):
+def test_credit_buffer_default_depth_keeps_a_stalling_consumer_busy(latency, period,
+                                                                    registered_output):
     """With beats always on offer, a consumer that stalls one clock in ``period`` never
     finds the buffer empty (the compressor's accumulator with all-raw blocks: period 17)."""
     _, _, result = _run_credit(latency, None, lambda cycle, rng: cycle % period != period - 1,
-                               500, seed=period)
+                               500, seed=period, registered_output=registered_output)
     assert not result["overflow"]
     assert result["bubbles"] == 0
 
