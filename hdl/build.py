@@ -181,7 +181,11 @@ def main(argv=None) -> int:
     started = time.monotonic()
     error = None
     try:
+        # No `src` attributes: they hold absolute paths, so the netlist (and with it
+        # nextpnr's placement and the Fmax) would depend on where the repository is.
+        # Without them a build is the same on every machine with the pinned tools.
         platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
+                       emit_src=False,
                        nextpnr_opts=f"--report report.json --seed {args.seed} "
                                     f"--router {args.router} {' '.join(PLACER_OPTS)}",
                        add_preferences=board.preferences)
