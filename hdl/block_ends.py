@@ -40,8 +40,7 @@ END_BITS = 7
 
 #: An :data:`UnpackRequest` with, for every byte position (entry ``j < 31``: byte ``j`` of
 #: this beat; entry 31: byte 31 of the beat before), the block end ``ends``, whether that
-#: block is all in this beat (``fits``; entry 31: in the two beats; set only in a full
-#: beat, see :class:`BlockEnds`), and the end of the
+#: block is all in this beat (``fits``; entry 31: in the two beats), and the end of the
 #: block if it were the packet's last, lanes past ``count`` masked, rounded up to whole
 #: 32-bit words (``last_ends``: where a good packet ends).
 BeatWithEnds = data.StructLayout({
@@ -144,7 +143,7 @@ class BlockEnds(wiring.Component):
         last_ends = [block_end(m, tags[j] & last_tag_mask, j, f"last_end_at{j}")
                      for j in range(BEAT_BYTES)]
         # Bytes in the beat: 4 per valid lane, counted as two 4-lane lookups (one LUT level
-        # each) and one small add, not a chain of adds.
+        # each) and one small add, not a chain of adds: every fits compare waits for it.
         lane_valid = Cat(beat.keep[4 * j] for j in range(LANES))
         half_counts = [_pair_lookup(m, lane_valid[4 * h:4 * h + 4],
                                     [bin(v).count("1") for v in range(16)], 3,
@@ -152,17 +151,10 @@ class BlockEnds(wiring.Component):
                        for h in range(2)]
         in_bytes = Signal(range(BEAT_BYTES + 1))
         m.d.comb += in_bytes.eq((half_counts[0] + half_counts[1]) << 2)
-        # `fits` may say "no" for a block that does fit (the unpacker then finds it a clock
-        # later, from its window registers), never "yes" for one that does not. So it is
-        # only exact for full beats, where it compares an end with a constant (a LUT or
-        # two after the adders, not a carry chain against `in_bytes`): a partial beat is
-        # the last of its packet, whose blocks the pointer rarely reaches that early.
-        full = Signal()
-        m.d.comb += full.eq(lane_valid.all())
         fits = Signal(BEAT_BYTES)
         for j in range(BEAT_BYTES - 1):
-            m.d.comb += fits[j].eq(full & (ends[j] <= BEAT_BYTES))
-        m.d.comb += fits[BEAT_BYTES - 1].eq(full & (ends[BEAT_BYTES - 1] <= 2 * BEAT_BYTES))
+            m.d.comb += fits[j].eq(ends[j] <= in_bytes)
+        m.d.comb += fits[BEAT_BYTES - 1].eq(ends[BEAT_BYTES - 1] <= BEAT_BYTES + in_bytes)
 
         m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
         with m.If(self.i.ready):
