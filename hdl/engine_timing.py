@@ -105,7 +105,9 @@ def main(argv=None) -> int:
     build_dir.mkdir(parents=True, exist_ok=True)
     venv_bin = Path(sys.executable).parent
     top = EngineHarness(ENGINES[args.engine]())
-    (build_dir / "top.v").write_text(verilog.convert(top, name="top",
+    # (no source paths in the netlist, as in hdl.build: the result must not depend on
+    # where the repository is)
+    (build_dir / "top.v").write_text(verilog.convert(top, name="top", emit_src=False,
                                                      ports=[top.din, top.dout]))
     started = time.monotonic()
     subprocess.run([str(venv_bin / TOOLS["YOSYS"]), "-q", "-l", "yosys.log", "-p",
