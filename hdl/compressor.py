@@ -1,7 +1,7 @@
 """INCEPTIONN compressor: the NIC transmit path (``notes/nic-contract.md``, TX).
 
 Pipeline (every stage a register with the stream handshake; back-pressure propagates
-through the ``ready`` chain or, for stages 1-3, through credit, so nothing is lost or
+through the ``ready`` chain or, for stages 1-4, through credit, so nothing is lost or
 duplicated):
 
 ====  =================  ====================================================================
