@@ -48,7 +48,7 @@ accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy
 
 bitstream: $(STAMP)
-	$(PY) -m hdl.build --board $(BOARD) --engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER))
+	$(PY) -m hdl.board.build --board $(BOARD) --engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER))
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -10,8 +10,8 @@ from pathlib import Path
 
 #: top module name -> "module:factory" (imported lazily)
 TOPS = {
-    "nic_top": "hdl.nic_top:NicTop",
-    "switch_top": "hdl.switch_top:SwitchTop",
+    "nic_top": "hdl.nic.top:NicTop",
+    "switch_top": "hdl.switch.top:SwitchTop",
 }
 
 

@@ -1,4 +1,4 @@
-"""The packet header as an Amaranth layout, derived from ``host.header.HEADER_FIELDS``.
+"""The packet header as an Amaranth layout, derived from ``contract.header.HEADER_FIELDS``.
 
 The host definition is the single source of truth; this module only translates it, so the
 gateware and the software always agree on every bit (``tests/test_header.py`` checks it).
@@ -6,7 +6,7 @@ gateware and the software always agree on every bit (``tests/test_header.py`` ch
 from amaranth import signed, unsigned
 from amaranth.lib import data
 
-from host.header import HEADER_BYTES, HEADER_FIELDS
+from contract.header import HEADER_BYTES, HEADER_FIELDS
 
 __all__ = ["HeaderLayout", "header_layout"]
 

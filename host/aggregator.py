@@ -77,9 +77,9 @@ import dataclasses
 
 import numpy as np
 
-from .counters import AGG_COUNTERS, AGG_DROP_CAUSES
-from .header import HEADER_BYTES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, PacketType
-from .packet import Packet
+from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from contract.header import HEADER_BYTES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, PacketType
+from contract.packet import Packet
 
 __all__ = ["AggregatorModel", "JobConfig", "AGG_OPS", "REG_COUNTERS", "REG_PARAMETERS",
            "model_transport"]
@@ -122,7 +122,7 @@ class AggregatorModel:
     Attributes
     ----------
     counters : dict[str, int]
-        Keys exactly ``host.counters.AGG_COUNTERS``, in that order, starting at 0.
+        Keys exactly ``contract.counters.AGG_COUNTERS``, in that order, starting at 0.
     """
 
     def __init__(self, *, slots: int = 64, lanes: int = 64, max_workers: int = 32,

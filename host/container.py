@@ -36,7 +36,7 @@ import zlib
 
 import numpy as np
 
-from .header import HEADER_BYTES, K_MAX, K_MIN
+from contract.header import HEADER_BYTES, K_MAX, K_MIN
 
 __all__ = ["MAGIC", "VERSION", "DTYPE_FLOAT32_LE", "MAX_NDIM", "FIXED_HEADER_BYTES",
            "ContainerError", "ContainerHeader", "Container", "pack_container",

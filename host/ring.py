@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .golden import inceptionn
-from .header import HEADER_BYTES
+from contract.header import HEADER_BYTES
 
 __all__ = ["ring_allreduce", "RingStats", "ring_error_bound"]
 

@@ -50,8 +50,8 @@ import numpy as np
 
 from .aggregator import AggregatorModel, model_transport
 from .golden import lhc
-from .header import Flags, Header, PacketType
-from .packet import Packet
+from contract.header import Flags, Header, PacketType
+from contract.packet import Packet
 
 __all__ = [
     "ProtocolError", "Phase", "make_packets", "collect_results", "chunk_slot", "FaultInjector",

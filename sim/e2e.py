@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from host.header import BEAT_BYTES
+from contract.header import BEAT_BYTES
 
 __all__ = ["run", "format_report", "clock_mhz", "TARGET_MHZ"]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 
 from host.golden.inceptionn import MAX_COUNT, nic_tx
-from host.header import Flags, Header, PacketType
-from host.packet import Packet
+from contract.header import Flags, Header, PacketType
+from contract.packet import Packet
 
 __all__ = ["SPECIAL_WORDS", "boundary_words", "nasty_words", "gradient_words", "raw_words",
            "random_words", "value_mix", "tx_packet", "tx_traffic", "rx_traffic"]

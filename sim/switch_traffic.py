@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from host.header import MAGIC, VERSION, Header, PacketType
-from host.packet import Packet
+from contract.header import MAGIC, VERSION, Header, PacketType
+from contract.packet import Packet
 
 __all__ = ["EngineParams", "NASTY_WORDS", "BAD_CLASSES", "random_payload", "data_packet",
            "bad_packet", "configure_steps", "protocol_traffic", "hammer_traffic",

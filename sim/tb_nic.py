@@ -1,4 +1,4 @@
-"""cocotb testbenches of the NIC top (``hdl/nic_top.py``) on Verilator.
+"""cocotb testbenches of the NIC top (``hdl/nic/top.py``) on Verilator.
 
 Every output byte is compared with the golden model (``host.golden.inceptionn.nic_tx`` /
 ``nic_rx``, packet by packet), and the counters read back through the ``ctrl`` port with the
@@ -18,10 +18,10 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from host.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from host.golden.inceptionn import MAX_COUNT, nic_rx, nic_tx, quantize
-from host.header import BEAT_BYTES, PacketType
-from host.packet import Packet
+from contract.header import BEAT_BYTES, PacketType
+from contract.packet import Packet
 from sim.nic_stimulus import (gradient_words, nasty_words, raw_words, rx_traffic, tx_packet,
                               tx_traffic)
 from sim.runner import test_params

@@ -1,4 +1,4 @@
-"""cocotb benches of the switch top (``hdl/switch_top.py``) against the reference model.
+"""cocotb benches of the switch top (``hdl/switch/top.py``) against the reference model.
 
 Every bench drives one packet sequence (``sim/switch_traffic.py``) into the Verilated
 gateware through cocotbext-axi and, step by step, into :class:`host.aggregator.AggregatorModel`,
@@ -26,10 +26,10 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from hdl.agg_control import JOB_STRIDE, REG_COUNTERS, REG_PARAMS
+from hdl.switch.control import JOB_STRIDE, REG_COUNTERS, REG_PARAMS
 from host.aggregator import AggregatorModel
-from host.counters import AGG_COUNTERS
-from host.packet import Packet
+from contract.counters import AGG_COUNTERS
+from contract.packet import Packet
 from sim.runner import test_params
 from sim.switch_traffic import (BAD_CLASSES, EngineParams, bad_packet, chaos_traffic,
                                 configure_steps, data_packet, hammer_traffic,

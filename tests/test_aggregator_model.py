@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from host.aggregator import REG_COUNTERS, REG_PARAMETERS, AggregatorModel, model_transport
-from host.counters import AGG_COUNTERS, AGG_DROP_CAUSES
-from host.header import MAGIC, Flags, Header, PacketType
-from host.packet import Packet
+from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from contract.header import MAGIC, Flags, Header, PacketType
+from contract.packet import Packet
 
 ADD, OR = PacketType.AGG_ADD_I32, PacketType.AGG_OR32
 P = 16

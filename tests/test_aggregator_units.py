@@ -11,15 +11,15 @@ import pytest
 from amaranth import unsigned
 from amaranth.sim import Simulator
 
-from hdl.agg_control import JOB_STRIDE, REG_COUNTERS, REG_PARAMS, AggControl
-from hdl.agg_header_check import CAUSE, CAUSE_NONE, HeaderCheck
-from hdl.aggregator import Aggregator, check_parameters, slot_state_layout
-from hdl.lane_alu import LaneALU, lane_alu_reference
-from hdl.slot_memory import ForwardedMemory
+from hdl.switch.control import JOB_STRIDE, REG_COUNTERS, REG_PARAMS, AggControl
+from hdl.switch.header_check import CAUSE, CAUSE_NONE, HeaderCheck
+from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
+from hdl.switch.lane_alu import LaneALU, lane_alu_reference
+from hdl.switch.slot_memory import ForwardedMemory
 from host.aggregator import AggregatorModel
-from host.counters import AGG_COUNTERS, AGG_DROP_CAUSES
-from host.header import MAGIC, VERSION, Header, PacketType
-from host.packet import Packet
+from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from contract.header import MAGIC, VERSION, Header, PacketType
+from contract.packet import Packet
 from sim.switch_traffic import EngineParams, chaos_traffic, hammer_traffic, protocol_traffic
 
 

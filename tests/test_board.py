@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from hdl.board_top import BoardTop, load_boards, pll_dividers
-from hdl.build import (critical_path_lines, parse_nextpnr_log, parse_nextpnr_report,
+from hdl.board.top import BoardTop, load_boards, pll_dividers
+from hdl.board.build import (critical_path_lines, parse_nextpnr_log, parse_nextpnr_report,
                        parse_yosys_cells, tool_environment)
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from host import container
 from host.cli import main
 from host.golden import inceptionn as inc
-from host.packet import Packet
+from contract.packet import Packet
 
 
 def fresh_rng():

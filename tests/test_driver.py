@@ -7,8 +7,8 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface
 from host.driver.switch import SwitchInterface
 from host.golden import inceptionn, lhc
-from host.header import Header, PacketType
-from host.packet import Packet
+from contract.header import Header, PacketType
+from contract.packet import Packet
 from host.ring import ring_allreduce, ring_error_bound
 from host.switch_packets import FaultInjector
 

@@ -6,8 +6,8 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import inceptionn, lhc
-from host.header import Flags, Header, PacketType
-from host.packet import Packet
+from contract.header import Flags, Header, PacketType
+from contract.packet import Packet
 from host.switch_packets import FaultInjector
 
 pytestmark = pytest.mark.cocotb

@@ -1,4 +1,4 @@
-"""The engine-alone timing harness (``python -m hdl.engine_timing``): every engine input is
+"""The engine-alone timing harness (``python -m hdl.board.engine_timing``): every engine input is
 fed from the shift register and every output reaches the pins (the build itself is slow and
 run by hand; its numbers are in README.md)."""
 import random
@@ -9,7 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hdl.engine_timing import ENGINES, EngineHarness, _arguments
+from hdl.board.engine_timing import ENGINES, EngineHarness, _arguments
 
 
 class _Adder(wiring.Component):

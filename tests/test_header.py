@@ -5,9 +5,9 @@ import pytest
 from amaranth.lib import data
 
 from hdl.header import HeaderLayout
-from host.header import (HEADER_BYTES, HEADER_FIELDS, MAGIC, Flags, Header, HeaderError,
+from contract.header import (HEADER_BYTES, HEADER_FIELDS, MAGIC, Flags, Header, HeaderError,
                          PacketType)
-from host.packet import Packet, PacketError
+from contract.packet import Packet, PacketError
 
 
 def random_header(rng):

@@ -4,10 +4,10 @@ import secrets
 import numpy as np
 import pytest
 
-from host.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from host.golden import inceptionn as inc
-from host.header import Flags, Header, PacketType
-from host.packet import Packet
+from contract.header import Flags, Header, PacketType
+from contract.packet import Packet
 
 
 def fresh_rng():

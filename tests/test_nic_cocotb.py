@@ -16,7 +16,7 @@ TOP = "nic_top"
 
 @functools.lru_cache(maxsize=None)
 def nic_verilog():
-    from hdl.nic_top import NicTop
+    from hdl.nic.top import NicTop
     return export_verilog(NicTop(), TOP)
 
 

@@ -15,17 +15,17 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
-from hdl.axis import AxisBeat
-from hdl.bit_accumulator import BitAccumulator, BlockRotator
-from hdl.block_packer import BlockItem, BlockPacker
-from hdl.compressor import Compressor
-from hdl.decompressor import Decompressor, PacketBuffer, buffer_depth
-from hdl.lane_decoder import LaneDecoder
-from hdl.lane_encoder import TAG_BYTES, LaneEncoder
-from hdl.unpacker import End, Unpacker
+from hdl.stream.axis import AxisBeat
+from hdl.nic.bit_accumulator import BitAccumulator, BlockRotator
+from hdl.nic.block_packer import BlockItem, BlockPacker
+from hdl.nic.compressor import Compressor
+from hdl.nic.decompressor import Decompressor, PacketBuffer, buffer_depth
+from hdl.nic.lane_decoder import LaneDecoder
+from hdl.nic.lane_encoder import TAG_BYTES, LaneEncoder
+from hdl.nic.unpacker import End, Unpacker
 from host.golden.inceptionn import codes, decode, encode, nic_rx, nic_tx
-from host.header import Flags, Header, PacketType
-from host.packet import Packet
+from contract.header import Flags, Header, PacketType
+from contract.packet import Packet
 from sim.nic_stimulus import gradient_words, nasty_words, random_words, raw_words, tx_packet
 
 LANES = 8
@@ -519,7 +519,7 @@ def count_events(dut, names, tally):
 def test_compressor_counters_back_to_back(p_stall):
     """Counter strobes match the golden causes, also when a packet's end and the next
     header-only packet's end fall on consecutive cycles (no stalls)."""
-    from host.counters import NIC_TX_COUNTERS
+    from contract.counters import NIC_TX_COUNTERS
     rng = np.random.default_rng(13)
     empty = lambda count: Packet(Header(type=0, flags=Flags.COMPRESS, k=6, count=count))
     packets = [tx_packet(gradient_words(rng, 8, 1e-2), 10), empty(0), empty(3),
@@ -561,7 +561,7 @@ def test_decompressor_small_buffer_under_back_pressure():
 
 
 def test_decompressor_counters():
-    from host.counters import NIC_RX_COUNTERS
+    from contract.counters import NIC_RX_COUNTERS
     rng = np.random.default_rng(14)
     good = [nic_tx(tx_packet(gradient_words(rng, n, 1e-2), 9))[0] for n in (0, 5, 16)]
     packets = [good[0], good[0], Packet(good[1].header, good[1].payload[:-4]), good[2],

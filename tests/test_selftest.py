@@ -18,15 +18,15 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
-from host.header import Flags, Header, PacketType
-from hdl.agg_traffic import AggTrafficModel
-from hdl.gradient_gen import GradientGenerator, GradientModel, lane_value_model
-from hdl.lane_quantizer import QuantizeStream, nic_applies_k, quantize_model
-from hdl.lfsr import LFSR, lfsr_advance, lfsr_step
-from hdl.report import Report, parse_template
-from hdl.selftest import SelfTest
-from hdl.stream_checker import StreamChecker
-from hdl.uart_tx import UartTx, uart_divisor
+from contract.header import Flags, Header, PacketType
+from hdl.selftest.agg_traffic import AggTrafficModel
+from hdl.selftest.gradient_gen import GradientGenerator, GradientModel, lane_value_model
+from hdl.selftest.lane_quantizer import QuantizeStream, nic_applies_k, quantize_model
+from hdl.selftest.lfsr import LFSR, lfsr_advance, lfsr_step
+from hdl.selftest.report import Report, parse_template
+from hdl.selftest.top import SelfTest
+from hdl.selftest.stream_checker import StreamChecker
+from hdl.selftest.uart_tx import UartTx, uart_divisor
 
 
 def run(dut, *testbenches, period=1e-8):
@@ -242,7 +242,7 @@ def test_generator_values_cover_every_class_and_the_nasty_cases():
 
 def test_agg_traffic_model_agrees_with_reference_aggregator():
     from host.aggregator import AggregatorModel
-    from host.packet import Packet
+    from contract.packet import Packet
     traffic = AggTrafficModel(workers=4, lanes=16, window=3, slot_base=2, job=1, seed=7)
     agg = AggregatorModel(slots=8, lanes=16, max_workers=8, jobs=2)
     agg.configure_job(1, 4, 2, 3)
@@ -423,9 +423,9 @@ def test_agg_traffic_against_reference_aggregator_in_the_loop():
     with the reference aggregator model in place of the engine: the model is configured
     from the control writes the hardware makes, every worker packet must be the Python
     model's, and the checker must accept every result."""
-    from hdl.agg_traffic import AggTraffic
+    from hdl.selftest.agg_traffic import AggTraffic
     from host.aggregator import AggregatorModel
-    from host.packet import Packet
+    from contract.packet import Packet
     dut = AggTraffic(workers=3, lanes=16, window=2, slot_base=1, job=1, clear_cycles=4,
                      seed=5, stall_limit=400)
     model = AggregatorModel(slots=4, lanes=16, max_workers=4, jobs=2)

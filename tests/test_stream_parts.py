@@ -1,13 +1,13 @@
-"""The generic stream parts every engine leans on: :class:`~hdl.credit_buffer.CreditBuffer`
-and :class:`~hdl.skid_buffer.SkidBuffer` (Amaranth simulator, random stalls)."""
+"""The generic stream parts every engine leans on: :class:`~hdl.stream.credit_buffer.CreditBuffer`
+and :class:`~hdl.stream.skid_buffer.SkidBuffer` (Amaranth simulator, random stalls)."""
 import random
 
 import pytest
 from amaranth.lib import data
 from amaranth.sim import Simulator
 
-from hdl.credit_buffer import CreditBuffer
-from hdl.skid_buffer import SkidBuffer
+from hdl.stream.credit_buffer import CreditBuffer
+from hdl.stream.skid_buffer import SkidBuffer
 
 WORD = data.StructLayout({"value": 16})
 

@@ -22,7 +22,7 @@ ENGINE = EngineParams(slots=16, lanes=64, max_workers=32, jobs=4)
 
 @functools.lru_cache(maxsize=None)
 def switch_verilog():
-    from hdl.switch_top import SwitchTop
+    from hdl.switch.top import SwitchTop
     return export_verilog(SwitchTop(**ENGINE.as_dict()), TOP)
 
 

@@ -4,8 +4,8 @@ import pytest
 
 from host.aggregator import AggregatorModel, model_transport
 from host.golden import lhc
-from host.header import Flags, PacketType
-from host.packet import Packet
+from contract.header import Flags, PacketType
+from contract.packet import Packet
 from host.switch_packets import (FaultInjector, ProtocolError, aggregate_phase,
                                  allreduce_over_transport, chunk_slot, collect_results,
                                  make_packets, run_allreduce_packets)

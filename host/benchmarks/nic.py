@@ -29,7 +29,7 @@ ALL_RAW_BOUND = 16 / 17
 
 
 def _verilator_measure(quick):
-    from hdl.nic_top import NicTop
+    from hdl.nic.top import NicTop
     from sim.runner import export_verilog
 
     return cocotb_measurement(TOP, export_verilog(NicTop(), TOP), "sim.tb_nic", "throughput",

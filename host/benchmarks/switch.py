@@ -18,7 +18,7 @@ Input beats per clock are counted from the first to the last input beat with the
 never pausing, and reported against the ideal 1.0 (the contract's one beat per clock).
 Latency is from the clock of a packet's last input beat to the clock of its result's first
 output beat. Memory is the block RAM per slot from the memory shapes
-(:attr:`hdl.aggregator.Aggregator.ram_bits_per_slot`). Simulation speed is Verilator (with
+(:attr:`hdl.switch.aggregator.Aggregator.ram_bits_per_slot`). Simulation speed is Verilator (with
 cocotb driving and checking every clock) in clock cycles per second, against the baseline
 of the Amaranth Python simulator running the same engine on the same hammer traffic in
 this run.
@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import time
 
-from hdl.aggregator import Aggregator
+from hdl.switch.aggregator import Aggregator
 
 from . import cocotb_measurement
 from sim.switch_traffic import EngineParams, hammer_traffic
@@ -40,7 +40,7 @@ DEFAULT_ENGINE = EngineParams(slots=64, lanes=64, max_workers=32, jobs=4)
 
 
 def _verilator_measure(quick):
-    from hdl.switch_top import SwitchTop
+    from hdl.switch.top import SwitchTop
     from sim.runner import export_verilog
 
     return cocotb_measurement(TOP, export_verilog(SwitchTop(**ENGINE.as_dict()), TOP),

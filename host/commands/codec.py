@@ -22,8 +22,8 @@ from tqdm import tqdm
 from ..cli import CliError
 from ..container import ContainerError, read_container, write_container
 from ..golden import inceptionn as inc
-from ..header import HEADER_BYTES, PacketType
-from ..packet import Packet, PacketError
+from contract.header import HEADER_BYTES, PacketType
+from contract.packet import Packet, PacketError
 
 __all__ = ["add_compress_arguments", "run_compress", "add_decompress_arguments",
            "run_decompress", "add_info_arguments", "run_info", "CHUNK_VALUES"]

@@ -5,7 +5,7 @@ programs a model exactly as it programs the hardware.
 """
 from __future__ import annotations
 
-from ..counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from .registers import NIC_RX_COUNTER_BASE, AGG_COUNTER_BASE, AGG_PARAMS, JOB_REG_STRIDE, JobReg
 from .transport import Transport
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from ..golden import inceptionn
 from .registers import NIC_RX_COUNTER_BASE, NIC_TX_COUNTER_BASE
 

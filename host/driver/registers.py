@@ -1,7 +1,7 @@
 """Register maps of the gateware tops' ``ctrl_*`` ports (also served by the model transports)."""
 import enum
 
-#: NIC: TX counter i at address i, RX counter i at this base + i (host.counters order).
+#: NIC: TX counter i at address i, RX counter i at this base + i (contract.counters order).
 NIC_TX_COUNTER_BASE = 0x000
 NIC_RX_COUNTER_BASE = 0x100
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..counters import AGG_COUNTERS
+from contract.counters import AGG_COUNTERS
 from .registers import AGG_COUNTER_BASE, AGG_PARAMS, JOB_REG_STRIDE, JobReg
 
 __all__ = ["SwitchInterface", "open_switch", "SWITCH_STREAMS"]
@@ -110,7 +110,7 @@ def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
         return SwitchModelTransport(**params)
     if backend != "verilator":
         raise ValueError(f"backend must be 'golden' or 'verilator', not {backend!r}")
-    from hdl.switch_top import SwitchTop
+    from hdl.switch.top import SwitchTop
     from sim.runner import export_verilog
     from .transport import VerilatorTransport
     device = VerilatorTransport("switch_top", export_verilog(SwitchTop(**params), "switch_top"),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Client, Listener
 from pathlib import Path
 
-from ..packet import Packet
+from contract.packet import Packet
 
 __all__ = ["Transport", "TransportError", "ExchangeStats", "VerilatorTransport"]
 

@@ -35,8 +35,8 @@ import numbers
 
 import numpy as np
 
-from ..header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, Header, PacketType
-from ..packet import Packet
+from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, Header, PacketType
+from contract.packet import Packet
 
 __all__ = [
     "K_MIN", "K_MAX", "K_DEFAULT", "MAX_COUNT", "LANES", "TAG_VECTOR_BITS", "PAYLOAD_BITS",

@@ -9,11 +9,11 @@ Pipeline:
                        (their beats are swallowed, nothing is written); marks bypass packets
  1    skid buffer      registers the unpacker's input and ready
  2-8  unpack           block ends of each word, then one block per clock out of the bitstream
-                       and its extraction (:class:`~hdl.unpacker.Unpacker`), end-of-packet
+                       and its extraction (:class:`~hdl.nic.unpacker.Unpacker`), end-of-packet
                        verdict (good / truncated / over-long); its output is a credit buffer,
                        so the ready it sees stops there
  9-11 block decode     prefix sum, payload extraction, lane decode
-                       (:class:`~hdl.lane_decoder.BlockDecoder`); never stalls: items enter
+                       (:class:`~hdl.nic.lane_decoder.BlockDecoder`); never stalls: items enter
                        only while the packet buffer has room for all in flight
  12   packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
 ====  ===============  ======================================================================
@@ -30,18 +30,18 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from host.counters import NIC_RX_COUNTERS
-from host.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, PacketType
+from contract.counters import NIC_RX_COUNTERS
+from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, PacketType
 
-from .axis import AxisBeat
-from .header import HeaderLayout
-from .lane_decoder import BlockDecoder, BufferItem
-from .skid_buffer import SkidBuffer
-from .unpacker import End, UnpackRequest, Unpacker
+from hdl.stream.axis import AxisBeat
+from hdl.header import HeaderLayout
+from hdl.nic.lane_decoder import BlockDecoder, BufferItem
+from hdl.stream.skid_buffer import SkidBuffer
+from hdl.nic.unpacker import End, UnpackRequest, Unpacker
 
 __all__ = ["RxEvents", "PacketBuffer", "Decompressor", "buffer_depth"]
 
-#: One strobe per receive counter (``host.counters.NIC_RX_COUNTERS`` order).
+#: One strobe per receive counter (``contract.counters.NIC_RX_COUNTERS`` order).
 RxEvents = data.StructLayout({name: unsigned(1) for name in NIC_RX_COUNTERS})
 
 #: Largest ``max_count`` accepted: keeps the buffer within reason for an ECP5's block RAM.
@@ -219,7 +219,7 @@ class Decompressor(wiring.Component):
             bad_k.eq((header.k < K_MIN) | (header.k > K_MAX)),
             too_large.eq(header.count > self.max_count),
         ]
-        # Causes in priority order (host.counters): the first that applies counts.
+        # Causes in priority order (contract.counters): the first that applies counts.
         drop_now = bad_header | (is_inc & (bad_k | too_large))
         bypass_now = ~bad_header & ~is_inc
 

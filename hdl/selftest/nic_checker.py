@@ -1,9 +1,9 @@
 """The NIC self-test's checking side: what the NIC must deliver, compared with what it did.
 
-The expected beats are not stored: a second :class:`hdl.gradient_gen.GradientGenerator`
+The expected beats are not stored: a second :class:`hdl.selftest.gradient_gen.GradientGenerator`
 with the traffic source's seed replays the packets, the independent
-:class:`hdl.lane_quantizer.QuantizeStream` turns every compressed packet's values into what
-they must be after compress -> decompress, and :class:`hdl.stream_checker.StreamChecker`
+:class:`hdl.selftest.lane_quantizer.QuantizeStream` turns every compressed packet's values into what
+they must be after compress -> decompress, and :class:`hdl.selftest.stream_checker.StreamChecker`
 compares that with the NIC's receive output beat by beat (header beats included: the
 NIC must restore every header field).
 """
@@ -11,10 +11,10 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.axis import axis_signature
-from hdl.gradient_gen import GradientGenerator
-from hdl.lane_quantizer import QuantizeStream
-from hdl.stream_checker import StreamChecker
+from hdl.stream.axis import axis_signature
+from hdl.selftest.gradient_gen import GradientGenerator
+from hdl.selftest.lane_quantizer import QuantizeStream
+from hdl.selftest.stream_checker import StreamChecker
 
 __all__ = ["NicChecker"]
 
@@ -25,9 +25,9 @@ class NicChecker(wiring.Component):
     Parameters
     ----------
     seed, max_count : int
-        Those of the :class:`hdl.gradient_gen.GradientGenerator` feeding the NIC.
+        Those of the :class:`hdl.selftest.gradient_gen.GradientGenerator` feeding the NIC.
     stall_limit : int
-        See :class:`hdl.stream_checker.StreamChecker`.
+        See :class:`hdl.selftest.stream_checker.StreamChecker`.
 
     Attributes
     ----------
@@ -35,7 +35,7 @@ class NicChecker(wiring.Component):
         The NIC receive path's output (``rx_m_axis``).
     beats, packets, errors, bad_packets : Out(32)
     error : Out(1)
-        As in :class:`hdl.stream_checker.StreamChecker`.
+        As in :class:`hdl.selftest.stream_checker.StreamChecker`.
     """
 
     def __init__(self, *, seed=1, max_count=256, stall_limit=1 << 20):

@@ -17,9 +17,9 @@ from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import LANES
+from contract.header import LANES
 
-from .lane_encoder import EncodedBeat
+from hdl.nic.lane_encoder import EncodedBeat
 
 __all__ = ["BLOCK_BITS", "BLOCK_BYTES", "TAG_VECTOR_BYTES", "PrefixedBeat", "BlockItem",
            "prefix_offsets", "BlockPacker"]

@@ -1,7 +1,7 @@
 """LFSR-driven fp32 gradient packets for the NIC self-test (and a bit-exact Python model).
 
 :class:`GradientGenerator` emits an endless stream of packets, one beat per clock whenever
-its output is ready: a header beat (``host/header.py`` layout), then ``ceil(count/8)``
+its output is ready: a header beat (``contract/header.py`` layout), then ``ceil(count/8)``
 payload beats of eight fp32 lanes. Values follow the value classes of
 ``shared/spec/inceptionn-format.md`` section 2 for the packet's ``k``: mostly below the
 error bound (tag 00, zeros and denormals included), some in each of the 8-bit, 16-bit and
@@ -11,7 +11,7 @@ some without ``COMPRESS``, some of another type, some with ``k`` outside 1..15 (
 which the NIC passes through untouched), some header-only (``count = 0``).
 
 The output is a pure function of ``seed`` and the number of beats taken: all randomness
-comes from :class:`hdl.lfsr.LFSR` instances that advance only when a beat is taken. A
+comes from :class:`hdl.selftest.lfsr.LFSR` instances that advance only when a beat is taken. A
 second generator with the same seed therefore replays the stream for a checker, whatever
 the stalls on either side. :class:`GradientModel` computes the same beats in Python.
 """
@@ -19,10 +19,10 @@ from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import Out
 
-from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, Flags, Header, PacketType
-from hdl.axis import axis_signature
+from contract.header import BEAT_BYTES, LANES, MAGIC, VERSION, Flags, Header, PacketType
+from hdl.stream.axis import axis_signature
 from hdl.header import HeaderLayout
-from hdl.lfsr import LFSR, lfsr_advance
+from hdl.selftest.lfsr import LFSR, lfsr_advance
 
 __all__ = ["RNG_WIDTH", "derive_seed", "lane_value_model", "header_model", "GradientModel",
            "GradientGenerator", "PacketEdges", "packet_edges", "lane_value"]

@@ -22,17 +22,17 @@ At the packet's last item the remainder is padded with zero bits to whole 32-bit
 
 The accumulator's ``ready`` (a function of its fill level) is what a stalling pipeline
 would spread over every register before it. In the compressor it reaches only the read
-pointer of a LUT-RAM FIFO (:class:`~hdl.credit_buffer.CreditBuffer` with
+pointer of a LUT-RAM FIFO (:class:`~hdl.stream.credit_buffer.CreditBuffer` with
 ``registered_output=False``) between the rotator and the accumulator.
 """
 from amaranth import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import BEAT_BYTES
+from contract.header import BEAT_BYTES
 
-from .axis import DATA_BITS, AxisBeat
-from .block_packer import BLOCK_BITS, BlockItem
+from hdl.stream.axis import DATA_BITS, AxisBeat
+from hdl.nic.block_packer import BLOCK_BITS, BlockItem
 
 __all__ = ["ACC_BITS", "RotatedItem", "shift_left_bytes", "BlockRotator", "BitAccumulator"]
 

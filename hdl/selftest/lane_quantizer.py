@@ -16,9 +16,9 @@ from amaranth import C, Cat, Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, PacketType
-from hdl.axis import AxisBeat, axis_signature
-from hdl.credit_buffer import CreditBuffer
+from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, PacketType
+from hdl.stream.axis import AxisBeat, axis_signature
+from hdl.stream.credit_buffer import CreditBuffer
 from hdl.header import HeaderLayout
 
 __all__ = ["quantize_model", "QuantizeStream", "nic_applies_k"]
@@ -45,7 +45,7 @@ def quantize_model(u, k):
 
 def nic_applies_k(fields):
     """The ``k`` the NIC quantises a packet's values with, or ``None`` if it passes them
-    (header fields as a dict, ``host.header.Header`` names)."""
+    (header fields as a dict, ``contract.header.Header`` names)."""
     if (fields["magic"] == MAGIC and fields["version"] == VERSION
             and fields["type"] == PacketType.RAW_F32 and fields["flags"] & Flags.COMPRESS
             and K_MIN <= fields["k"] <= K_MAX):
@@ -79,7 +79,7 @@ def _leading_one(m, code, name):
 
 class QuantizeStream(wiring.Component):
     """Quantises the payload lanes of every packet the NIC compresses; four free-running
-    pipeline stages, then a :class:`hdl.credit_buffer.CreditBuffer`.
+    pipeline stages, then a :class:`hdl.stream.credit_buffer.CreditBuffer`.
 
     Attributes
     ----------

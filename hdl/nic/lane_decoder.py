@@ -11,12 +11,12 @@ from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import BEAT_BYTES, LANES
+from contract.header import BEAT_BYTES, LANES
 
-from .axis import DATA_BITS
-from .block_packer import TAG_VECTOR_BYTES, prefix_offsets
-from .lane_encoder import TAG_P16, TAG_P8, TAG_RAW
-from .unpacker import End, UnpackedItem, block_payload_bytes
+from hdl.stream.axis import DATA_BITS
+from hdl.nic.block_packer import TAG_VECTOR_BYTES, prefix_offsets
+from hdl.nic.lane_encoder import TAG_P16, TAG_P8, TAG_RAW
+from hdl.nic.unpacker import End, UnpackedItem, block_payload_bytes
 
 __all__ = ["decode_lane", "LaneDecoder", "BufferItem", "BlockDecoder"]
 

@@ -19,7 +19,7 @@ not, so the window registers' enables come from registers.
 
 The only recurrence is the pointer advance, and it is kept to one multiplexer:
 
-* :class:`~hdl.block_ends.BlockEnds` computes, one clock before a word enters, where a block
+* :class:`~hdl.nic.block_ends.BlockEnds` computes, one clock before a word enters, where a block
   starting at each of its bytes would end; the window keeps these ``ends`` beside the data,
   made absolute with the slot's position as they are written;
 * every clock, ``fits[q]`` records whether the block at byte ``q`` is all in the window
@@ -31,7 +31,7 @@ The only recurrence is the pointer advance, and it is kept to one multiplexer:
 For the last block of a packet, lanes past ``count`` carry nothing whatever their tag bits,
 so it may be shorter than ``ends`` says; it still fires on the fast path (the real block is
 no longer), and the packet's verdict uses ``last_ends`` (the masked end, rounded up to a
-whole 32-bit word), also computed by :class:`~hdl.block_ends.BlockEnds` and selected at
+whole 32-bit word), also computed by :class:`~hdl.nic.block_ends.BlockEnds` and selected at
 ``ptr`` off the loop.
 
 Blocks the fast path cannot fire yet (``fits`` lags a clock for blocks reaching into a word
@@ -50,7 +50,7 @@ Items go through two registers: stage A holds a block's start (or a raw beat), s
 rotates the block out of the window, a clock after it fired (its bytes are still there).
 Neither is on the pointer loop, and neither waits for the output: both load on every clock
 (only stage A's ``valid`` depends on whether a block fired), and a
-:class:`~hdl.credit_buffer.CreditBuffer` after them holds the items the output's consumer
+:class:`~hdl.stream.credit_buffer.CreditBuffer` after them holds the items the output's consumer
 has not taken yet. An item is only started when its ``space`` flag, a register, says it will
 fit, so the consumer's ``ready`` reaches no decision here. The input side is decoupled the
 same way: a two-entry FIFO after the block-ends stage takes the window's ``ready``.
@@ -75,14 +75,14 @@ from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from host.header import BEAT_BYTES, LANES, PacketType
+from contract.header import BEAT_BYTES, LANES, PacketType
 
-from .axis import DATA_BITS
-from .block_ends import (END_BITS, PAIR_BYTES, BeatWithEnds, BlockEnds, UnpackRequest,
+from hdl.stream.axis import DATA_BITS
+from hdl.nic.block_ends import (END_BITS, PAIR_BYTES, BeatWithEnds, BlockEnds, UnpackRequest,
                          block_end, block_payload_bytes)
-from .block_packer import BLOCK_BITS
-from .credit_buffer import CreditBuffer
-from .header import HeaderLayout
+from hdl.nic.block_packer import BLOCK_BITS
+from hdl.stream.credit_buffer import CreditBuffer
+from hdl.header import HeaderLayout
 
 __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
            "PAIR_BYTES", "Unpacker"]

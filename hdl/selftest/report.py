@@ -4,7 +4,7 @@ The line is a Python format string such as ``"t={line}s nic err={nic_errors}\\r\
 Each replacement field names a 32-bit input port of :class:`Report`, except ``{line}``, the
 line's own number (1, 2, ...); the literal text goes out as is. At every period the inputs
 are copied at once (so a line is one consistent snapshot), then the line is sent character
-by character into a byte stream (a :class:`hdl.uart_tx.UartTx` in the board top). Numbers
+by character into a byte stream (a :class:`hdl.selftest.uart_tx.UartTx` in the board top). Numbers
 are converted by repeated subtraction of powers of ten: one subtraction per clock, far
 faster than any UART.
 """

@@ -3,15 +3,15 @@
 The self-test puts one on each checked path (NIC: between the decompressor and its checker;
 switch: in front of the aggregator), so that a test, or a switch on the board, can prove
 the checkers catch a wrong bit. With ``enable`` low it is a plain
-:class:`hdl.skid_buffer.SkidBuffer` (which also cuts the timing paths, ``ready`` included,
+:class:`hdl.stream.skid_buffer.SkidBuffer` (which also cuts the timing paths, ``ready`` included,
 between the blocks it joins).
 """
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.axis import AxisBeat, axis_signature
-from hdl.skid_buffer import SkidBuffer
+from hdl.stream.axis import AxisBeat, axis_signature
+from hdl.stream.skid_buffer import SkidBuffer
 
 __all__ = ["FaultInjector"]
 

@@ -5,12 +5,12 @@ This module is the *board-independent* part of the board top: everything runs in
 ports (UART TX bit, fault-injection input, status bits for LEDs), so the Amaranth
 simulator can run it as is (``tests/test_selftest.py``).
 
-Data paths (every arrow is a 256-bit AXI-Stream of :data:`hdl.axis.AxisBeat`):
+Data paths (every arrow is a 256-bit AXI-Stream of :data:`hdl.stream.axis.AxisBeat`):
 
 * NIC: ``GradientGenerator -> nic_top.tx_s_axis``; ``tx_m_axis -> rx_s_axis`` (the
   wire: here a loopback through a skid buffer); ``rx_m_axis -> [fault injection] ->
   NicChecker``. The checker's expected beats come from a second ``GradientGenerator``
-  with the same seed, through the independent :class:`hdl.lane_quantizer.QuantizeStream`.
+  with the same seed, through the independent :class:`hdl.selftest.lane_quantizer.QuantizeStream`.
 * Switch: ``AggTraffic`` (virtual workers and an arbiter) ``-> [fault injection] ->
   switch_top.s_axis``; ``m_axis -> AggTraffic`` result checker; ``ctrl_*`` configured by
   ``AggTraffic`` at start.
@@ -22,23 +22,23 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
-from hdl.agg_traffic import AggTraffic
-from hdl.axis import AxisBeat, connect_flat_axis
-from hdl.counter_poller import CounterPoller
-from hdl.fault_inject import FaultInjector
-from hdl.gradient_gen import GradientGenerator
-from hdl.nic_checker import NicChecker
-from hdl.report import Report
-from hdl.skid_buffer import SkidBuffer
-from hdl.uart_tx import UartTx, uart_divisor
+from contract.counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from hdl.selftest.agg_traffic import AggTraffic
+from hdl.stream.axis import AxisBeat, connect_flat_axis
+from hdl.selftest.counter_poller import CounterPoller
+from hdl.selftest.fault_inject import FaultInjector
+from hdl.selftest.gradient_gen import GradientGenerator
+from hdl.selftest.nic_checker import NicChecker
+from hdl.selftest.report import Report
+from hdl.stream.skid_buffer import SkidBuffer
+from hdl.selftest.uart_tx import UartTx, uart_divisor
 
 __all__ = ["ENGINES", "SelfTestStatus", "SelfTest", "NIC_RX_BASE"]
 
 #: Engines the self-test can hold.
 ENGINES = ("nic", "switch")
 
-#: Where the NIC top maps its receive counters (``hdl/nic_top.py``).
+#: Where the NIC top maps its receive counters (``hdl/nic/top.py``).
 NIC_RX_BASE = 0x100
 #: Where the switch top maps its counters (``notes/agg-contract.md``).
 AGG_COUNTER_BASE = 0x100
@@ -56,12 +56,12 @@ SelfTestStatus = data.StructLayout({
 
 
 def _nic_top(**kwargs):
-    from hdl.nic_top import NicTop
+    from hdl.nic.top import NicTop
     return NicTop(**kwargs)
 
 
 def _switch_top(**kwargs):
-    from hdl.switch_top import SwitchTop
+    from hdl.switch.top import SwitchTop
     return SwitchTop(**kwargs)
 
 
@@ -80,14 +80,14 @@ class SelfTest(wiring.Component):
     report_period : int or None
         Cycles between report lines; default ``clk_hz`` (one line per second).
     nic : dict
-        NIC engine parameters (``hdl.nic_top.NicTop``; default ``max_count=2048``).
+        NIC engine parameters (``hdl.nic.top.NicTop``; default ``max_count=2048``).
     nic_values : int
         Largest packet the gradient generator makes (values, a power of two).
     switch : dict
-        Aggregator parameters (``hdl.switch_top.SwitchTop``; default: 64 slots, 64 lanes,
+        Aggregator parameters (``hdl.switch.top.SwitchTop``; default: 64 slots, 64 lanes,
         32 workers, 4 jobs, the contract's engine).
     agg_traffic : dict
-        :class:`hdl.agg_traffic.AggTraffic` parameters (default 4 workers, a window of 8
+        :class:`hdl.selftest.agg_traffic.AggTraffic` parameters (default 4 workers, a window of 8
         slots); ``lanes`` is taken from ``switch``.
     stall_limit : int
         Cycles a checker waits for an expected beat before it counts a stall error.

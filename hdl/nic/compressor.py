@@ -10,16 +10,16 @@ duplicated):
  -    skid buffer        registers the input (and its tready)
  0    front (comb)       parses the header beat, picks the packet's mode (compress or pass
                          through), rewrites ``type`` to ``INC_F32``, counts payload words
- 1    encode             8 lanes classified and shifted (:class:`~hdl.lane_encoder.EncodeStage`)
- 2    prefix sum         payload byte offsets and block width (:class:`~hdl.block_packer.BlockPacker`)
+ 1    encode             8 lanes classified and shifted (:class:`~hdl.nic.lane_encoder.EncodeStage`)
+ 2    prefix sum         payload byte offsets and block width (:class:`~hdl.nic.block_packer.BlockPacker`)
  3    assembly           one contiguous block of 2..34 bytes
  4    rotate             block shifted to its byte position in the output word
-                         (:class:`~hdl.bit_accumulator.BlockRotator`)
+                         (:class:`~hdl.nic.bit_accumulator.BlockRotator`)
  -    credit buffer      blocks wait here for the accumulator, in LUT RAM; stages 1-4 never
                          stall (a beat enters only when the buffer will have room for its
                          block), and the accumulator's ready moves only the read pointer
  5    accumulate         full 256-bit words out; flush and pad at ``tlast``
-                         (:class:`~hdl.bit_accumulator.BitAccumulator`)
+                         (:class:`~hdl.nic.bit_accumulator.BitAccumulator`)
  -    skid buffer        registers the output (and the tready the pipeline sees)
 ====  =================  ====================================================================
 
@@ -39,20 +39,20 @@ from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.counters import NIC_TX_COUNTERS
-from host.header import LANES, MAGIC, VERSION, Flags, K_MAX, K_MIN, PacketType
+from contract.counters import NIC_TX_COUNTERS
+from contract.header import LANES, MAGIC, VERSION, Flags, K_MAX, K_MIN, PacketType
 
-from .axis import AxisBeat
-from .bit_accumulator import BitAccumulator, BlockRotator, RotatedItem
-from .block_packer import BlockPacker
-from .header import HeaderLayout
-from .credit_buffer import CreditBuffer
-from .lane_encoder import EncodeStage
-from .skid_buffer import SkidBuffer
+from hdl.stream.axis import AxisBeat
+from hdl.nic.bit_accumulator import BitAccumulator, BlockRotator, RotatedItem
+from hdl.nic.block_packer import BlockPacker
+from hdl.header import HeaderLayout
+from hdl.stream.credit_buffer import CreditBuffer
+from hdl.nic.lane_encoder import EncodeStage
+from hdl.stream.skid_buffer import SkidBuffer
 
 __all__ = ["TxEvents", "Compressor"]
 
-#: One strobe per transmit counter (``host.counters.NIC_TX_COUNTERS`` order), high for one
+#: One strobe per transmit counter (``contract.counters.NIC_TX_COUNTERS`` order), high for one
 #: cycle when the counter must be incremented.
 TxEvents = data.StructLayout({name: unsigned(1) for name in NIC_TX_COUNTERS})
 

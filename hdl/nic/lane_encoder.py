@@ -25,7 +25,7 @@ from amaranth import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from host.header import LANES
+from contract.header import LANES
 
 __all__ = ["TAG_ZERO", "TAG_P8", "TAG_P16", "TAG_RAW", "TAG_BYTES", "LaneCode",
            "EncodeRequest", "EncodedBeat", "LaneEncoder", "EncodeStage"]

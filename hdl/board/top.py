@@ -7,7 +7,7 @@ one entry into a design for its amaranth-boards platform:
   an ``EHXPLLL`` (dividers computed here, :func:`pll_dividers`, like Trellis ``ecppll``);
 * the board reset button (if any) and PLL lock reset the ``sync`` domain through a reset
   synchroniser, so the engines start only on a stable clock;
-* :class:`hdl.selftest.SelfTest` holds the engines and their traffic; its status bits go to
+* :class:`hdl.selftest.top.SelfTest` holds the engines and their traffic; its status bits go to
   the LEDs named in the board entry and its report to the UART TX pin.
 """
 from __future__ import annotations
@@ -23,11 +23,11 @@ from amaranth.build import Attrs, Pins, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
-from hdl.selftest import ENGINES, SelfTest, SelfTestStatus
+from hdl.selftest.top import ENGINES, SelfTest, SelfTestStatus
 
 __all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "BoardTop"]
 
-BOARDS_FILE = Path(__file__).resolve().parents[1] / "constraints" / "boards.toml"
+BOARDS_FILE = Path(__file__).resolve().parents[2] / "constraints" / "boards.toml"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -200,7 +200,7 @@ class BoardTop(Elaboratable):
     engine_mhz : float or None
         Engine clock; default ``board.engine_mhz``.
     selftest_kwargs : dict
-        Passed on to :class:`hdl.selftest.SelfTest` (engine parameters and so on).
+        Passed on to :class:`hdl.selftest.top.SelfTest` (engine parameters and so on).
 
     Attributes
     ----------

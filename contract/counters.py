@@ -1,0 +1,49 @@
+"""Counter names shared by the gateware, the reference models, the driver and the tests.
+
+The order of each tuple is the gateware's counter index (what the control interface reads
+at address ``i``) and, for drop causes, the **priority**: a packet that is bad in several
+ways is counted once, under the first cause in this order that applies.
+"""
+
+__all__ = ["NIC_TX_COUNTERS", "NIC_RX_COUNTERS", "AGG_DROP_CAUSES", "AGG_COUNTERS"]
+
+#: NIC transmit path (compressor).
+NIC_TX_COUNTERS = (
+    "packets",            # packets in (all types)
+    "compressed",         # RAW_F32 + COMPRESS packets turned into INC_F32
+    "bypassed",           # packets passed through untouched
+    "bad_k",              # RAW_F32 + COMPRESS with k outside 1..15: passed through untouched
+    "length_mismatch",    # compressed packet whose payload word count differs from `count`
+)
+
+#: NIC receive path (decompressor). Drop causes in priority order after the first two.
+NIC_RX_COUNTERS = (
+    "packets",            # packets in (all types)
+    "decompressed",       # INC_F32 packets turned into RAW_F32
+    "bypassed",           # other packets passed through untouched
+    "drop_bad_header",    # bad magic or version: dropped whole
+    "drop_bad_k",         # INC_F32 with k outside 1..15
+    "drop_too_large",     # INC_F32 with count above the engine's maximum packet size
+    "drop_truncated",     # bitstream ends before `count` values
+    "drop_overlong",      # bitstream carries 32-bit words beyond the padded end
+)
+
+#: Switch aggregator. Drop causes in priority order.
+AGG_DROP_CAUSES = (
+    "bad_header",         # bad magic or version
+    "bad_type",           # not AGG_ADD_I32 or AGG_OR32
+    "unconfigured_job",   # job number not configured (or beyond the engine's job count)
+    "bad_worker",         # worker >= the job's worker count
+    "bad_slot",           # slot outside the job's slot range
+    "bad_count",          # count != P
+    "bad_length",         # payload not exactly P words (early or late tlast)
+    "mixed_op",           # ADD and OR mixed on one (slot, version) within a round
+)
+
+AGG_COUNTERS = (
+    "packets",            # packets in
+    "accepted",           # new contributions folded into a slot
+    "results_multicast",  # results emitted on completion
+    "results_unicast",    # results re-sent to one worker (retransmission of a complete slot)
+    "retransmit_dropped", # retransmission while the slot is still incomplete: dropped
+) + tuple(f"drop_{cause}" for cause in AGG_DROP_CAUSES)
