@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from contract.header import BEAT_BYTES, HEADER_BYTES, Header, HeaderError
+from contract.header import BEAT_BYTES, HEADER_BYTES, Header
 
 __all__ = ["Packet", "PacketError"]
 

@@ -1,4 +1,4 @@
-"""The ``ctrl_*`` register port of the engine tops (register maps: ``host/driver/registers.py``).
+"""The ``ctrl_*`` register port of the engine tops (register maps: ``contract/registers.py``).
 
 ``ctrl_addr`` selects a register; ``ctrl_we`` writes ``ctrl_wdata`` to it; ``ctrl_re`` reads
 it into ``ctrl_rdata``, valid the cycle after. Read-only ports (the NIC's counters) have no
@@ -6,10 +6,10 @@ it into ``ctrl_rdata``, valid the cycle after. Read-only ports (the NIC's counte
 """
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["ctrl_port_members", "connect_ctrl_port"]
+from contract.registers import ADDRESS_BITS as ADDR_BITS
+from contract.registers import DATA_BITS
 
-ADDR_BITS = 16
-DATA_BITS = 32
+__all__ = ["ctrl_port_members", "connect_ctrl_port"]
 
 
 def ctrl_port_members(*, writable=True):

@@ -66,9 +66,8 @@ slot_version as received, seq, offset) is copied from the triggering packet; res
 are zero.
 
 Control registers (:meth:`AggregatorModel.write` / :meth:`AggregatorModel.read`, the
-gateware's ``ctrl_`` port): ``4*job + 0`` workers (0 = clear), ``+1`` slot_base, ``+2``
-slot_count, ``+3`` write 1 = commit; ``0x100 + i`` counter i (index in ``AGG_COUNTERS``);
-``0x1FF`` ``slots | lanes << 16``.
+gateware's ``ctrl_`` port): the map ``contract.registers.SWITCH_REGISTERS``, served as the
+gateware serves it (a model commit takes no time, so ``JobStatus.BUSY`` never reads set).
 """
 from __future__ import annotations
 
@@ -80,16 +79,13 @@ import numpy as np
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
 from contract.header import HEADER_BYTES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, PacketType
 from contract.packet import Packet
+from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
 
-__all__ = ["AggregatorModel", "JobConfig", "AGG_OPS", "REG_COUNTERS", "REG_PARAMETERS",
-           "model_transport"]
+__all__ = ["AggregatorModel", "JobConfig", "AGG_OPS", "model_transport"]
 
 #: Packet types the aggregator accepts and the per-lane operation of each.
 AGG_OPS = {PacketType.AGG_ADD_I32: "add", PacketType.AGG_OR32: "or"}
-#: Control register addresses.
-REG_COUNTERS = 0x100
-REG_PARAMETERS = 0x1FF
-_REGS_PER_JOB = 4
+_JOB_REGS = SWITCH_REGISTERS["job"]
 _COUNTER_MASK = 0xFFFFFFFF
 _NO_OP = 0   # op of a (slot, version) that has never had a contribution
 
@@ -134,12 +130,15 @@ class AggregatorModel:
                              f"got {lanes}")
         _check_int("max_workers", max_workers, 1, 32)
         _check_int("jobs", jobs, 1, 256)
-        if (REG_COUNTERS - 1) // _REGS_PER_JOB < jobs - 1:
-            raise ValueError(f"{jobs} jobs do not fit below the counter registers")
+        if jobs > _JOB_REGS.count:
+            raise ValueError(f"{jobs} jobs do not fit the register map's {_JOB_REGS.count}")
         self.slots, self.lanes, self.max_workers, self.jobs = slots, lanes, max_workers, jobs
         self.counters = {name: 0 for name in AGG_COUNTERS}
         self._configs: list[JobConfig | None] = [None] * jobs
-        self._staged = [[0, 0, 0] for _ in range(jobs)]   # control registers before commit
+        # pending job registers (workers, slot_base, slot_count) and last-commit status
+        self._staged = [dict.fromkeys(("workers", "slot_base", "slot_count"), 0)
+                        for _ in range(jobs)]
+        self._rejected = [False] * jobs
         # state per (slot, version)
         self._lanes = np.zeros((slots, 2, lanes), dtype=np.uint32)
         self._exponent = np.zeros((slots, 2), dtype=np.int64)
@@ -192,37 +191,52 @@ class AggregatorModel:
     # -- control registers ---------------------------------------------------------------
 
     def write(self, addr: int, value: int) -> None:
-        """Write a control register (the gateware's ``ctrl_`` port; map in the module doc).
+        """Write a control register (the gateware's ``ctrl_`` port, ``SWITCH_REGISTERS``).
 
-        A commit (1 to ``4*job + 3``) configures the job from the staged workers, slot_base
-        and slot_count (workers 0: clears it) and may raise ValueError where the hardware
-        would silently take a bad configuration.
+        Writing :data:`~contract.registers.COMMIT` to a job's ``commit`` register configures
+        the job from its pending workers, slot_base and slot_count (workers 0: clears it);
+        a configuration the engine cannot take leaves the job unconfigured with
+        ``JobStatus.REJECTED`` set, as the gateware does. Any other value does nothing.
+        Writes to read-only or unmapped addresses are ignored, as by the hardware.
         """
         _check_int("addr", addr, 0, 0xFFFF)
         _check_int("value", value, 0, _COUNTER_MASK)
-        job, reg = divmod(addr, _REGS_PER_JOB)
-        if addr >= REG_COUNTERS or job >= self.jobs:
-            return   # read-only or unmapped: ignored, as by the hardware
-        if reg < 3:
-            self._staged[job][reg] = value
-        elif value == 1:
-            workers, slot_base, slot_count = self._staged[job]
-            if workers == 0:
+        decoded = SWITCH_REGISTERS.decode(addr)
+        if decoded is None or decoded.entry is not _JOB_REGS or decoded.index >= self.jobs:
+            return
+        job, field = decoded.index, decoded.register.name
+        if field != "commit":
+            self._staged[job][field] = value
+        elif value == COMMIT:
+            staged = self._staged[job]
+            self._rejected[job] = False
+            try:
+                if staged["workers"] == 0:
+                    self.clear_job(job)
+                else:
+                    self.configure_job(job, staged["workers"], staged["slot_base"],
+                                       staged["slot_count"])
+            except ValueError:
                 self.clear_job(job)
-            else:
-                self.configure_job(job, workers, slot_base, slot_count)
+                self._rejected[job] = True
 
     def read(self, addr: int) -> int:
-        """Read a control register: staged job registers, counters, parameters; else 0."""
+        """Read a control register: pending job registers, job status, counters,
+        parameters; 0 where nothing is mapped."""
         _check_int("addr", addr, 0, 0xFFFF)
-        if addr == REG_PARAMETERS:
-            return (self.slots | (self.lanes << 16)) & _COUNTER_MASK
-        if REG_COUNTERS <= addr < REG_COUNTERS + len(AGG_COUNTERS):
-            return self.counters[AGG_COUNTERS[addr - REG_COUNTERS]]
-        job, reg = divmod(addr, _REGS_PER_JOB)
-        if addr < REG_COUNTERS and job < self.jobs and reg < 3:
-            return self._staged[job][reg]
-        return 0
+        decoded = SWITCH_REGISTERS.decode(addr)
+        if decoded is None:
+            return 0
+        if decoded.counter is not None:
+            return self.counters[decoded.counter] & _COUNTER_MASK
+        if decoded.entry is SWITCH_REGISTERS["params"]:
+            return switch_params_word(slots=self.slots, lanes=self.lanes)
+        job = decoded.index
+        if job >= self.jobs:
+            return 0
+        if decoded.register.name == "commit":
+            return JobStatus.REJECTED if self._rejected[job] else 0
+        return self._staged[job][decoded.register.name]
 
     # -- data path -----------------------------------------------------------------------
 
@@ -325,6 +339,7 @@ class AggregatorModel:
     def state(self) -> dict:
         """A deep copy of everything but the counters (for before/after comparisons)."""
         return {"configs": list(self._configs), "staged": copy.deepcopy(self._staged),
+                "rejected": list(self._rejected),
                 "lanes": self._lanes.copy(), "exponent": self._exponent.copy(),
                 "count": self._count.copy(), "op": self._op.copy(), "seen": self._seen.copy()}
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import numpy as np
 
 from host.golden.inceptionn import MAX_COUNT, nic_tx
-from contract.header import Flags, Header, PacketType
+from contract.header import LANES, Flags, Header, PacketType
 from contract.packet import Packet
 
 __all__ = ["SPECIAL_WORDS", "boundary_words", "nasty_words", "gradient_words", "raw_words",
-           "random_words", "value_mix", "tx_packet", "tx_traffic", "rx_traffic"]
+           "random_words", "value_mix", "tx_packet", "tx_traffic", "rx_traffic", "stream_bytes"]
 
 #: Words every value test must see: zeros, denormals, Inf, NaNs with payloads, 1.0 and the
 #: largest value below it, the smallest normal.
@@ -93,6 +93,20 @@ def tx_packet(words, k, **header):
     words = np.asarray(words, dtype=np.uint32)
     h = Header(type=PacketType.RAW_F32, flags=Flags.COMPRESS, k=k, count=words.size)
     return Packet(h.replace(**header), words.astype("<u4").tobytes())
+
+
+def stream_bytes(tags, code_words):
+    """A bitstream built directly from per-value tags and codes (8 lanes per block, spec
+    section 3), independently of the golden encoder, for the decoders' tests."""
+    payload_bytes = (0, 1, 2, 4)    # by tag: 00 none, 01 P8, 10 P16, 11 raw
+    out = bytearray()
+    for b in range(0, len(tags), LANES):
+        block_tags, block_codes = tags[b:b + LANES], code_words[b:b + LANES]
+        out += int(sum(int(t) << 2 * j for j, t in enumerate(block_tags))).to_bytes(2, "little")
+        for t, c in zip(block_tags, block_codes):
+            out += int(c).to_bytes(4, "little")[:payload_bytes[int(t)]]
+    out += bytes(-len(out) % 4)
+    return bytes(out)
 
 
 def _length(rng, max_values):

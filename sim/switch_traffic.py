@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import random
 
-from contract.header import MAGIC, VERSION, Header, PacketType
+from contract.header import Header, PacketType
 from contract.packet import Packet
 
 __all__ = ["EngineParams", "NASTY_WORDS", "BAD_CLASSES", "random_payload", "data_packet",

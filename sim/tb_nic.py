@@ -19,6 +19,7 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.registers import NIC_REGISTERS
 from host.golden.inceptionn import MAX_COUNT, nic_rx, nic_tx, quantize
 from contract.header import BEAT_BYTES, PacketType
 from contract.packet import Packet
@@ -27,7 +28,6 @@ from sim.nic_stimulus import (gradient_words, nasty_words, raw_words, rx_traffic
 from sim.runner import test_params
 
 CLOCK_NS = 8               # 125 MHz, the ECP5 target
-RX_COUNTER_BASE = 0x100
 #: Generous per-beat time allowance before a test declares the engine hung.
 TIMEOUT_PER_BEAT_NS = 20 * CLOCK_NS
 
@@ -82,9 +82,10 @@ class NicBench:
 
     async def counters(self):
         await ClockCycles(self.dut.clk, 4)   # let the last strobes land
-        tx = {name: await self.read_register(i) for i, name in enumerate(NIC_TX_COUNTERS)}
-        rx = {name: await self.read_register(RX_COUNTER_BASE + i)
-              for i, name in enumerate(NIC_RX_COUNTERS)}
+        tx = {name: await self.read_register(address)
+              for name, address in NIC_REGISTERS["tx"].items()}
+        rx = {name: await self.read_register(address)
+              for name, address in NIC_REGISTERS["rx"].items()}
         return tx, rx
 
 

@@ -26,9 +26,8 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
-from hdl.switch.control import JOB_STRIDE, REG_COUNTERS, REG_PARAMS
+from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
 from host.aggregator import AggregatorModel
-from contract.counters import AGG_COUNTERS
 from contract.packet import Packet
 from sim.runner import test_params
 from sim.switch_traffic import (BAD_CLASSES, EngineParams, bad_packet, chaos_traffic,
@@ -108,7 +107,8 @@ class Switch:
         dut.rst.value = 0
         await RisingEdge(dut.clk)
         self.monitor = Monitor(dut)
-        assert await self.read(REG_PARAMS) == params.slots | (params.lanes << 16)
+        assert await self.read(SWITCH_REGISTERS["params"].address) == \
+            switch_params_word(slots=params.slots, lanes=params.lanes)
         return self
 
     # -- control port ----------------------------------------------------------------------
@@ -131,7 +131,8 @@ class Switch:
         return int(dut.ctrl_rdata.value)   # registered at the first edge, shown after it
 
     async def counters(self):
-        return {name: await self.read(REG_COUNTERS + i) for i, name in enumerate(AGG_COUNTERS)}
+        return {name: await self.read(address)
+                for name, address in SWITCH_REGISTERS["counter"].items()}
 
     # -- traffic ---------------------------------------------------------------------------
 
@@ -159,13 +160,16 @@ class Switch:
             else:
                 _, job, workers, base, count = step
                 await self.source.wait()
-                for field, value in enumerate((workers, base, count, 1)):
-                    await self.write(JOB_STRIDE * job + field, value)
+                regs = SWITCH_REGISTERS["job"]
+                for field, value in (("workers", workers), ("slot_base", base),
+                                     ("slot_count", count), ("commit", COMMIT)):
+                    await self.write(regs.address(job, field), value)
                 # The engine stalls its input while it clears the job's slots; a driver
                 # waits for that (so the benches' stall counts are the datapath's own).
-                while await self.read(JOB_STRIDE * job + 3) & 1:
+                status = regs.address(job, "commit")
+                while await self.read(status) & JobStatus.BUSY:
                     pass
-                assert not await self.read(JOB_STRIDE * job + 3) & 2, "commit rejected"
+                assert not await self.read(status) & JobStatus.REJECTED, "commit rejected"
                 if workers:
                     self.model.configure_job(job, workers, base, count)
                 else:

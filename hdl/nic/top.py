@@ -12,16 +12,15 @@ Ports (flat, so cocotbext-axi binds by prefix and the names are the AXI ones):
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 
-from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.registers import NIC_REGISTERS
 
 from hdl.stream.axis import connect_flat_axis, flat_axis_members
 from hdl.nic.compressor import Compressor
 from hdl.ctrl_port import ctrl_port_members
 from hdl.nic.decompressor import Decompressor
 
-__all__ = ["RX_COUNTER_BASE", "NicTop"]
+__all__ = ["NicTop"]
 
-RX_COUNTER_BASE = 0x100
 COUNTER_BITS = 32
 
 
@@ -54,13 +53,12 @@ class NicTop(wiring.Component):
         connect_flat_axis(m, self, "rx_m_axis", rx.o, sink=False)
 
         registers = {}
-        for base, names, events in ((0, NIC_TX_COUNTERS, tx.events),
-                                    (RX_COUNTER_BASE, NIC_RX_COUNTERS, rx.events)):
-            for i, name in enumerate(names):
-                counter = Signal(COUNTER_BITS, name=f"{'rx' if base else 'tx'}_{name}")
+        for path, events in (("tx", tx.events), ("rx", rx.events)):
+            for name, address in NIC_REGISTERS[path].items():
+                counter = Signal(COUNTER_BITS, name=f"{path}_{name}")
                 with m.If(getattr(events, name)):
                     m.d.sync += counter.eq(counter + 1)   # wraps at 2^32
-                registers[base + i] = counter
+                registers[address] = counter
 
         with m.If(self.ctrl_re):
             m.d.sync += self.ctrl_rdata.eq(0)

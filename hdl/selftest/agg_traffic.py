@@ -28,6 +28,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
     PacketType
+from contract.registers import COMMIT, SWITCH_REGISTERS
 from hdl.stream.axis import AxisBeat, axis_signature
 from hdl.stream.credit_buffer import CreditBuffer
 from hdl.selftest.fault_inject import FaultInjector
@@ -510,8 +511,11 @@ class AggTraffic(wiring.Component):
                       job=self.job, seed=self.seed)
 
         # configuration: workers, slot_base, slot_count, commit; then wait for the clear
-        writes = [(4 * self.job + 0, self.workers), (4 * self.job + 1, self.slot_base),
-                  (4 * self.job + 2, self.window), (4 * self.job + 3, 1)]
+        job = SWITCH_REGISTERS["job"]
+        writes = [(job.address(self.job, "workers"), self.workers),
+                  (job.address(self.job, "slot_base"), self.slot_base),
+                  (job.address(self.job, "slot_count"), self.window),
+                  (job.address(self.job, "commit"), COMMIT)]
         step = Signal(range(len(writes) + 1))
         wait = Signal(range(self.clear_cycles + 1), init=self.clear_cycles)
         with m.If(step < len(writes)):

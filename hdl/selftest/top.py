@@ -22,7 +22,7 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.registers import NIC_REGISTERS, SWITCH_REGISTERS
 from hdl.selftest.agg_traffic import AggTraffic
 from hdl.stream.axis import AxisBeat, connect_flat_axis
 from hdl.selftest.counter_poller import CounterPoller
@@ -33,15 +33,10 @@ from hdl.selftest.report import Report
 from hdl.stream.skid_buffer import SkidBuffer
 from hdl.selftest.uart_tx import UartTx, uart_divisor
 
-__all__ = ["ENGINES", "SelfTestStatus", "SelfTest", "NIC_RX_BASE"]
+__all__ = ["ENGINES", "SelfTestStatus", "SelfTest"]
 
 #: Engines the self-test can hold.
 ENGINES = ("nic", "switch")
-
-#: Where the NIC top maps its receive counters (``hdl/nic/top.py``).
-NIC_RX_BASE = 0x100
-#: Where the switch top maps its counters (``notes/agg-contract.md``).
-AGG_COUNTER_BASE = 0x100
 
 #: Status bits for LEDs (names used by constraints/boards.toml).
 SelfTestStatus = data.StructLayout({
@@ -219,8 +214,8 @@ class SelfTest(wiring.Component):
             m.d.sync += wire_beats.eq(wire_beats + 1)
 
         m.submodules.nic_poll = poll = CounterPoller({
-            "compressed": [NIC_TX_COUNTERS.index("compressed")],
-            "drops": [NIC_RX_BASE + i for i, name in enumerate(NIC_RX_COUNTERS)
+            "compressed": [NIC_REGISTERS["tx"].address("compressed")],
+            "drops": [address for name, address in NIC_REGISTERS["rx"].items()
                       if name.startswith("drop_")],
         })
         m.d.comb += [poll.enable.eq(1), nic.ctrl_addr.eq(poll.ctrl_addr),
@@ -245,8 +240,8 @@ class SelfTest(wiring.Component):
         m.d.comb += traffic.inject_fault.eq(self.inject_fault)
 
         m.submodules.agg_poll = poll = CounterPoller({
-            "accepted": [AGG_COUNTER_BASE + AGG_COUNTERS.index("accepted")],
-            "drops": [AGG_COUNTER_BASE + i for i, name in enumerate(AGG_COUNTERS)
+            "accepted": [SWITCH_REGISTERS["counter"].address("accepted")],
+            "drops": [address for name, address in SWITCH_REGISTERS["counter"].items()
                       if name.startswith("drop_") or name == "retransmit_dropped"],
         })
         m.d.comb += [

@@ -46,6 +46,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from contract.registers import SWITCH_REGISTERS
 from contract.header import BEAT_BYTES, Flags, PacketType, WORKER_MULTICAST
 
 from hdl.switch.control import AggControl
@@ -60,7 +61,7 @@ __all__ = ["Aggregator", "slot_state_layout", "check_parameters"]
 FULL_KEEP = (1 << BEAT_BYTES) - 1
 MAX_SLOTS = 0xFFFF     # the parameter register holds the pool size in 16 bits
 MAX_LANES = 2048       # 8 KiB payloads: beyond any jumbo frame
-MAX_JOBS = 64          # 4 registers per job below the counters at 0x100
+MAX_JOBS = SWITCH_REGISTERS["job"].count   # the register map holds this many jobs
 
 
 def slot_state_layout(max_workers):

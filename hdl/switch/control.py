@@ -1,27 +1,17 @@
 """The aggregator's control registers: job configuration, slot clearing, counters.
 
-Register map (``ctrl_*`` port; read data is valid the cycle after ``ctrl_re`` and held until
-the next read), as in ``notes/agg-contract.md``:
+The register map is ``contract.registers.SWITCH_REGISTERS`` (job array, counter block,
+parameters); read data is valid the cycle after ``ctrl_re`` and held until the next read.
+The decoder below takes every address, stride and field from that declaration.
 
-========================  ====  ====================================================
-address                   dir   meaning
-========================  ====  ====================================================
-``0x000 + 4*job + 0``     R/W   workers ``n`` (0 = unconfigured), pending until a commit
-``0x000 + 4*job + 1``     R/W   slot_base, pending until a commit
-``0x000 + 4*job + 2``     R/W   slot_count, pending until a commit
-``0x000 + 4*job + 3``     W     write 1: commit the pending values of this job
-                          R     status: bit 0 busy (a commit waits or slots are being
-                                cleared), bit 1 the job's last commit was rejected
-``0x100 + i``             R     counter ``i`` of ``AGG_COUNTERS`` (32 bits, wrapping)
-``0x1FF``                 R     ``slots | lanes << 16``
-========================  ====  ====================================================
-
-A commit waits until the engine is drained (it stops taking new packets meanwhile), then
-applies the pending values and clears the metadata of the job's slots, one slot per clock.
-Values the hardware cannot hold (``n > max_workers``, a range beyond the pool) are rejected:
-the job becomes unconfigured and status bit 1 is set. Commits of several jobs queue, one
-per job; overlapping ranges are the driver's business (the model rejects them). Reads of
-the job registers return the pending values, as the reference model's do.
+A commit (the value ``contract.registers.COMMIT`` written to a job's ``commit`` register;
+any other value does nothing) waits until the engine is drained (it stops taking new
+packets meanwhile), then applies the pending values and clears the metadata of the job's
+slots, one slot per clock. Values the hardware cannot hold (``n > max_workers``, a range
+beyond the pool) are rejected: the job becomes unconfigured and the status bit
+``JobStatus.REJECTED`` is set. Commits of several jobs queue, one per job; overlapping
+ranges are the driver's business (the model rejects them). Reads of the job registers
+return the pending values, as the reference model's do.
 """
 from amaranth import Array, Module, Signal
 from amaranth.lib import wiring
@@ -29,14 +19,19 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.counters import AGG_COUNTERS
+from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
 
 from hdl.ctrl_port import ctrl_port_members
 
-__all__ = ["AggControl", "REG_COUNTERS", "REG_PARAMS", "JOB_STRIDE"]
+__all__ = ["AggControl"]
 
-JOB_STRIDE = 4
-REG_COUNTERS = 0x100
-REG_PARAMS = 0x1FF
+_JOB = SWITCH_REGISTERS["job"]
+_COUNTERS = SWITCH_REGISTERS["counter"]
+_PARAMS = SWITCH_REGISTERS["params"]
+assert JobStatus.BUSY == 1   # the status word's bit 0 is `busy` itself
+_REJECTED_BIT = JobStatus.REJECTED.bit_length() - 1
+_FIELD = {name: _JOB.field(name).address
+          for name in ("workers", "slot_base", "slot_count", "commit")}
 
 
 class AggControl(wiring.Component):
@@ -114,18 +109,18 @@ class AggControl(wiring.Component):
                 m.d.sync += counters[i].eq(counters[i] + 1)
 
         # -- register writes --------------------------------------------------------------
-        reg_job = self.ctrl_addr[2:8]
-        reg_field = self.ctrl_addr[:2]
-        job_reg = (self.ctrl_addr < REG_COUNTERS) & (reg_job < J)
+        reg_job = self.ctrl_addr[_JOB.field_bits:_JOB.field_bits + _JOB.index_bits]
+        reg_field = self.ctrl_addr[:_JOB.field_bits]
+        job_reg = (self.ctrl_addr < _JOB.end) & (reg_job < J)
         with m.If(self.ctrl_we & job_reg):
             with m.Switch(reg_field):
-                with m.Case(0):
+                with m.Case(_FIELD["workers"]):
                     m.d.sync += pend_workers[reg_job].eq(self.ctrl_wdata)
-                with m.Case(1):
+                with m.Case(_FIELD["slot_base"]):
                     m.d.sync += pend_base[reg_job].eq(self.ctrl_wdata)
-                with m.Case(2):
+                with m.Case(_FIELD["slot_count"]):
                     m.d.sync += pend_count[reg_job].eq(self.ctrl_wdata)
-                # Field 3 (commit) is handled with the grant logic below, so a grant in
+                # The commit field is handled with the grant logic below, so a grant in
                 # the same cycle cannot lose a new request.
 
         # -- commit: wait for the engine to drain, apply, clear the slots -----------------
@@ -193,7 +188,8 @@ class AggControl(wiring.Component):
                     act_end[grant_job].eq(0),
                     rejected.bit_select(grant_job, 1).eq(1),
                 ]
-        with m.If(self.ctrl_we & job_reg & (reg_field == 3) & (self.ctrl_wdata == 1)):
+        with m.If(self.ctrl_we & job_reg & (reg_field == _FIELD["commit"])
+                  & (self.ctrl_wdata == COMMIT)):
             m.d.comb += req_next.bit_select(reg_job, 1).eq(1)
         m.d.sync += commit_req.eq(req_next)
 
@@ -201,20 +197,21 @@ class AggControl(wiring.Component):
         with m.If(self.ctrl_re):
             with m.If(job_reg):
                 with m.Switch(reg_field):
-                    with m.Case(0):
+                    with m.Case(_FIELD["workers"]):
                         m.d.sync += self.ctrl_rdata.eq(pend_workers[reg_job])
-                    with m.Case(1):
+                    with m.Case(_FIELD["slot_base"]):
                         m.d.sync += self.ctrl_rdata.eq(pend_base[reg_job])
-                    with m.Case(2):
+                    with m.Case(_FIELD["slot_count"]):
                         m.d.sync += self.ctrl_rdata.eq(pend_count[reg_job])
-                    with m.Case(3):
+                    with m.Case(_FIELD["commit"]):
                         m.d.sync += self.ctrl_rdata.eq(
-                            self.busy | (rejected.bit_select(reg_job, 1) << 1))
-            with m.Elif((self.ctrl_addr >= REG_COUNTERS)
-                        & (self.ctrl_addr < REG_COUNTERS + len(AGG_COUNTERS))):
-                m.d.sync += self.ctrl_rdata.eq(counters[self.ctrl_addr - REG_COUNTERS])
-            with m.Elif(self.ctrl_addr == REG_PARAMS):
-                m.d.sync += self.ctrl_rdata.eq(self._slots | (self._lanes << 16))
+                            self.busy | (rejected.bit_select(reg_job, 1) << _REJECTED_BIT))
+            with m.Elif((self.ctrl_addr >= _COUNTERS.base)
+                        & (self.ctrl_addr < _COUNTERS.end)):
+                m.d.sync += self.ctrl_rdata.eq(counters[self.ctrl_addr - _COUNTERS.base])
+            with m.Elif(self.ctrl_addr == _PARAMS.address):
+                m.d.sync += self.ctrl_rdata.eq(switch_params_word(slots=self._slots,
+                                                                  lanes=self._lanes))
             with m.Else():
                 m.d.sync += self.ctrl_rdata.eq(0)
         return m

@@ -5,9 +5,9 @@ programs a model exactly as it programs the hardware.
 """
 from __future__ import annotations
 
-from contract.counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
-from .registers import NIC_RX_COUNTER_BASE, AGG_COUNTER_BASE, AGG_PARAMS, JOB_REG_STRIDE, JobReg
-from .transport import Transport
+from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.registers import NIC_REGISTERS
+from host.driver.transport import Transport
 
 __all__ = ["NicModelTransport", "SwitchModelTransport"]
 
@@ -33,7 +33,7 @@ class NicModelTransport(Transport):
                          "rx": dict.fromkeys(NIC_RX_COUNTERS, 0)}
 
     def _exchange(self, stream, packets, options):
-        from ..golden.inceptionn import nic_rx, nic_tx
+        from host.golden.inceptionn import nic_rx, nic_tx
         if stream not in ("tx", "rx"):
             raise ValueError(f"the NIC has streams 'tx' and 'rx', not {stream!r}")
         out = []
@@ -49,13 +49,10 @@ class NicModelTransport(Transport):
         return _reply(out, len(packets))
 
     def read(self, addr):
-        if addr >= NIC_RX_COUNTER_BASE:
-            names, path, index = NIC_RX_COUNTERS, "rx", addr - NIC_RX_COUNTER_BASE
-        else:
-            names, path, index = NIC_TX_COUNTERS, "tx", addr
-        if not 0 <= index < len(names):
+        decoded = NIC_REGISTERS.decode(addr)
+        if decoded is None:
             raise ValueError(f"no NIC register at 0x{addr:03x}")
-        return self.counters[path][names[index]] & 0xFFFF_FFFF
+        return self.counters[decoded.entry.name][decoded.counter] & 0xFFFF_FFFF
 
     def write(self, addr, value):
         raise ValueError("the NIC has no writable registers")
@@ -63,15 +60,15 @@ class NicModelTransport(Transport):
 
 class SwitchModelTransport(Transport):
     """The switch top's reference model (``host.aggregator.AggregatorModel``), stream
-    ``agg``, programmed through the gateware's register map."""
+    ``agg``; its registers are the model's own (``SWITCH_REGISTERS``, served as the
+    gateware serves them)."""
 
     def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
         super().__init__()
-        from ..aggregator import AggregatorModel
+        from host.aggregator import AggregatorModel
         self.model = AggregatorModel(slots=slots, lanes=lanes, max_workers=max_workers,
                                      jobs=jobs)
         self.params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
-        self._job_regs = {}
 
     def _exchange(self, stream, packets, options):
         if stream != "agg":
@@ -82,25 +79,7 @@ class SwitchModelTransport(Transport):
         return _reply(out, len(packets))
 
     def write(self, addr, value):
-        job, reg = divmod(addr, JOB_REG_STRIDE)
-        if not (addr < AGG_COUNTER_BASE and job < self.params["jobs"]):
-            raise ValueError(f"no writable switch register at 0x{addr:03x}")
-        regs = self._job_regs.setdefault(job, {JobReg.WORKERS: 0, JobReg.SLOT_BASE: 0,
-                                               JobReg.SLOT_COUNT: 0})
-        if reg == JobReg.COMMIT:
-            if value & 1:
-                if regs[JobReg.WORKERS] == 0:
-                    self.model.clear_job(job)
-                else:
-                    self.model.configure_job(job, regs[JobReg.WORKERS], regs[JobReg.SLOT_BASE],
-                                             regs[JobReg.SLOT_COUNT])
-        else:
-            regs[JobReg(reg)] = int(value)
+        self.model.write(int(addr), int(value))
 
     def read(self, addr):
-        if addr == AGG_PARAMS:
-            return self.params["slots"] | self.params["lanes"] << 16
-        index = addr - AGG_COUNTER_BASE
-        if not 0 <= index < len(AGG_COUNTERS):
-            raise ValueError(f"no readable switch register at 0x{addr:03x}")
-        return self.model.counters[AGG_COUNTERS[index]] & 0xFFFF_FFFF
+        return self.model.read(int(addr))

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.registers import NIC_REGISTERS
+
 from ..golden import inceptionn
-from .registers import NIC_RX_COUNTER_BASE, NIC_TX_COUNTER_BASE
 
 __all__ = ["NicInterface", "open_nic", "NIC_STREAMS"]
 
@@ -52,10 +52,9 @@ class NicInterface:
 
     def counters(self):
         """``{"tx": {name: value}, "rx": {name: value}}`` read from the registers."""
-        return {"tx": {name: self.transport.read(NIC_TX_COUNTER_BASE + i)
-                       for i, name in enumerate(NIC_TX_COUNTERS)},
-                "rx": {name: self.transport.read(NIC_RX_COUNTER_BASE + i)
-                       for i, name in enumerate(NIC_RX_COUNTERS)}}
+        return {path: {name: self.transport.read(address)
+                       for name, address in NIC_REGISTERS[path].items()}
+                for path in ("tx", "rx")}
 
 
 def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):

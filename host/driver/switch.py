@@ -9,10 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 
-from contract.counters import AGG_COUNTERS
-from .registers import AGG_COUNTER_BASE, AGG_PARAMS, JOB_REG_STRIDE, JobReg
+from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_params
+
+from .transport import TransportError
 
 __all__ = ["SwitchInterface", "open_switch", "SWITCH_STREAMS"]
+
+_JOB_REGS = SWITCH_REGISTERS["job"]
+#: Status reads beyond one per slot before a commit that stays busy is an error.
+_COMMIT_POLLS = 64
 
 #: The switch top's AXI-Stream path: name -> (sink prefix, source prefix).
 SWITCH_STREAMS = {"agg": ("s_axis", "m_axis")}
@@ -29,8 +34,8 @@ class SwitchInterface:
 
     def __init__(self, transport):
         self.transport = transport
-        params = transport.read(AGG_PARAMS)
-        self.slots, self.lanes = params & 0xFFFF, params >> 16
+        params = decode_switch_params(transport.read(SWITCH_REGISTERS["params"].address))
+        self.slots, self.lanes = params["slots"], params["lanes"]
         if not self.slots or not self.lanes or self.lanes % 8:
             raise RuntimeError(f"the switch reports {self.slots} slots of {self.lanes} lanes: "
                                f"is this a gradwire switch?")
@@ -44,22 +49,40 @@ class SwitchInterface:
                              f"the switch's pool of {self.slots}")
         if not 1 <= workers <= 32:
             raise ValueError(f"workers must be in 1..32, not {workers}")
-        base = JOB_REG_STRIDE * job
-        self.transport.write(base + JobReg.WORKERS, workers)
-        self.transport.write(base + JobReg.SLOT_BASE, slot_base)
-        self.transport.write(base + JobReg.SLOT_COUNT, slot_count)
-        self.transport.write(base + JobReg.COMMIT, 1)
+        self._commit(job, workers=workers, slot_base=slot_base, slot_count=slot_count)
         self._next_chunk[job] = 0
 
     def clear_job(self, job):
         """Unconfigure ``job``: its packets are dropped (``drop_unconfigured_job``)."""
-        self.transport.write(JOB_REG_STRIDE * job + JobReg.WORKERS, 0)
-        self.transport.write(JOB_REG_STRIDE * job + JobReg.COMMIT, 1)
+        self._commit(job, workers=0)
         self._next_chunk.pop(job, None)
 
+    def job_status(self, job):
+        """The job's :class:`~contract.registers.JobStatus` (busy, last commit rejected)."""
+        return JobStatus(self.transport.read(_JOB_REGS.address(job, "commit")))
+
+    def _commit(self, job, **values):
+        """Write the job's pending registers, commit them and wait for the engine to take
+        them; raise ``ValueError`` if the engine rejects the configuration."""
+        if not 0 <= job < _JOB_REGS.count:
+            raise ValueError(f"job must be in 0..{_JOB_REGS.count - 1}, not {job}")
+        for field, value in values.items():
+            self.transport.write(_JOB_REGS.address(job, field), value)
+        self.transport.write(_JOB_REGS.address(job, "commit"), COMMIT)
+        # A commit waits for the engine to drain, then clears one slot per clock.
+        for _ in range(self.slots + _COMMIT_POLLS):
+            status = self.job_status(job)
+            if not status & JobStatus.BUSY:
+                break
+        else:
+            raise TransportError(f"the switch is still busy with job {job}'s commit after "
+                                 f"{self.slots + _COMMIT_POLLS} status reads")
+        if status & JobStatus.REJECTED:
+            raise ValueError(f"the switch rejected job {job}'s configuration {values}")
+
     def counters(self):
-        return {name: self.transport.read(AGG_COUNTER_BASE + i)
-                for i, name in enumerate(AGG_COUNTERS)}
+        return {name: self.transport.read(address)
+                for name, address in SWITCH_REGISTERS["counter"].items()}
 
     def send(self, packets, **options):
         """Raw access: feed packets to the aggregator, return what it emits."""

@@ -4,7 +4,8 @@ import itertools
 import numpy as np
 import pytest
 
-from host.aggregator import REG_COUNTERS, REG_PARAMETERS, AggregatorModel, model_transport
+from contract.registers import COMMIT, SWITCH_REGISTERS, switch_params_word
+from host.aggregator import AggregatorModel, model_transport
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
 from contract.header import MAGIC, Flags, Header, PacketType
 from contract.packet import Packet
@@ -355,6 +356,8 @@ def test_counters_wrap_at_32_bits(model):
     model.counters["packets"] = 2**32 - 1
     model.process(packet(0))
     assert model.counters["packets"] == 0
+JOB = SWITCH_REGISTERS["job"]
+COUNTERS = SWITCH_REGISTERS["counter"]
 
 
 # ---------------------------------------------------------------------------------------
@@ -362,24 +365,24 @@ def test_counters_wrap_at_32_bits(model):
 
 def test_control_registers_configure_and_read_back():
     m = AggregatorModel(slots=32, lanes=16, jobs=4)
-    assert m.read(REG_PARAMETERS) == 32 | 16 << 16
-    m.write(4 * 2 + 0, 3)
-    m.write(4 * 2 + 1, 8)
-    m.write(4 * 2 + 2, 4)
+    assert m.read(SWITCH_REGISTERS["params"].address) == switch_params_word(slots=32, lanes=16)
+    m.write(JOB.address(2, "workers"), 3)
+    m.write(JOB.address(2, "slot_base"), 8)
+    m.write(JOB.address(2, "slot_count"), 4)
     assert m.job_config(2) is None            # nothing happens before the commit
-    assert [m.read(4 * 2 + i) for i in range(3)] == [3, 8, 4]
-    m.write(4 * 2 + 3, 1)
+    assert [m.read(JOB.address(2, f)) for f in ("workers", "slot_base", "slot_count")] == [3, 8, 4]
+    m.write(JOB.address(2, "commit"), COMMIT)
     assert m.job_config(2).workers == 3 and m.job_config(2).slot_range == range(8, 12)
     m.process(Packet(Header(type=ADD, job=2, worker=0, count=16, slot=8), bytes(64)))
     m.process(b"short")
-    assert [m.read(REG_COUNTERS + i) for i in range(len(AGG_COUNTERS))] == \
+    assert [m.read(COUNTERS.base + i) for i in range(len(AGG_COUNTERS))] == \
         [m.counters[c] for c in AGG_COUNTERS]
-    assert m.read(REG_COUNTERS + AGG_COUNTERS.index("drop_bad_length")) == 1
-    m.write(4 * 2 + 0, 0)
-    m.write(4 * 2 + 3, 1)                     # workers 0 + commit = clear
+    assert m.read(COUNTERS.base + AGG_COUNTERS.index("drop_bad_length")) == 1
+    m.write(JOB.address(2, "workers"), 0)
+    m.write(JOB.address(2, "commit"), COMMIT)                     # workers 0 + commit = clear
     assert m.job_config(2) is None
-    m.write(REG_COUNTERS, 5)                  # read-only: ignored
-    assert m.read(REG_COUNTERS) == 2
+    m.write(COUNTERS.base, 5)                  # read-only: ignored
+    assert m.read(COUNTERS.base) == 2
 
 
 def test_model_transport_feeds_packets_in_order(model):

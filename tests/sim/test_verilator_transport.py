@@ -2,11 +2,11 @@
 import numpy as np
 import pytest
 
-from host.driver.models import NicModelTransport, SwitchModelTransport
+from host.driver.models import NicModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import inceptionn, lhc
-from contract.header import Flags, Header, PacketType
+from contract.header import Header, PacketType
 from contract.packet import Packet
 from host.switch_packets import FaultInjector
 

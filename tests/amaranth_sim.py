@@ -1,0 +1,153 @@
+"""Shared helpers for tests in the Amaranth simulator.
+
+Stream producer/consumer testbenches with random stalls on both sides, combinational
+evaluation, event counting and AXI-Stream beat helpers. Every Amaranth-simulator test of
+the project drives its components through these, so each idiom exists once. (The cocotb
+benches, one class per exported top, live in ``sim/tb_*.py``.)
+"""
+import random
+
+from amaranth.sim import Simulator
+
+__all__ = ["run", "run_stream", "comb_eval", "consume", "count_events", "RegisterPort",
+           "packet_beats", "collect_axis", "reassemble", "beat_words"]
+
+LANES = 8
+
+
+def run(dut, *testbenches, period=1e-8, clocked=True, background=()):
+    """Simulate ``dut`` with a clock of ``period`` (none if not ``clocked``) until every
+    testbench returns; ``background`` testbenches run alongside without holding it up."""
+    sim = Simulator(dut)
+    if clocked:
+        sim.add_clock(period)
+    for testbench in testbenches:
+        sim.add_testbench(testbench)
+    for testbench in background:
+        sim.add_testbench(testbench, background=True)
+    sim.run()
+
+
+def run_stream(dut, inputs, set_input, collect, expected_outputs, *, seed, p_stall=0.3,
+               p_block=0.3, extra=None, timeout_cycles=200000):
+    """Drive ``inputs`` into ``dut.i`` (idle cycles with probability ``p_stall``) and collect
+    from ``dut.o`` (not ready with probability ``p_block``) until ``expected_outputs`` items.
+
+    ``set_input(ctx, item)`` sets the payload of one input item; ``collect(payload)`` turns
+    a sampled output payload into the value returned in the list; ``extra`` is a background
+    testbench (an event counter, say).
+    """
+    rng = random.Random(seed)
+    got = []
+
+    async def producer(ctx):
+        for item in inputs:
+            while rng.random() < p_stall:
+                await ctx.tick()
+            ctx.set(dut.i.valid, 1)
+            set_input(ctx, item)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+
+    async def consumer(ctx):
+        cycles = 0
+        while len(got) < expected_outputs:
+            ctx.set(dut.o.ready, rng.random() >= p_block)
+            _, _, payload, valid, ready = await ctx.tick().sample(dut.o.p, dut.o.valid,
+                                                                  dut.o.ready)
+            if valid and ready:
+                got.append(collect(payload))
+            cycles += 1
+            assert cycles < timeout_cycles, "no progress: the engine hangs"
+
+    run(dut, producer, consumer, background=(extra,) if extra else ())
+    return got
+
+
+def comb_eval(dut, cases, apply, read):
+    """Evaluate a combinational component on every case; return the outputs."""
+    results = []
+
+    async def bench(ctx):
+        for case in cases:
+            apply(ctx, case)
+            await ctx.delay(1e-9)
+            results.append(read(ctx))
+
+    run(dut, bench, clocked=False)
+    return results
+
+
+def consume(ctx, stream, n, rng, ready_rate=0.7):
+    """Async helper: take ``n`` AXI beats ``(data, keep, last)`` from ``stream`` with random
+    back-pressure (ready with probability ``ready_rate``)."""
+    async def take():
+        got = []
+        while len(got) < n:
+            ctx.set(stream.ready, rng.random() < ready_rate)
+            _, _, payload, valid, ready = await ctx.tick().sample(stream.payload, stream.valid,
+                                                                  stream.ready)
+            if valid and ready:
+                got.append(collect_axis(payload))
+        return got
+    return take()
+
+
+def count_events(dut, names, tally):
+    """Background testbench: add up the one-cycle counter strobes of ``dut.events``."""
+    async def watch(ctx):
+        fields = [getattr(dut.events, name) for name in names]
+        async for _, _, *strobes in ctx.tick().sample(*fields):
+            for name, strobe in zip(names, strobes):
+                tally[name] += int(strobe)
+    return watch
+
+
+class RegisterPort:
+    """Drives the ``ctrl_*`` register port of a component from an Amaranth testbench."""
+
+    def __init__(self, ctx, dut):
+        self.ctx, self.dut = ctx, dut
+
+    async def write(self, addr, value):
+        ctx, dut = self.ctx, self.dut
+        ctx.set(dut.ctrl_addr, addr)
+        ctx.set(dut.ctrl_wdata, value)
+        ctx.set(dut.ctrl_we, 1)
+        await ctx.tick()
+        ctx.set(dut.ctrl_we, 0)
+
+    async def read(self, addr):
+        ctx, dut = self.ctx, self.dut
+        ctx.set(dut.ctrl_addr, addr)
+        ctx.set(dut.ctrl_re, 1)
+        await ctx.tick()
+        ctx.set(dut.ctrl_re, 0)
+        return ctx.get(dut.ctrl_rdata)   # registered on the edge: valid the cycle after re
+
+
+def beat_words(beat_data):
+    """The eight 32-bit lanes of a 256-bit beat, lane 0 first."""
+    return [(int(beat_data) >> (32 * j)) & 0xFFFFFFFF for j in range(LANES)]
+
+
+def packet_beats(packet):
+    """A :class:`~contract.packet.Packet` as AXI beat payloads for ``ctx.set``."""
+    return [{"data": d, "keep": k, "last": int(last)} for d, k, last in packet.to_beats()]
+
+
+def collect_axis(payload):
+    """A sampled AXI beat payload as ``(data, keep, last)`` integers."""
+    return int(payload.data), int(payload.keep), int(payload.last)
+
+
+def reassemble(beats):
+    """Packets (as bytes, kept bytes only) from collected ``(data, keep, last)`` beats."""
+    packets, current = [], b""
+    for data, keep, last in beats:
+        raw = data.to_bytes(32, "little")
+        current += bytes(raw[i] for i in range(32) if keep >> i & 1)
+        if last:
+            packets.append(current)
+            current = b""
+    return packets

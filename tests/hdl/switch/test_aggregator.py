@@ -1,0 +1,143 @@
+# amaranth: UnusedElaboratable=no
+"""The aggregator's parameter checks, and the whole engine against the reference model in
+the Amaranth simulator (small parameters; the long runs are on Verilator,
+``tests/hdl/switch/test_top.py``)."""
+import random
+
+import pytest
+
+from contract.registers import COMMIT, SWITCH_REGISTERS
+from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
+from host.aggregator import AggregatorModel
+from contract.packet import Packet
+from sim.switch_traffic import EngineParams, chaos_traffic, hammer_traffic, protocol_traffic
+from tests.amaranth_sim import RegisterPort, run
+
+JOB = SWITCH_REGISTERS["job"]
+
+# -- parameters ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lanes=60), "multiple of 8"),
+    (dict(lanes=0), "multiple of 8"),
+    (dict(max_workers=33), "max_workers"),
+    (dict(max_workers=0), "max_workers"),
+    (dict(slots=0), "slots"),
+    (dict(slots=70000), "slots"),
+    (dict(jobs=0), "jobs"),
+    (dict(jobs=65), "jobs"),
+])
+def test_bad_parameters_are_named(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        Aggregator(**kwargs)
+
+
+def test_non_integer_parameter():
+    with pytest.raises(TypeError, match="lanes"):
+        check_parameters(16, 64.0, 32, 4)
+
+
+def test_ram_bits_per_slot():
+    agg = Aggregator(slots=16, lanes=64, max_workers=32, jobs=4)
+    # 2 versions x 64 lanes x 32 bits, and per version 32 seen bits, 6 count bits, op, exp.
+    assert agg.ram_bits_per_slot == 2 * 64 * 32 + 2 * (32 + 6 + 1 + 8)
+    assert slot_state_layout(32).size == 94
+
+
+# -- the whole engine in the Amaranth simulator (small parameters) ------------------------
+
+def model_replay(params, steps):
+    """The reference model's outputs (byte images, in order) and counters for ``steps``."""
+    model = AggregatorModel(**params.as_dict())
+    out = []
+    for step in steps:
+        if step[0] == "packet":
+            out.extend(p.to_bytes() for p in model.process(step[1]))
+        else:
+            _, job, workers, base, count = step
+            if workers:
+                model.configure_job(job, workers, base, count)
+            else:
+                model.clear_job(job)
+    return out, dict(model.counters)
+
+
+def engine_replay(params, steps, *, seed, pause_in=0.0, pause_out=0.0):
+    """Run ``steps`` through :class:`Aggregator` (Amaranth simulator); outputs, counters."""
+    rng = random.Random(seed)
+    dut = Aggregator(**params.as_dict())
+    frames, counters = [], {}
+    done = [False]
+
+    async def producer(ctx):
+        port = RegisterPort(ctx, dut)
+        for step in steps:
+            if step[0] == "configure":
+                _, job, workers, base, count = step
+                for field, value in (("workers", workers), ("slot_base", base),
+                                     ("slot_count", count), ("commit", COMMIT)):
+                    await port.write(JOB.address(job, field), value)
+                continue
+            image = step[1]
+            beats = [image[i:i + 32] for i in range(0, len(image), 32)]
+            for n, beat in enumerate(beats):
+                while rng.random() < pause_in:
+                    await ctx.tick()
+                ctx.set(dut.i.valid, 1)
+                ctx.set(dut.i.payload, {"data": int.from_bytes(beat, "little"),
+                                        "keep": (1 << len(beat)) - 1,
+                                        "last": n == len(beats) - 1})
+                await ctx.tick().until(dut.i.ready)
+                ctx.set(dut.i.valid, 0)
+        for _ in range(60):      # let the last results out
+            await ctx.tick()
+        for name, address in SWITCH_REGISTERS["counter"].items():
+            counters[name] = await port.read(address)
+        done[0] = True
+
+    async def consumer(ctx):
+        frame = b""
+        while not done[0]:
+            ctx.set(dut.o.ready, rng.random() >= pause_out)
+            _, _, payload, valid, ready = await ctx.tick().sample(dut.o.payload, dut.o.valid,
+                                                                  dut.o.ready)
+            if valid and ready:
+                assert payload.keep == (1 << 32) - 1
+                frame += int(payload.data).to_bytes(32, "little")
+                if payload.last:
+                    frames.append(frame)
+                    frame = b""
+        assert frame == b"", "a result packet was cut short"
+
+    run(dut, producer, background=(consumer,))
+    return frames, counters
+
+
+def assert_same(params, steps, *, seed, **pauses):
+    want_frames, want_counters = model_replay(params, steps)
+    got_frames, got_counters = engine_replay(params, steps, seed=seed, **pauses)
+    for i, (got, want) in enumerate(zip(got_frames, want_frames)):
+        assert got == want, (f"result {i} differs:\n  got  {Packet.from_bytes(got)}\n"
+                             f"  want {Packet.from_bytes(want)}")
+    assert len(got_frames) == len(want_frames)
+    assert got_counters == want_counters
+    return want_counters
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_engine_matches_model_small(lanes):
+    """Every behaviour once, on a small engine (P = 8 is the tightest pipeline timing)."""
+    params = EngineParams(slots=6, lanes=lanes, max_workers=4, jobs=3)
+    rng = random.Random(lanes)
+    steps = [("configure", 0, 3, 0, 3), ("configure", 1, 1, 3, 2)]
+    steps += hammer_traffic(rng, params, job=0, workers=3, slot=1, rounds=4)
+    steps += protocol_traffic(rng, params, jobs={0: (3, range(0, 3)), 1: (1, range(3, 5))},
+                              packets=120, duplicate=0.1, bad=0.15, mixed=0.05)
+    steps += chaos_traffic(rng, params, job=0, workers=3, slot_range=range(0, 3), packets=60)
+    steps += [("configure", 0, 4, 0, 3)]        # reconfigure: the slots start afresh
+    steps += hammer_traffic(rng, params, job=0, workers=4, slot=2, rounds=2)
+    steps += [("configure", 1, 0, 0, 0)]        # clear job 1
+    steps += protocol_traffic(rng, params, jobs={1: (1, range(3, 5))}, packets=4)
+    counters = assert_same(params, steps, seed=lanes, pause_in=0.2, pause_out=0.3)
+    assert counters["results_multicast"] > 20 and counters["results_unicast"] > 0
+    assert counters["drop_mixed_op"] > 0 and counters["drop_unconfigured_job"] > 0
