@@ -1,10 +1,10 @@
 """The 32-byte packet header shared by every AXI-Stream packet (NIC and switch traffic).
 
 This module is the single source of truth for the header layout of
-``shared/spec/aggregator-protocol.md`` section 1. :data:`HEADER_FIELDS` lists every field
+``../shared/spec/aggregator-protocol.md`` section 1. :data:`HEADER_FIELDS` lists every field
 with its byte offset, size and signedness; :class:`Header` packs and parses it, and
 ``hdl/header.py`` builds the Amaranth ``data.StructLayout`` from the same list, so the two
-cannot drift (``tests/test_header.py`` checks the equivalence bit for bit).
+cannot drift (``tests/contract/test_header.py`` checks the equivalence bit for bit).
 
 Byte 0 travels in ``tdata[7:0]`` of the header beat; multi-byte fields are little-endian,
 so the header bytes read as one little-endian 256-bit integer are exactly the beat's

@@ -15,13 +15,20 @@ TOPS = {
 }
 
 
-def make_top(name):
+def export_verilog(component, name: str) -> str:
+    """Verilog text of an Amaranth component, with top module ``name`` (no source
+    locations, so the text depends only on the design)."""
+    from amaranth.back import verilog
+    return verilog.convert(component, name=name, emit_src=False)
+
+
+def make_top(name, **params):
+    """The Amaranth component of top ``name`` (its default parameters unless given)."""
     module, factory = TOPS[name].split(":")
-    return getattr(importlib.import_module(module), factory)()
+    return getattr(importlib.import_module(module), factory)(**params)
 
 
 def main(argv=None) -> int:
-    from sim.runner import export_verilog
     argv = sys.argv[1:] if argv is None else argv
     out = Path(argv[0] if argv else "build/verilog")
     out.mkdir(parents=True, exist_ok=True)

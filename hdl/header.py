@@ -1,7 +1,7 @@
 """The packet header as an Amaranth layout, derived from ``contract.header.HEADER_FIELDS``.
 
 The host definition is the single source of truth; this module only translates it, so the
-gateware and the software always agree on every bit (``tests/test_header.py`` checks it).
+gateware and the software always agree on every bit (``tests/contract/test_header.py`` checks it).
 """
 from amaranth import signed, unsigned
 from amaranth.lib import data

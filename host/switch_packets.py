@@ -3,7 +3,7 @@
 Each worker's vector of 32-bit words (an index bitmap for ``AGG_OR32``, an int32 sketch or
 fallback vector for ``AGG_ADD_I32``) is cut into chunks of P lanes (the last one padded
 with zeros) and sent over the job's slot pool as the aggregator protocol says
-(``shared/spec/aggregator-protocol.md`` section 3):
+(``../shared/spec/aggregator-protocol.md`` section 3):
 
 - chunk ``g`` goes to slot ``slot_base + g % slot_count``, version ``(g // slot_count) % 2``,
   with ``seq = g`` and ``offset`` = the word offset of the chunk within its phase's vector;
@@ -24,7 +24,7 @@ one rule, which SwitchML's scheme needs: **every copy of a worker's packet for a
 reaches the switch before that worker's next-round packet for the same slot does.** A
 stale copy that arrived later would find the worker's seen bit already moved to the other
 version and be folded in as a new contribution, corrupting the slot
-(``tests/test_aggregator_model.py`` shows it). Copies of the *same* packet, other workers'
+(``tests/host/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'
 packets and all results may be reordered freely.
 
 The engine talks to the switch through a **transport**: any callable

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from host.golden.inceptionn import MAX_COUNT, nic_tx
 from contract.header import LANES, Flags, Header, PacketType
 from contract.packet import Packet
+from host.golden.inceptionn import MAX_COUNT, nic_tx
 
 __all__ = ["SPECIAL_WORDS", "boundary_words", "nasty_words", "gradient_words", "raw_words",
            "random_words", "value_mix", "tx_packet", "tx_traffic", "rx_traffic", "stream_bytes"]

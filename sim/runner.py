@@ -18,18 +18,12 @@ import os
 import sys
 from pathlib import Path
 
-__all__ = ["REPO", "BUILD", "export_verilog", "verilator_environment", "build", "run_cocotb",
+__all__ = ["REPO", "BUILD", "verilator_environment", "build", "run_cocotb",
            "test_params"]
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("GRADWIRE_BUILD", REPO / "build"))
 PARAMS_ENV = "GRADWIRE_TEST_PARAMS"
-
-
-def export_verilog(component, name: str) -> str:
-    """Verilog text of an Amaranth component, with top module ``name``."""
-    from amaranth.back import verilog
-    return verilog.convert(component, name=name, emit_src=False)
 
 
 def verilator_environment():
@@ -96,7 +90,7 @@ def run_cocotb(name: str, verilog_text: str, test_module: str, *, testcase=None,
     name : str
         Top module name.
     verilog_text : str
-        The Verilog to simulate (see :func:`export_verilog`).
+        The Verilog to simulate (see :func:`hdl.export.export_verilog`).
     test_module : str
         Dotted module name holding the ``@cocotb.test`` functions.
     testcase : str or list of str, optional

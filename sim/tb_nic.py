@@ -2,7 +2,7 @@
 
 Every output byte is compared with the golden model (``host.golden.inceptionn.nic_tx`` /
 ``nic_rx``, packet by packet), and the counters read back through the ``ctrl`` port with the
-golden causes. Launched from ``tests/test_nic_cocotb.py`` through ``sim.runner.run_cocotb``;
+golden causes. Launched from ``tests/hdl/nic/test_top.py`` through ``sim.runner.run_cocotb``;
 parameters (seed, packet counts, pause probabilities, where to write measurements) arrive
 through :func:`sim.runner.test_params`.
 """
@@ -19,12 +19,18 @@ from cocotb.triggers import ClockCycles, RisingEdge, with_timeout
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from contract.counters import NIC_RX_COUNTERS, NIC_TX_COUNTERS
-from contract.registers import NIC_REGISTERS
-from host.golden.inceptionn import MAX_COUNT, nic_rx, nic_tx, quantize
 from contract.header import BEAT_BYTES, PacketType
 from contract.packet import Packet
-from sim.nic_stimulus import (gradient_words, nasty_words, raw_words, rx_traffic, tx_packet,
-                              tx_traffic)
+from contract.registers import NIC_REGISTERS
+from host.golden.inceptionn import MAX_COUNT, nic_rx, nic_tx, quantize
+from sim.nic_stimulus import (
+    gradient_words,
+    nasty_words,
+    raw_words,
+    rx_traffic,
+    tx_packet,
+    tx_traffic,
+)
 from sim.runner import test_params
 
 CLOCK_NS = 8               # 125 MHz, the ECP5 target

@@ -8,7 +8,7 @@ packets, exactly where the sequence has them.
 
 A monitor counts handshakes every clock, so each bench also reports input beats per clock
 and the latency from a packet's last beat to the first beat of its result; ``measure``
-collects those numbers for ``host/benchmarks/switch.py`` (written as JSON to
+collects those numbers for ``sim/benchmarks/switch.py`` (written as JSON to
 ``params["report"]``).
 
 Parameters (``sim.runner.test_params()``): ``engine`` (the top's slots, lanes, max_workers,
@@ -26,13 +26,20 @@ from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
+from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
 from host.aggregator import AggregatorModel
-from contract.packet import Packet
 from sim.runner import test_params
-from sim.switch_traffic import (BAD_CLASSES, EngineParams, bad_packet, chaos_traffic,
-                                configure_steps, data_packet, hammer_traffic,
-                                protocol_traffic)
+from sim.switch_traffic import (
+    BAD_CLASSES,
+    EngineParams,
+    bad_packet,
+    chaos_traffic,
+    configure_steps,
+    data_packet,
+    hammer_traffic,
+    protocol_traffic,
+)
 
 #: Quiet clocks after which no further result can come (the engine's latency is < 20).
 QUIET_CYCLES = 64

@@ -27,7 +27,13 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.board.build import PLACER_OPTS, REPO, TOOLS, critical_path_lines, parse_nextpnr_log
+from hdl.board.build import (
+    PLACER_OPTS,
+    REPO,
+    TOOLS,
+    critical_path_lines,
+    parse_nextpnr_log,
+)
 
 __all__ = ["ENGINES", "EngineHarness", "main"]
 

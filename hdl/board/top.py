@@ -14,11 +14,19 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
-import tomllib
 from pathlib import Path
 
-from amaranth import (ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module,
-                      ResetSignal, Signal)
+import tomllib
+from amaranth import (
+    ClockDomain,
+    ClockSignal,
+    Const,
+    Elaboratable,
+    Instance,
+    Module,
+    ResetSignal,
+    Signal,
+)
 from amaranth.build import Attrs, Pins, Resource
 from amaranth.lib import io
 from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer

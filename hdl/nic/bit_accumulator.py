@@ -30,9 +30,10 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import BEAT_BYTES
-
+from hdl.nic.block_packer import BlockItem
+from hdl.nic.layouts import BLOCK_BITS
 from hdl.stream.axis import DATA_BITS, AxisBeat
-from hdl.nic.block_packer import BLOCK_BITS, BlockItem
+from hdl.stream.stage import register_stage
 
 __all__ = ["ACC_BITS", "RotatedItem", "shift_left_bytes", "BlockRotator", "BitAccumulator"]
 
@@ -99,10 +100,8 @@ class BlockRotator(wiring.Component):
         m = Module()
         position = Signal(5)          # bytes already in the current output word
         shifted = shift_left_bytes(m, self.i.p.bits, position, ACC_BITS, "rotate")
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
+        with register_stage(m, self.i, self.o):
             m.d.sync += [
-                self.o.valid.eq(self.i.valid),
                 self.o.p.bits.eq(shifted),
                 self.o.p.width.eq(self.i.p.width),
                 self.o.p.raw.eq(self.i.p.raw),

@@ -17,9 +17,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import BEAT_BYTES, LANES
-
-from hdl.stream.axis import DATA_BITS
 from hdl.header import HeaderLayout
+from hdl.stream.axis import DATA_BITS
+from hdl.stream.stage import register_stage
 
 #: Bit offset of the header's ``count`` field in a beat.
 HEADER_COUNT_OFFSET = HeaderLayout["count"].offset
@@ -156,10 +156,8 @@ class BlockEnds(wiring.Component):
             m.d.comb += fits[j].eq(ends[j] <= in_bytes)
         m.d.comb += fits[BEAT_BYTES - 1].eq(ends[BEAT_BYTES - 1] <= BEAT_BYTES + in_bytes)
 
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
+        with register_stage(m, self.i, self.o):
             m.d.sync += [
-                self.o.valid.eq(self.i.valid),
                 self.o.p.data.eq(beat.data),
                 self.o.p.keep.eq(beat.keep),
                 self.o.p.last.eq(beat.last),

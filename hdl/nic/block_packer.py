@@ -18,17 +18,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import LANES
-
 from hdl.nic.lane_encoder import EncodedBeat
+from hdl.nic.layouts import BLOCK_BITS, TAG_VECTOR_BYTES, prefix_offsets
+from hdl.stream.stage import register_stage
 
-__all__ = ["BLOCK_BITS", "BLOCK_BYTES", "TAG_VECTOR_BYTES", "PrefixedBeat", "BlockItem",
-           "prefix_offsets", "BlockPacker"]
-
-TAG_VECTOR_BYTES = 2
-#: Longest block: the tag vector and eight raw 32-bit payloads.
-BLOCK_BYTES = TAG_VECTOR_BYTES + 4 * LANES
-BLOCK_BITS = 8 * BLOCK_BYTES
-assert BLOCK_BITS == 272
+__all__ = ["PrefixedBeat", "BlockItem", "BlockPacker"]
 
 #: After the prefix-sum stage.
 PrefixedBeat = data.StructLayout({
@@ -49,28 +43,6 @@ BlockItem = data.StructLayout({
     "keep": unsigned(4 * LANES),     # tkeep of a raw last beat
     "last": unsigned(1),
 })
-
-
-def prefix_offsets(m, widths, name):
-    """Byte offset of every lane's payload in a block (``2 + sum of the widths before it``)
-    and the block's length, as a log-depth prefix sum (3 adder levels for 8 lanes, not a
-    ripple of 7).
-
-    Returns ``(offsets, total)``: a list of ``Signal`` and the total length (an expression).
-    """
-    n = len(widths)
-    # Kogge-Stone style: after step d, sums[j] covers lanes j-2^d+1 .. j.
-    sums = list(widths)
-    step = 1
-    while step < n:
-        sums = [sums[j] + sums[j - step] if j >= step else sums[j] for j in range(n)]
-        step *= 2
-    offsets = []
-    for j in range(n):
-        offset = Signal(range(TAG_VECTOR_BYTES + 4 * j + 1), name=f"{name}{j}")
-        m.d.comb += offset.eq(TAG_VECTOR_BYTES + (sums[j - 1] if j else 0))
-        offsets.append(offset)
-    return offsets, TAG_VECTOR_BYTES + sums[n - 1]
 
 
 class BlockPacker(wiring.Component):
@@ -102,9 +74,7 @@ class BlockPacker(wiring.Component):
         with m.Else():
             m.d.comb += total.eq(running)
 
-        m.d.comb += self.i.ready.eq(~mid.valid | mid.ready)
-        with m.If(self.i.ready):
-            m.d.sync += mid.valid.eq(self.i.valid)
+        with register_stage(m, self.i, mid):
             m.d.sync += [
                 mid.p.tags.eq(Cat(lane.tag for lane in self.i.p.lanes)),
                 mid.p.width.eq(total),
@@ -138,9 +108,7 @@ class BlockPacker(wiring.Component):
                 acc = acc | lane
             m.d.comb += block.eq(acc)
 
-        m.d.comb += mid.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(mid.ready):
-            m.d.sync += self.o.valid.eq(mid.valid)
+        with register_stage(m, mid, self.o):
             m.d.sync += [
                 self.o.p.bits.eq(block),
                 self.o.p.width.eq(mid.p.width),

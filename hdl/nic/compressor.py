@@ -1,4 +1,4 @@
-"""INCEPTIONN compressor: the NIC transmit path (``notes/nic-contract.md``, TX).
+"""INCEPTIONN compressor: the NIC transmit path (``docs/nic-contract.md``, TX).
 
 Pipeline (every stage a register with the stream handshake; back-pressure propagates
 through the ``ready`` chain or, for stages 1-4, through credit, so nothing is lost or
@@ -40,14 +40,13 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.counters import NIC_TX_COUNTERS
-from contract.header import LANES, MAGIC, VERSION, Flags, K_MAX, K_MIN, PacketType
-
-from hdl.stream.axis import AxisBeat
+from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, PacketType
+from hdl.header import HeaderLayout
 from hdl.nic.bit_accumulator import BitAccumulator, BlockRotator, RotatedItem
 from hdl.nic.block_packer import BlockPacker
-from hdl.header import HeaderLayout
-from hdl.stream.credit_buffer import CreditBuffer
 from hdl.nic.lane_encoder import EncodeStage
+from hdl.stream.axis import AxisBeat
+from hdl.stream.credit_buffer import CreditBuffer
 from hdl.stream.skid_buffer import SkidBuffer
 
 __all__ = ["TxEvents", "Compressor"]

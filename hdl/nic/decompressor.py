@@ -1,4 +1,4 @@
-"""INCEPTIONN decompressor: the NIC receive path (``notes/nic-contract.md``, RX).
+"""INCEPTIONN decompressor: the NIC receive path (``docs/nic-contract.md``, RX).
 
 Pipeline:
 
@@ -15,7 +15,8 @@ Pipeline:
  9-11 block decode     prefix sum, payload extraction, lane decode
                        (:class:`~hdl.nic.lane_decoder.BlockDecoder`); never stalls: items enter
                        only while the packet buffer has room for all in flight
- 12   packet buffer    block RAM FIFO with a commit pointer (:class:`PacketBuffer`)
+ 12   packet buffer    block RAM FIFO with a commit pointer
+                       (:class:`~hdl.stream.packet_buffer.PacketBuffer`)
 ====  ===============  ======================================================================
 
 Truncation and over-length are only known at the end of a packet, so decoded beats go into
@@ -25,21 +26,20 @@ beat (cut-through, any length). The buffer holds a whole ``max_count`` packet
 (``ceil(max_count / 8) + 1`` beats, rounded up to a power of two: 512 for 2048), so a packet in
 progress can always complete while earlier committed packets drain.
 """
-from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from contract.counters import NIC_RX_COUNTERS
 from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, PacketType
-
-from hdl.stream.axis import AxisBeat
 from hdl.header import HeaderLayout
-from hdl.nic.lane_decoder import BlockDecoder, BufferItem
+from hdl.nic.lane_decoder import BlockDecoder
+from hdl.nic.unpacker import Unpacker, UnpackRequest
+from hdl.stream.axis import AxisBeat
+from hdl.stream.packet_buffer import PacketBuffer
 from hdl.stream.skid_buffer import SkidBuffer
-from hdl.nic.unpacker import End, UnpackRequest, Unpacker
 
-__all__ = ["RxEvents", "PacketBuffer", "Decompressor", "buffer_depth"]
+__all__ = ["RxEvents", "Decompressor", "buffer_depth"]
 
 #: One strobe per receive counter (``contract.counters.NIC_RX_COUNTERS`` order).
 RxEvents = data.StructLayout({name: unsigned(1) for name in NIC_RX_COUNTERS})
@@ -50,7 +50,7 @@ MAX_COUNT_LIMIT = 1 << 16
 
 #: Items that can be on their way into the packet buffer after it last said it had room:
 #: the decoder's three stages, the one released this clock, and the registered room flag's
-#: own clock of delay (:attr:`PacketBuffer.room`).
+#: own clock of delay (:attr:`~hdl.stream.packet_buffer.PacketBuffer.room`).
 IN_FLIGHT = 5
 
 
@@ -59,94 +59,6 @@ def buffer_depth(max_count):
     whole packet (header and ``ceil(max_count / 8)`` beats) on top of the beats in flight."""
     beats = 1 + -(-max_count // LANES) + IN_FLIGHT
     return 1 << (beats - 1).bit_length()
-
-
-class PacketBuffer(wiring.Component):
-    """A FIFO of output beats whose reader only sees committed packets.
-
-    Each input item may write one beat and then apply its ``end``: ``COMMIT`` publishes all
-    beats written so far, ``REWIND`` forgets the beats written since the last commit
-    (including the item's own). The reader side is a first-word-fall-through stream out of a
-    synchronous block-RAM read port, one beat per clock.
-
-    Parameters
-    ----------
-    depth : int
-        Beats held; a power of two, at least 2.
-    headroom : int
-        Free entries that :attr:`room` promises.
-
-    Ports
-    -----
-    i : In(stream.Signature(BufferItem))
-    o : Out(stream.Signature(AxisBeat))
-    room : Out(1)
-        A register: at least ``headroom`` entries were free at the last clock. A producer
-        whose items reach the buffer within ``headroom - 1`` clocks of deciding on ``room``
-        never meets a full buffer, so ``i.ready`` need not reach back into its pipeline.
-    """
-
-    def __init__(self, *, depth, headroom=1):
-        if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
-            raise ValueError(f"PacketBuffer depth must be a power of two >= 2, not {depth!r}")
-        if not isinstance(headroom, int) or not 1 <= headroom < depth:
-            raise ValueError(f"PacketBuffer headroom must be an integer in 1..{depth - 1}, "
-                             f"not {headroom!r}")
-        self._depth = depth
-        self._headroom = headroom
-        super().__init__({
-            "i": In(stream.Signature(BufferItem)),
-            "o": Out(stream.Signature(AxisBeat)),
-            "room": Out(1),
-        })
-
-    def elaborate(self, platform):
-        m = Module()
-        depth = self._depth
-        abits = (depth - 1).bit_length()
-        m.submodules.memory = memory = Memory(shape=AxisBeat, depth=depth, init=[])
-        write = memory.write_port()
-        read = memory.read_port()
-
-        # Pointers carry one extra bit so that full (difference == depth) and empty differ.
-        write_ptr = Signal(abits + 1)
-        commit_ptr = Signal(abits + 1)
-        read_ptr = Signal(abits + 1)   # next entry to move into the output register
-
-        item = self.i.p
-        has_room = Signal()
-        used = Signal(abits + 1)
-        m.d.comb += used.eq(write_ptr - read_ptr)
-        m.d.sync += self.room.eq(used <= depth - self._headroom)
-        m.d.comb += [
-            has_room.eq(used < depth),
-            self.i.ready.eq(~item.write | has_room),
-            write.addr.eq(write_ptr[:abits]),
-            write.data.eq(Cat(item.data, item.keep, item.last)),
-        ]
-        with m.If(self.i.valid & self.i.ready):
-            written = write_ptr + item.write
-            m.d.comb += write.en.eq(item.write)
-            m.d.sync += write_ptr.eq(written)
-            with m.If(item.end == End.COMMIT):
-                m.d.sync += commit_ptr.eq(written)
-            with m.Elif(item.end == End.REWIND):
-                m.d.sync += write_ptr.eq(commit_ptr)
-
-        # Reader: the read port's data register is the output register; it holds its value
-        # while `en` is low, so an unaccepted beat stays put.
-        load = Signal()
-        m.d.comb += [
-            load.eq((read_ptr != commit_ptr) & (~self.o.valid | self.o.ready)),
-            read.addr.eq(read_ptr[:abits]),
-            read.en.eq(load),
-            self.o.p.eq(read.data),
-        ]
-        with m.If(load):
-            m.d.sync += [read_ptr.eq(read_ptr + 1), self.o.valid.eq(1)]
-        with m.Elif(self.o.ready):
-            m.d.sync += self.o.valid.eq(0)
-        return m
 
 
 class Decompressor(wiring.Component):

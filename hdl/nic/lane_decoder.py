@@ -1,6 +1,6 @@
 """INCEPTIONN value decoder: (tag, payload) -> fp32 lane, and the 3-stage block decoder.
 
-Decoding (section 2 of ``shared/spec/inceptionn-format.md``): tag 00 gives +0.0; tag 01
+Decoding (section 2 of ``../shared/spec/inceptionn-format.md``): tag 00 gives +0.0; tag 01
 gives ``±P8 * 2^-k``; tag 10 gives ``±P16 * 2^-15``; tag 11 gives the raw word. The two
 scaled classes are exact in fp32: with ``L`` the index of ``P``'s leading one, the result
 has biased exponent ``127 - k + L`` (resp. ``112 + L``) and the bits of ``P`` below its
@@ -12,24 +12,12 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import BEAT_BYTES, LANES
-
-from hdl.stream.axis import DATA_BITS
-from hdl.nic.block_packer import TAG_VECTOR_BYTES, prefix_offsets
-from hdl.nic.lane_encoder import TAG_P16, TAG_P8, TAG_RAW
-from hdl.nic.unpacker import End, UnpackedItem, block_payload_bytes
+from hdl.nic.layouts import TAG_P8, TAG_P16, TAG_RAW, TAG_VECTOR_BYTES, prefix_offsets
+from hdl.nic.unpacker import UnpackedItem, block_payload_bytes
+from hdl.stream.packet_buffer import BufferItem, End
+from hdl.stream.stage import register_stage
 
 __all__ = ["decode_lane", "LaneDecoder", "BufferItem", "BlockDecoder"]
-
-#: What the decoder hands the output packet buffer: one output beat (if ``write``) and the
-#: packet verdict to apply after it.
-BufferItem = data.StructLayout({
-    "data": unsigned(DATA_BITS),
-    "keep": unsigned(BEAT_BYTES),
-    "last": unsigned(1),
-    "write": unsigned(1),
-    "end": End,
-})
-
 
 def _normalise(m, code, bits, exponent_base, name):
     """fp32 magnitude (exponent and mantissa, no sign) of ``code * 2^(exponent_base-127)``,
@@ -136,9 +124,7 @@ class BlockDecoder(wiring.Component):
         s2 = stream.Signature(Extracted).create(path=("extracted",))
 
         def stage(src, dst, assign):
-            m.d.comb += src.ready.eq(~dst.valid | dst.ready)
-            with m.If(src.ready):
-                m.d.sync += dst.valid.eq(src.valid)
+            with register_stage(m, src, dst):
                 m.d.sync += assign
 
         # -- stage 1: prefix sum ----------------------------------------------------------

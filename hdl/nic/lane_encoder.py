@@ -1,6 +1,6 @@
 """INCEPTIONN value encoder: one fp32 lane -> (tag, payload, width), and the 8-lane stage.
 
-Implements section 2 of ``shared/spec/inceptionn-format.md`` in gateware. The
+Implements section 2 of ``../shared/spec/inceptionn-format.md`` in gateware. The
 classification only looks at the biased exponent ``e`` (all thresholds are powers of two),
 so it is a few small compares; the payload is the 24-bit significand shifted right by an
 amount that takes only 7 (``P8``) or 8 (``P16``) values, i.e. a narrow mux, not a barrel
@@ -26,14 +26,11 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import LANES
+from hdl.nic.layouts import TAG_P8, TAG_P16, TAG_RAW, TAG_ZERO
+from hdl.stream.stage import register_stage
 
-__all__ = ["TAG_ZERO", "TAG_P8", "TAG_P16", "TAG_RAW", "TAG_BYTES", "LaneCode",
+__all__ = ["LaneCode",
            "EncodeRequest", "EncodedBeat", "LaneEncoder", "EncodeStage"]
-
-TAG_ZERO, TAG_P8, TAG_P16, TAG_RAW = 0, 1, 2, 3
-#: Payload length in bytes of each tag (every width is a whole number of bytes, which is
-#: what lets the packer and the accumulator shift by bytes instead of bits).
-TAG_BYTES = {TAG_ZERO: 0, TAG_P8: 1, TAG_P16: 2, TAG_RAW: 4}
 
 #: One encoded lane: the payload is right-aligned, zero above ``width`` bytes.
 LaneCode = data.StructLayout({
@@ -161,10 +158,7 @@ class EncodeStage(wiring.Component):
             encode_lane(m, self.i.p.words[j], self.i.p.k, code)
             codes.append(code)
 
-        # The register is free when empty or when its beat leaves this cycle.
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
-            m.d.sync += self.o.valid.eq(self.i.valid)
+        with register_stage(m, self.i, self.o):
             m.d.sync += [
                 self.o.p.raw.eq(self.i.p.raw),
                 self.o.p.empty.eq(~self.i.p.raw & (self.i.p.lanes_valid == 0)),

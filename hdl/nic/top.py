@@ -5,19 +5,17 @@ Ports (flat, so cocotbext-axi binds by prefix and the names are the AXI ones):
 * ``tx_s_axis_*`` -> :class:`~hdl.nic.compressor.Compressor` -> ``tx_m_axis_*``
 * ``rx_s_axis_*`` -> :class:`~hdl.nic.decompressor.Decompressor` -> ``rx_m_axis_*``
 * ``ctrl_addr`` (16), ``ctrl_re`` (1) -> ``ctrl_rdata`` (32), valid the cycle after ``ctrl_re``:
-  address ``i`` reads transmit counter ``i`` (``contract.counters.NIC_TX_COUNTERS`` order),
-  ``0x100 + i`` receive counter ``i`` (``NIC_RX_COUNTERS``); other addresses read 0.
-  Counters are 32 bits and wrap around.
+  the counters of ``contract.registers.NIC_REGISTERS`` (blocks ``tx`` and ``rx``, in
+  ``contract.counters`` order); other addresses read 0. Counters are 32 bits and wrap around.
 """
 from amaranth import Module, Signal
 from amaranth.lib import wiring
 
 from contract.registers import NIC_REGISTERS
-
-from hdl.stream.axis import connect_flat_axis, flat_axis_members
-from hdl.nic.compressor import Compressor
 from hdl.ctrl_port import ctrl_port_members
+from hdl.nic.compressor import Compressor
 from hdl.nic.decompressor import Decompressor
+from hdl.stream.axis import connect_flat_axis, flat_axis_members
 
 __all__ = ["NicTop"]
 

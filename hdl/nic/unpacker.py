@@ -55,7 +55,7 @@ has not taken yet. An item is only started when its ``space`` flag, a register, 
 fit, so the consumer's ``ready`` reaches no decision here. The input side is decoupled the
 same way: a two-entry FIFO after the block-ends stage takes the window's ``ready``.
 
-End of packet (``notes/nic-contract.md``)
+End of packet (``docs/nic-contract.md``)
 ------------------------------------------
 The block count is ``ceil(count / 8)``. The packet is
 
@@ -76,13 +76,20 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from contract.header import BEAT_BYTES, LANES, PacketType
-
-from hdl.stream.axis import DATA_BITS
-from hdl.nic.block_ends import (END_BITS, PAIR_BYTES, BeatWithEnds, BlockEnds, UnpackRequest,
-                         block_end, block_payload_bytes)
-from hdl.nic.block_packer import BLOCK_BITS
-from hdl.stream.credit_buffer import CreditBuffer
 from hdl.header import HeaderLayout
+from hdl.nic.block_ends import (
+    END_BITS,
+    PAIR_BYTES,
+    BeatWithEnds,
+    BlockEnds,
+    UnpackRequest,
+    block_end,
+    block_payload_bytes,
+)
+from hdl.nic.layouts import BLOCK_BITS
+from hdl.stream.axis import DATA_BITS
+from hdl.stream.credit_buffer import CreditBuffer
+from hdl.stream.packet_buffer import End
 
 __all__ = ["End", "UnpackRequest", "UnpackedItem", "RxUnpackEvents", "block_payload_bytes",
            "PAIR_BYTES", "Unpacker"]
@@ -95,13 +102,6 @@ TAG_MASK_ALL = (1 << 2 * LANES) - 1
 NEVER_FITS = (1 << END_BITS) - 1
 #: Positions per group of the pointer loop's multiplexer (each with its own select copy).
 LOOP_GROUP_BYTES = 16
-
-
-class End(enum.Enum, shape=2):
-    """What the output packet buffer does after writing an item."""
-    NONE = 0      # packet goes on
-    COMMIT = 1    # make everything written so far visible to the reader
-    REWIND = 2    # forget everything written since the last commit (malformed packet)
 
 
 #: One output item: a raw beat (header, bypassed beat) or a block (``bits`` = the 34 bytes

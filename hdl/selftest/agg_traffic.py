@@ -26,17 +26,26 @@ from amaranth import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.header import BEAT_BYTES, LANES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, \
-    PacketType
+from contract.header import (
+    BEAT_BYTES,
+    LANES,
+    MAGIC,
+    VERSION,
+    WORKER_MULTICAST,
+    Flags,
+    Header,
+    PacketType,
+)
 from contract.registers import COMMIT, SWITCH_REGISTERS
-from hdl.stream.axis import AxisBeat, axis_signature
-from hdl.stream.credit_buffer import CreditBuffer
+from hdl.header import HeaderLayout
 from hdl.selftest.fault_inject import FaultInjector
 from hdl.selftest.gradient_gen import RNG_WIDTH, derive_seed
-from hdl.header import HeaderLayout
 from hdl.selftest.lfsr import LFSR, lfsr_advance
-from hdl.stream.skid_buffer import SkidBuffer
 from hdl.selftest.stream_checker import StreamChecker
+from hdl.stream.axis import AxisBeat, axis_signature
+from hdl.stream.credit_buffer import CreditBuffer
+from hdl.stream.skid_buffer import SkidBuffer
+from hdl.stream.stage import register_stage
 
 __all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "PacketArbiter", "BeatFormer",
            "AggExpected", "AggTraffic"]
@@ -270,10 +279,8 @@ class BeatFormer(wiring.Component):
                                version=d.version, lanes=self.lanes, slot_base=self.slot_base,
                                job=self.job, worker=d.worker, exponent=d.rng[0:8],
                                flags=Flags.NONE)
-        m.d.comb += self.i.ready.eq(~self.o.valid | self.o.ready)
-        with m.If(self.i.ready):
+        with register_stage(m, self.i, self.o):
             m.d.sync += [
-                self.o.valid.eq(self.i.valid),
                 self.o.payload.data.eq(Mux(d.header, header.as_value(),
                                            _beat_from_rng(d.rng, _is_or(d.round)))),
                 self.o.payload.keep.eq(FULL_KEEP),

@@ -1,6 +1,6 @@
 """What every fp32 value must become after compress -> decompress: an independent quantiser.
 
-Written from ``shared/spec/inceptionn-format.md`` section 2 alone (it shares no code with
+Written from ``../shared/spec/inceptionn-format.md`` section 2 alone (it shares no code with
 the compressor's lane encoder or the decompressor): classify by exponent, compute ``F``
 (the significand with its hidden one shifted to exponent 127, truncated), ``P8 = F >> (23 -
 k)`` or ``P16 = F >> 8``, then decode ``±P8 * 2^-k`` / ``±P16 * 2^-15`` back to fp32 by
@@ -17,9 +17,9 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, PacketType
+from hdl.header import HeaderLayout
 from hdl.stream.axis import AxisBeat, axis_signature
 from hdl.stream.credit_buffer import CreditBuffer
-from hdl.header import HeaderLayout
 
 __all__ = ["quantize_model", "QuantizeStream", "nic_applies_k"]
 

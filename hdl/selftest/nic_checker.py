@@ -11,10 +11,10 @@ from amaranth import Module
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.stream.axis import axis_signature
 from hdl.selftest.gradient_gen import GradientGenerator
 from hdl.selftest.lane_quantizer import QuantizeStream
 from hdl.selftest.stream_checker import StreamChecker
+from hdl.stream.axis import axis_signature
 
 __all__ = ["NicChecker"]
 

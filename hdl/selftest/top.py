@@ -3,7 +3,7 @@
 This module is the *board-independent* part of the board top: everything runs in the
 ``sync`` domain (the engine clock) and talks to the board only through :class:`SelfTest`'s
 ports (UART TX bit, fault-injection input, status bits for LEDs), so the Amaranth
-simulator can run it as is (``tests/test_selftest.py``).
+simulator can run it as is (``tests/hdl/selftest/test_top.py``).
 
 Data paths (every arrow is a 256-bit AXI-Stream of :data:`hdl.stream.axis.AxisBeat`):
 
@@ -24,14 +24,14 @@ from amaranth.lib.wiring import In, Out
 
 from contract.registers import NIC_REGISTERS, SWITCH_REGISTERS
 from hdl.selftest.agg_traffic import AggTraffic
-from hdl.stream.axis import AxisBeat, connect_flat_axis
 from hdl.selftest.counter_poller import CounterPoller
 from hdl.selftest.fault_inject import FaultInjector
 from hdl.selftest.gradient_gen import GradientGenerator
 from hdl.selftest.nic_checker import NicChecker
 from hdl.selftest.report import Report
-from hdl.stream.skid_buffer import SkidBuffer
 from hdl.selftest.uart_tx import UartTx, uart_divisor
+from hdl.stream.axis import AxisBeat, connect_flat_axis
+from hdl.stream.skid_buffer import SkidBuffer
 
 __all__ = ["ENGINES", "SelfTestStatus", "SelfTest"]
 

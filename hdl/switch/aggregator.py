@@ -1,6 +1,6 @@
 """The switch aggregator: a SwitchML-style streaming engine for LHC's ADD and OR merges.
 
-Behaviour: ``shared/spec/aggregator-protocol.md`` section 2 and ``notes/agg-contract.md``
+Behaviour: ``../shared/spec/aggregator-protocol.md`` section 2 and ``docs/switch-contract.md``
 (the reference model is ``host/aggregator.py``; the cocotb suite checks the two agree on
 every output byte and every counter).
 
@@ -46,13 +46,12 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
+from contract.header import BEAT_BYTES, WORKER_MULTICAST, Flags, PacketType
 from contract.registers import SWITCH_REGISTERS
-from contract.header import BEAT_BYTES, Flags, PacketType, WORKER_MULTICAST
-
+from hdl.header import HeaderLayout
+from hdl.stream.axis import DATA_BITS, axis_signature
 from hdl.switch.control import AggControl
 from hdl.switch.header_check import CAUSE, CAUSE_NONE, HeaderCheck, cause_bits
-from hdl.stream.axis import DATA_BITS, axis_signature
-from hdl.header import HeaderLayout
 from hdl.switch.lane_alu import LaneALU
 from hdl.switch.slot_memory import ForwardedMemory
 

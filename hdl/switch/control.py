@@ -20,7 +20,6 @@ from amaranth.utils import ceil_log2
 
 from contract.counters import AGG_COUNTERS
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
-
 from hdl.ctrl_port import ctrl_port_members
 
 __all__ = ["AggControl"]

@@ -15,7 +15,6 @@ from amaranth.lib.wiring import In, Out
 
 from contract.counters import AGG_DROP_CAUSES
 from contract.header import MAGIC, VERSION, PacketType
-
 from hdl.header import HeaderLayout
 
 __all__ = ["CAUSE_NONE", "CAUSE", "cause_bits", "HeaderCheck"]

@@ -7,9 +7,9 @@ Ports: ``clk``/``rst`` (sync domain), AXI-Stream ``s_axis_t*`` (data packets in)
 from amaranth import Module
 from amaranth.lib import wiring
 
-from hdl.switch.aggregator import Aggregator
-from hdl.stream.axis import connect_flat_axis, flat_axis_members
 from hdl.ctrl_port import connect_ctrl_port, ctrl_port_members
+from hdl.stream.axis import connect_flat_axis, flat_axis_members
+from hdl.switch.aggregator import Aggregator
 
 __all__ = ["SwitchTop"]
 

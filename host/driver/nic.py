@@ -9,13 +9,15 @@ from __future__ import annotations
 import numpy as np
 
 from contract.registers import NIC_REGISTERS
+from contract.tops import TOP_PORTS
 
 from ..golden import inceptionn
+from .backends import open_backend
 
 __all__ = ["NicInterface", "open_nic", "NIC_STREAMS"]
 
 #: The NIC top's AXI-Stream paths: name -> (sink prefix, source prefix).
-NIC_STREAMS = {"tx": ("tx_s_axis", "tx_m_axis"), "rx": ("rx_s_axis", "rx_m_axis")}
+NIC_STREAMS = TOP_PORTS["nic_top"].streams
 
 
 class NicInterface:
@@ -62,8 +64,9 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
 
     Parameters
     ----------
-    backend : {"golden", "verilator"}
-        The golden model, or the Verilated ``nic_top`` gateware.
+    backend : str
+        ``"golden"`` (the golden model) or a backend of ``host.driver.backends``
+        (``"verilator"``: the Verilated ``nic_top`` gateware).
     check : bool
         With ``"verilator"``: run the golden model in lockstep and compare every packet
         and counter (raises :class:`~host.driver.lockstep.MismatchError`).
@@ -71,13 +74,7 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
     from .models import NicModelTransport
     if backend == "golden":
         return NicModelTransport(max_count=max_count)
-    if backend != "verilator":
-        raise ValueError(f"backend must be 'golden' or 'verilator', not {backend!r}")
-    from hdl.export import make_top
-    from sim.runner import export_verilog
-    from .transport import VerilatorTransport
-    device = VerilatorTransport("nic_top", export_verilog(make_top("nic_top"), "nic_top"),
-                                NIC_STREAMS, ctrl=True, waves=waves)
+    device = open_backend(backend, "nic_top", waves=waves, max_count=max_count)
     if not check:
         return device
     from .lockstep import LockstepTransport

@@ -10,7 +10,9 @@ from __future__ import annotations
 import dataclasses
 
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_params
+from contract.tops import TOP_PORTS
 
+from .backends import open_backend
 from .transport import TransportError
 
 __all__ = ["SwitchInterface", "open_switch", "SWITCH_STREAMS"]
@@ -20,7 +22,7 @@ _JOB_REGS = SWITCH_REGISTERS["job"]
 _COMMIT_POLLS = 64
 
 #: The switch top's AXI-Stream path: name -> (sink prefix, source prefix).
-SWITCH_STREAMS = {"agg": ("s_axis", "m_axis")}
+SWITCH_STREAMS = TOP_PORTS["switch_top"].streams
 
 
 class SwitchInterface:
@@ -125,19 +127,14 @@ class SwitchInterface:
 
 def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
                 max_workers=32, jobs=4):
-    """A transport to the switch aggregator (``"golden"`` model or ``"verilator"``
-    gateware, by default checked packet for packet against the model in lockstep)."""
+    """A transport to the switch aggregator: the ``"golden"`` model, or a backend of
+    ``host.driver.backends`` (``"verilator"``: the Verilated ``switch_top`` gateware), by
+    default checked packet for packet against the model in lockstep."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":
         return SwitchModelTransport(**params)
-    if backend != "verilator":
-        raise ValueError(f"backend must be 'golden' or 'verilator', not {backend!r}")
-    from hdl.switch.top import SwitchTop
-    from sim.runner import export_verilog
-    from .transport import VerilatorTransport
-    device = VerilatorTransport("switch_top", export_verilog(SwitchTop(**params), "switch_top"),
-                                SWITCH_STREAMS, ctrl=True, waves=waves)
+    device = open_backend(backend, "switch_top", waves=waves, **params)
     if not check:
         return device
     from .lockstep import LockstepTransport

@@ -1,8 +1,9 @@
 """Transports: what carries packets between the host driver and an engine.
 
 The driver talks to every engine through the same small interface, :class:`Transport`, so
-its code is the same whether the engine is the NumPy reference model, the Verilated
-gateware (:class:`VerilatorTransport`), or, later, an FPGA NIC behind a UDP socket:
+its code is the same whether the engine is the NumPy reference model
+(``host.driver.models``), the Verilated gateware (``sim.cocotb_transport``, reached through
+``host.driver.backends``), or, later, an FPGA NIC behind a UDP socket:
 
 - ``exchange(stream, packets) -> list[Packet]``: send packets into one of the engine's
   AXI-Stream paths and return what that path emits;
@@ -11,17 +12,11 @@ gateware (:class:`VerilatorTransport`), or, later, an FPGA NIC behind a UDP sock
 """
 from __future__ import annotations
 
-import os
-import secrets
-import tempfile
-import threading
 from dataclasses import dataclass, field
-from multiprocessing.connection import Client, Listener
-from pathlib import Path
 
 from contract.packet import Packet
 
-__all__ = ["Transport", "TransportError", "ExchangeStats", "VerilatorTransport"]
+__all__ = ["Transport", "TransportError", "ExchangeStats"]
 
 
 class TransportError(RuntimeError):
@@ -97,109 +92,3 @@ class Transport:
 
     def __exit__(self, *exc):
         self.close()
-
-
-class VerilatorTransport(Transport):
-    """The Verilated gateware, driven through cocotb and cocotbext-axi.
-
-    The simulator runs in a child process (``sim/bridge.py`` as the cocotb test); requests
-    go over a private Unix socket. Simulated time only advances inside a request.
-
-    Parameters
-    ----------
-    top : str
-        Top module name.
-    verilog : str
-        Its Verilog text (``sim.runner.export_verilog``).
-    streams : dict
-        ``{name: (sink_prefix, source_prefix)}``, e.g. ``{"tx": ("tx_s_axis", "tx_m_axis")}``.
-    ctrl : bool
-        Whether the top has the ``ctrl_*`` register port.
-    waves : bool
-        Record the whole session's waveforms into ``build/waves/<top>/`` (FST where
-        Verilator can write it, else VCD).
-    """
-
-    clocked = True
-
-    def __init__(self, top, verilog, streams, *, ctrl=True, waves=None, period_ns=8,
-                 connect_timeout=600):
-        super().__init__()
-        from sim.runner import build, run_cocotb
-
-        self.top = top
-        self._tmp = tempfile.TemporaryDirectory(prefix="gradwire-bridge-")
-        address = os.path.join(self._tmp.name, "bridge.sock")
-        authkey = secrets.token_bytes(16)
-        self._listener = Listener(address, family="AF_UNIX", authkey=authkey)
-        build(top, verilog, waves=bool(waves))   # build before the clock starts ticking
-        params = {"address": address, "authkey": authkey.hex(), "streams": streams,
-                  "ctrl": ctrl, "period_ns": period_ns}
-        self._failure = None
-        if waves:
-            # Waves outlive the session: build/waves/<top>/dump.fst (or .vcd).
-            from sim.runner import BUILD
-            self.test_dir = BUILD / "waves" / top
-        else:
-            self.test_dir = Path(tempfile.mkdtemp(prefix=f"{top}-", dir=self._tmp.name))
-
-        def simulate():
-            try:
-                run_cocotb(top, verilog, "sim.bridge", params=params, waves=waves,
-                           test_dir=self.test_dir)
-            except BaseException as exc:   # SystemExit from cocotb's runner included
-                self._failure = exc
-            finally:
-                if not hasattr(self, "_conn"):
-                    # Unblock accept() so the host sees the failure instead of hanging.
-                    try:
-                        Client(address, family="AF_UNIX", authkey=authkey).close()
-                    except OSError:
-                        pass
-
-        self._thread = threading.Thread(target=simulate, name=f"verilator-{top}", daemon=True)
-        self._thread.start()
-        conn = self._listener.accept()
-        if self._failure is not None or not self._thread.is_alive():
-            raise TransportError(f"the {top} simulation ended before it connected: "
-                                 f"{self._failure!r}; see {self.test_dir}/sim.log")
-        self._conn = conn
-
-    def _call(self, *request):
-        try:
-            self._conn.send(request)
-            status, reply = self._conn.recv()
-        except (EOFError, OSError) as exc:
-            raise TransportError(f"the {self.top} simulation went away ({exc}); "
-                                 f"see {self.test_dir}/sim.log") from exc
-        if status != "ok":
-            raise TransportError(f"{self.top}: {reply}")
-        return reply
-
-    def _exchange(self, stream, packets, options):
-        return self._call("exchange", stream, [p.to_bytes() for p in packets], options)
-
-    def write(self, addr, value):
-        self._call("write", int(addr), int(value))
-
-    def read(self, addr):
-        return self._call("read", int(addr))
-
-    def idle(self, cycles):
-        self._call("idle", int(cycles))
-
-    @property
-    def cycle(self):
-        return self._call("cycle")
-
-    def close(self):
-        if getattr(self, "_conn", None) is not None:
-            try:
-                self._call("close")
-            except TransportError:
-                pass
-            self._conn.close()
-            self._conn = None
-            self._thread.join(timeout=60)
-        self._listener.close()
-        self._tmp.cleanup()

@@ -1,4 +1,4 @@
-"""INCEPTIONN golden model: the bit-exact reference of ``shared/spec/inceptionn-format.md``.
+"""INCEPTIONN golden model: the bit-exact reference of ``../shared/spec/inceptionn-format.md``.
 
 Vectorised NumPy: no Python loop runs per value; the only loops run per pass of about
 2^18 values, and, when finding block starts, over block indices with all streams (packets)
@@ -24,7 +24,7 @@ handled at once in each iteration.
   say: the decoder, like the receive engine, knows ``count``. The values of the (< 32)
   padding bits are not checked either.
 
-The packet level follows ``notes/nic-contract.md``: :func:`nic_tx` and :func:`nic_rx` are the
+The packet level follows ``docs/nic-contract.md``: :func:`nic_tx` and :func:`nic_rx` are the
 reference the gateware is compared with packet by packet; :func:`tensor_to_packets` and
 :func:`packets_to_tensor` are what the driver and the tests use.
 """
@@ -587,7 +587,7 @@ def decode_many(payloads, counts, k) -> list:
     return [values[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
-# -- packets (notes/nic-contract.md) -----------------------------------------------------
+# -- packets (docs/nic-contract.md) -----------------------------------------------------
 
 def tensor_to_packets(values, k=K_DEFAULT, *, compress=False, packet_values=MAX_COUNT,
                       job=0, worker=0, seq=0, offset=0) -> list:

@@ -1,6 +1,6 @@
 """Golden model of Lossless Homomorphic Compression (the in-network all-reduce path).
 
-Implements ``shared/spec/lhc-sketch.md`` in vectorised NumPy. Every worker
+Implements ``../shared/spec/lhc-sketch.md`` in vectorised NumPy. Every worker
 
 1. sends a non-zero **index bitmap** (merged by the switch with bitwise OR) together with
    its **exponent** (merged with signed MAX)                                   -- phase A,
@@ -144,7 +144,7 @@ def _unclamped_scale(exponent: int, n_workers: int) -> np.float32:
         # (2**31-1)/(n*2**e) is rounded to float64 and then to float32. That double rounding
         # equals the correctly rounded float32 for every n in 1..32 (2**31-1 is prime, so the
         # quotient's binary expansion never has the 28 equal bits a wrong tie would need);
-        # tests/test_lhc.py checks it against exact rational rounding.
+        # tests/host/golden/test_lhc.py checks it against exact rational rounding.
         return np.array((2**31 - 1) / (n_workers * 2.0**exponent)).astype(np.float32)[()]
 
 

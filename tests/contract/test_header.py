@@ -4,10 +4,17 @@ import random
 import pytest
 from amaranth.lib import data
 
-from hdl.header import HeaderLayout
-from contract.header import (HEADER_BYTES, HEADER_FIELDS, MAGIC, Flags, Header, HeaderError,
-                         PacketType)
+from contract.header import (
+    HEADER_BYTES,
+    HEADER_FIELDS,
+    MAGIC,
+    Flags,
+    Header,
+    HeaderError,
+    PacketType,
+)
 from contract.packet import Packet, PacketError
+from hdl.header import HeaderLayout
 
 
 def random_header(rng):

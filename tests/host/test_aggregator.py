@@ -1,4 +1,4 @@
-"""Switch aggregator reference model (host/aggregator.py) against notes/agg-contract.md."""
+"""Switch aggregator reference model (host/aggregator.py) against docs/switch-contract.md."""
 import itertools
 
 import numpy as np

@@ -10,9 +10,14 @@ from pathlib import Path
 
 import pytest
 
+from hdl.board.build import (
+    critical_path_lines,
+    parse_nextpnr_log,
+    parse_nextpnr_report,
+    parse_yosys_cells,
+    tool_environment,
+)
 from hdl.board.top import load_boards
-from hdl.board.build import (critical_path_lines, parse_nextpnr_log, parse_nextpnr_report,
-                       parse_yosys_cells, tool_environment)
 
 REPO = Path(__file__).resolve().parents[3]
 BOARDS = load_boards()

@@ -8,14 +8,13 @@ from amaranth import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.stream.axis import AxisBeat
 from hdl.nic.bit_accumulator import BitAccumulator, BlockRotator
 from hdl.nic.block_packer import BlockItem
+from hdl.stream.axis import AxisBeat
 
 LANES = 8
 
-from tests.amaranth_sim import (collect_axis, reassemble, run_stream)
-
+from tests.amaranth_sim import collect_axis, reassemble, run_stream
 
 # -- bit accumulator -------------------------------------------------------------------------
 

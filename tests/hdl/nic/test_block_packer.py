@@ -5,14 +5,13 @@ import numpy as np
 import pytest
 
 from hdl.nic.block_packer import BlockPacker
-from hdl.nic.lane_encoder import TAG_BYTES
+from hdl.nic.layouts import TAG_BYTES
 from host.golden.inceptionn import codes, encode
 from sim.nic_stimulus import gradient_words, nasty_words, random_words, raw_words
 
 LANES = 8
 
-from tests.amaranth_sim import (run_stream)
-
+from tests.amaranth_sim import run_stream
 
 # -- block packer ----------------------------------------------------------------------------
 

@@ -6,15 +6,21 @@ counter strobes against the golden model (the long runs are on Verilator,
 import numpy as np
 import pytest
 
-from hdl.nic.compressor import Compressor
-from host.golden.inceptionn import nic_tx
 from contract.header import Flags, Header, PacketType
 from contract.packet import Packet
+from hdl.nic.compressor import Compressor
+from host.golden.inceptionn import nic_tx
 from sim.nic_stimulus import gradient_words, random_words, raw_words, tx_packet
 
 LANES = 8
 
-from tests.amaranth_sim import (collect_axis, count_events, packet_beats, reassemble, run_stream)
+from tests.amaranth_sim import (
+    collect_axis,
+    count_events,
+    packet_beats,
+    reassemble,
+    run_stream,
+)
 
 
 def test_compressor_end_to_end():

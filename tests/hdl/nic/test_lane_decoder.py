@@ -11,9 +11,8 @@ from sim.nic_stimulus import nasty_words, random_words
 
 LANES = 8
 
-from tests.amaranth_sim import (comb_eval)
 from sim.nic_stimulus import stream_bytes
-
+from tests.amaranth_sim import comb_eval
 
 # -- lane decoder ----------------------------------------------------------------------------
 

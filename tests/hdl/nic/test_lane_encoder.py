@@ -4,14 +4,14 @@
 import numpy as np
 import pytest
 
-from hdl.nic.lane_encoder import TAG_BYTES, LaneEncoder
+from hdl.nic.lane_encoder import LaneEncoder
+from hdl.nic.layouts import TAG_BYTES
 from host.golden.inceptionn import codes
 from sim.nic_stimulus import gradient_words, nasty_words, random_words
 
 LANES = 8
 
-from tests.amaranth_sim import (comb_eval)
-
+from tests.amaranth_sim import comb_eval
 
 # -- lane encoder ----------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@ import functools
 
 import pytest
 
-from sim.runner import export_verilog, run_cocotb
+from hdl.export import export_verilog
+from sim.runner import run_cocotb
 
 pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
 
@@ -40,5 +41,5 @@ def test_round_trip():
 
 
 def test_throughput_smoke():
-    """The measurement bench itself (full numbers: ``host/benchmarks/nic.py``)."""
+    """The measurement bench itself (full numbers: ``sim/benchmarks/nic.py``)."""
     run("throughput", seed=4, packets=2, values=512, baseline_cycles=2000)

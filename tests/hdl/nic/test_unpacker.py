@@ -5,17 +5,17 @@ import random
 import numpy as np
 import pytest
 
-from hdl.nic.lane_encoder import TAG_BYTES
-from hdl.nic.unpacker import End, Unpacker
-from host.golden.inceptionn import nic_rx, nic_tx
 from contract.header import Header, PacketType
 from contract.packet import Packet
+from hdl.nic.layouts import TAG_BYTES
+from hdl.nic.unpacker import Unpacker
+from hdl.stream.packet_buffer import End
+from host.golden.inceptionn import nic_rx, nic_tx
 from sim.nic_stimulus import gradient_words, random_words, raw_words, tx_packet
 
 LANES = 8
 
 from tests.amaranth_sim import packet_beats, run
-
 
 # -- unpacker --------------------------------------------------------------------------------
 

@@ -3,13 +3,10 @@
 import collections
 import random
 
-
 from contract.header import Flags, Header, PacketType
 from hdl.selftest.gradient_gen import GradientGenerator, GradientModel, lane_value_model
 from hdl.selftest.lane_quantizer import nic_applies_k
-
-from tests.amaranth_sim import (consume, run)
-
+from tests.amaranth_sim import consume, run
 
 # -- the gradient generator --------------------------------------------------------------------
 

@@ -11,9 +11,7 @@ from amaranth.lib import wiring
 
 from hdl.selftest.gradient_gen import GradientGenerator, GradientModel
 from hdl.selftest.lane_quantizer import QuantizeStream, quantize_model
-
-from tests.amaranth_sim import (consume, run)
-
+from tests.amaranth_sim import consume, run
 
 # -- the independent lane quantiser ------------------------------------------------------------
 

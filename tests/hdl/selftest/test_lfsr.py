@@ -5,9 +5,7 @@ import random
 import pytest
 
 from hdl.selftest.lfsr import LFSR, lfsr_advance, lfsr_step
-
-from tests.amaranth_sim import (run)
-
+from tests.amaranth_sim import run
 
 # -- LFSR ------------------------------------------------------------------------------------
 

@@ -9,9 +9,7 @@ from amaranth.lib import wiring
 from hdl.selftest.report import Report, parse_template
 from hdl.selftest.top import SelfTest
 from hdl.selftest.uart_tx import UartTx, uart_divisor
-
-from tests.amaranth_sim import (run)
-
+from tests.amaranth_sim import run
 
 # -- the report over the UART -------------------------------------------------------------------
 

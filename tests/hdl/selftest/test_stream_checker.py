@@ -3,9 +3,7 @@
 
 
 from hdl.selftest.stream_checker import StreamChecker
-
-from tests.amaranth_sim import (run)
-
+from tests.amaranth_sim import run
 
 # -- the stream checker ----------------------------------------------------------------------------
 

@@ -5,9 +5,7 @@ counted errors with the fault injected."""
 import pytest
 
 from hdl.selftest.top import SelfTest
-
-from tests.amaranth_sim import (run)
-
+from tests.amaranth_sim import run
 
 # -- the whole self-test with the real engines --------------------------------------------------
 

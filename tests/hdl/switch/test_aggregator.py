@@ -6,11 +6,16 @@ import random
 
 import pytest
 
+from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS
 from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
 from host.aggregator import AggregatorModel
-from contract.packet import Packet
-from sim.switch_traffic import EngineParams, chaos_traffic, hammer_traffic, protocol_traffic
+from sim.switch_traffic import (
+    EngineParams,
+    chaos_traffic,
+    hammer_traffic,
+    protocol_traffic,
+)
 from tests.amaranth_sim import RegisterPort, run
 
 JOB = SWITCH_REGISTERS["job"]

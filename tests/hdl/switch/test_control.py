@@ -3,7 +3,6 @@
 values, commit, rejection, slot clearing, counters."""
 import random
 
-
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
 from hdl.switch.control import AggControl
 from tests.amaranth_sim import RegisterPort, run
@@ -12,7 +11,6 @@ JOB = SWITCH_REGISTERS["job"]
 COUNTERS = SWITCH_REGISTERS["counter"]
 PARAMS = SWITCH_REGISTERS["params"]
 from contract.counters import AGG_COUNTERS
-
 
 
 def test_control_register_map_commit_and_clear():

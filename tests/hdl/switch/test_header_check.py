@@ -2,13 +2,10 @@
 """The header check's drop causes and their priority against a reference."""
 import random
 
-
-from hdl.switch.header_check import CAUSE, CAUSE_NONE, HeaderCheck
 from contract.counters import AGG_DROP_CAUSES
 from contract.header import MAGIC, VERSION, Header, PacketType
-
-from tests.amaranth_sim import (run)
-
+from hdl.switch.header_check import CAUSE, CAUSE_NONE, HeaderCheck
+from tests.amaranth_sim import run
 
 # -- HeaderCheck ---------------------------------------------------------------------------
 

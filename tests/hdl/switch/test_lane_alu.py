@@ -2,11 +2,8 @@
 """The lane ALU (wrap-around ADD, OR, first contribution) against its reference."""
 import random
 
-
 from hdl.switch.lane_alu import LaneALU, lane_alu_reference
-
-from tests.amaranth_sim import (run)
-
+from tests.amaranth_sim import run
 
 # -- LaneALU -------------------------------------------------------------------------------
 

@@ -6,9 +6,7 @@ import pytest
 from amaranth import unsigned
 
 from hdl.switch.slot_memory import ForwardedMemory
-
-from tests.amaranth_sim import (run)
-
+from tests.amaranth_sim import run
 
 # -- ForwardedMemory -----------------------------------------------------------------------
 

@@ -11,7 +11,8 @@ import functools
 import numpy as np
 import pytest
 
-from sim.runner import export_verilog, run_cocotb
+from hdl.export import export_verilog
+from sim.runner import run_cocotb
 from sim.switch_traffic import EngineParams
 
 pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
@@ -51,7 +52,7 @@ def test_chaos():
 
 
 def test_measure_smoke(tmp_path):
-    """The benchmark's bench itself, small (full numbers: ``host/benchmarks/switch.py``)."""
+    """The benchmark's bench itself, small (full numbers: ``sim/benchmarks/switch.py``)."""
     import json
     report = tmp_path / "switch.json"
     run("measure", seed=5, rounds=2, packets=60, report=str(report))

@@ -1,4 +1,4 @@
-"""INCEPTIONN packet helpers and the NIC transmit/receive reference (notes/nic-contract.md)."""
+"""INCEPTIONN packet helpers and the NIC transmit/receive reference (docs/nic-contract.md)."""
 import secrets
 
 import numpy as np

@@ -1,7 +1,7 @@
 """NIC engines gateware: beats per clock, latency and simulation speed, from Verilator.
 
 The cocotb bench ``throughput`` of ``sim/tb_nic.py`` runs on the Verilated NIC top (the same
-build as ``tests/test_nic_cocotb.py``) with the sources never pausing and the sinks always
+build as ``tests/hdl/nic/test_top.py``) with the sources never pausing and the sinks always
 ready, checks every output byte against the golden model, and counts handshakes per clock
 on the four AXI-Stream ports. Workloads (``k = 10``, packets of ``values`` values):
 
@@ -29,8 +29,8 @@ ALL_RAW_BOUND = 16 / 17
 
 
 def _verilator_measure(quick):
+    from hdl.export import export_verilog
     from hdl.nic.top import NicTop
-    from sim.runner import export_verilog
 
     return cocotb_measurement(TOP, export_verilog(NicTop(), TOP), "sim.tb_nic", "throughput",
                               {"seed": 4, "packets": 2 if quick else 8, "values": 2048,

@@ -29,19 +29,19 @@ import random
 import time
 
 from hdl.switch.aggregator import Aggregator
-
-from . import cocotb_measurement
 from sim.switch_traffic import EngineParams, hammer_traffic
 
+from . import cocotb_measurement
+
 TOP = "switch_top"
-#: The cocotb suite's engine (one Verilator build shared with ``tests/test_switch_cocotb.py``).
+#: The cocotb suite's engine (one Verilator build shared with ``tests/hdl/switch/test_top.py``).
 ENGINE = EngineParams(slots=16, lanes=64, max_workers=32, jobs=4)
 DEFAULT_ENGINE = EngineParams(slots=64, lanes=64, max_workers=32, jobs=4)
 
 
 def _verilator_measure(quick):
+    from hdl.export import export_verilog
     from hdl.switch.top import SwitchTop
-    from sim.runner import export_verilog
 
     return cocotb_measurement(TOP, export_verilog(SwitchTop(**ENGINE.as_dict()), TOP),
                               "sim.tb_switch", "measure",

@@ -1,0 +1,232 @@
+"""The shape of the tree: one-way imports, one register contract, no dangling references.
+
+- ``contract`` (header, counters, register maps, top ports) imports none of the project's
+  packages; ``hdl`` and ``host`` import only ``contract``; ``sim`` (simulation, benches,
+  end to end) imports all three. ``host`` reaches the simulator only through the named
+  seams ``host.driver.backends.BACKENDS``, ``host.bench.SECTIONS`` and
+  ``host.commands.sim.E2E_MODULE`` (module names imported when used), never by an import
+  statement, so the packages have no cycle.
+- No register address is written as a number outside ``contract/registers.py``.
+- Every file a docstring, comment or document names exists.
+"""
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+from contract.registers import (
+    REGISTER_MAPS,
+    CounterBlock,
+    RegisterArray,
+    markdown_table,
+)
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+PACKAGES = ("contract", "hdl", "host", "sim")
+#: package -> the project packages it may import
+ALLOWED = {"contract": set(), "hdl": {"contract"}, "host": {"contract"},
+           "sim": {"contract", "hdl", "host"}}
+
+
+def python_files(*packages):
+    for package in packages:
+        yield from sorted((REPO / package).rglob("*.py"))
+
+
+def imported_packages(path):
+    """Top-level project packages named by every import statement in ``path`` (also those
+    inside functions), with the line of each."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = path.relative_to(REPO).parts[0]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:      # relative: within its own package
+                continue
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            if top in PACKAGES and top != package:
+                yield top, node.lineno
+
+
+def import_graph():
+    graph = {package: {} for package in PACKAGES}
+    for path in python_files(*PACKAGES):
+        package = path.relative_to(REPO).parts[0]
+        for target, line in imported_packages(path):
+            graph[package].setdefault(target, f"{path.relative_to(REPO)}:{line}")
+    return graph
+
+
+def find_cycle(graph):
+    """A list of packages forming a cycle, or None."""
+    state = {}
+
+    def visit(node, trail):
+        state[node] = "open"
+        for nxt in graph[node]:
+            if state.get(nxt) == "open":
+                return trail[trail.index(nxt):] + [nxt] if nxt in trail else [node, nxt]
+            if nxt not in state:
+                cycle = visit(nxt, trail + [nxt])
+                if cycle:
+                    return cycle
+        state[node] = "done"
+        return None
+
+    for node in graph:
+        if node not in state:
+            cycle = visit(node, [node])
+            if cycle:
+                return cycle
+    return None
+
+
+def test_find_cycle_finds_a_cycle():
+    assert find_cycle({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b": 1}, "b": {}, "c": {"a": 1}}) is None
+
+
+def test_packages_import_one_way():
+    graph = import_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle) + ": " + ", ".join(
+        graph[a][b] for a, b in zip(cycle, cycle[1:]))
+    for package, targets in graph.items():
+        extra = set(targets) - ALLOWED[package]
+        assert not extra, {t: targets[t] for t in extra}
+
+
+# -- register addresses --------------------------------------------------------------------
+
+def register_addresses():
+    """Every base and address the maps declare (the numbers that must not be repeated)."""
+    numbers = set()
+    for register_map in REGISTER_MAPS.values():
+        for entry in register_map:
+            if isinstance(entry, (RegisterArray, CounterBlock)):
+                numbers.add(entry.base)
+            else:
+                numbers.add(entry.address)
+    return numbers - {0}
+
+
+_CALLS = {"read", "write", "read_register"}
+#: receivers of ``read``/``write`` calls that are files or sockets, not register ports
+_NOT_PORTS = re.compile(r"^(f|fh|file|\w+_file|stream|sock|socket|conn|buf|handle|pipe)$")
+_HEX = re.compile(r"\b0[xX][0-9a-fA-F]+\b")
+
+
+def literal_addresses(path, numbers):
+    """``(line, text)`` of register addresses written as numbers in ``path``: an integer
+    literal as the address of a register read or write or as ``ctrl_addr``'s value, or a
+    hex literal equal to an address of the maps."""
+    source = path.read_text()
+    tree = ast.parse(source, filename=str(path))
+    found = []
+
+    def literal(node):
+        return isinstance(node, ast.Constant) and type(node.value) is int
+
+    def receiver(call):
+        value = call.func.value
+        return value.attr if isinstance(value, ast.Attribute) else getattr(value, "id", "")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if (name in _CALLS and node.args and literal(node.args[0])
+                    and not _NOT_PORTS.match(receiver(node))):
+                found.append((node.lineno, ast.unparse(node)))
+            if (name == "eq" and isinstance(node.func.value, ast.Attribute)
+                    and node.func.value.attr == "ctrl_addr" and node.args
+                    and literal(node.args[0])):
+                found.append((node.lineno, ast.unparse(node)))
+        # (0 is every bench's idle value of the port at reset)
+        if isinstance(node, ast.Assign) and literal(node.value) and node.value.value != 0:
+            for target in node.targets:
+                text = ast.unparse(target)
+                if text.endswith("ctrl_addr.value"):
+                    found.append((node.lineno, ast.unparse(node)))
+    for number, line in enumerate(source.splitlines(), 1):
+        for match in _HEX.finditer(line):
+            if int(match.group(), 16) in numbers:
+                found.append((number, line.strip()))
+    return sorted(found)
+
+
+def test_literal_address_check_catches_literals(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("port.read(256)\ntransport.write(0x1FF, 1)\ndut.ctrl_addr.value = 3\n"
+                   "m.d.comb += self.ctrl_addr.eq(5)\nBASE = 0x100\nok.read(address)\n"
+                   "f.read(6)\ndut.ctrl_addr.value = 0\n")
+    assert [line for line, _ in literal_addresses(bad, register_addresses())] == \
+        [1, 2, 2, 3, 4, 5]
+
+
+def test_no_register_address_outside_the_contract():
+    numbers = register_addresses()
+    assert {0x100, 0x1FF} <= numbers
+    own = REPO / "contract" / "registers.py"
+    found = {}
+    for path in list(python_files(*PACKAGES, "tests")):
+        if path == own or path == Path(__file__).resolve():
+            continue
+        hits = literal_addresses(path, numbers)
+        if hits:
+            found[str(path.relative_to(REPO))] = hits
+    assert not found, found
+
+
+def test_readme_register_tables_are_the_contract():
+    readme = (REPO / "README.md").read_text()
+    for name, register_map in REGISTER_MAPS.items():
+        assert markdown_table(register_map) in readme, (
+            f"README's {name} register table differs from contract.registers: paste the "
+            f"output of `python -m contract.registers`")
+
+
+# -- references ----------------------------------------------------------------------------
+
+_REFERENCE = re.compile(
+    r"(?<![\w./-])((?:\.\./)?(?:shared|docs|notes|hdl|host|sim|tests|constraints|contract)"
+    r"/[\w./-]*\w\.(?:md|py|toml|yml|yaml|v|png|json))")
+#: outputs that exist only after a run
+_GENERATED = ("build/",)
+
+
+def referenced_files():
+    texts = [p for p in REPO.rglob("*") if p.is_file()
+             and p.suffix in (".py", ".md", ".toml", ".yml", ".yaml")
+             and not {".venv", ".git", "build", "__pycache__"} & set(p.relative_to(REPO).parts)]
+    texts += [REPO / "Makefile", REPO / ".ci" / "run"]
+    for path in texts:
+        for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            for match in _REFERENCE.finditer(line):
+                yield path, number, match.group(1)
+
+
+def resolve(reference):
+    if reference.startswith("../shared/") or reference.startswith("shared/"):
+        return SHARED / reference.split("shared/", 1)[1]
+    return REPO / reference
+
+
+def test_reference_pattern():
+    line = "see ``notes/agg-contract.md`` and ../shared/spec/network.md, hdl/nic/top.py."
+    assert [m.group(1) for m in _REFERENCE.finditer(line)] == \
+        ["notes/agg-contract.md", "../shared/spec/network.md", "hdl/nic/top.py"]
+
+
+@pytest.mark.skipif(not SHARED.is_dir(), reason="../shared is not beside the checkout")
+def test_every_referenced_file_exists():
+    missing = [f"{path.relative_to(REPO)}:{number}: {reference}"
+               for path, number, reference in referenced_files()
+               if not reference.startswith(_GENERATED) and not resolve(reference).exists()]
+    assert not missing, "\n".join(missing)
