@@ -237,9 +237,10 @@ class RegisterMap:
                        f"{entry.doc}: {', '.join(entry.names)} (wrapping)")
             else:
                 for f in entry.fields:
-                    yield (f"0x{entry.base:03X} + {entry.stride}*{entry.name} + {f.address}",
-                           f.access.value, f.width, f"{entry.name}[{entry.name}].{f.name}",
-                           f.doc)
+                    yield (f"0x{entry.base:03X} + {entry.stride}*j + {f.address}",
+                           f.access.value, f.width, f"{entry.name}[j].{f.name}",
+                           f.doc + (f" (j < {entry.count}: {entry.doc})"
+                                    if f is entry.fields[0] else ""))
 
 
 #: The value that commits a job's pending configuration (any other value does nothing).
@@ -278,9 +279,10 @@ SWITCH_REGISTERS = RegisterMap("switch", [
         Register("commit", 3, Access.RW,
                  f"write {COMMIT}: apply the pending values and clear the job's slots (other "
                  f"values: nothing); read: status, bit 0 busy, bit 1 last commit rejected"),
-    ), "per-job configuration (the engine serves its first `jobs` of the 64)"),
+    ), "the engine serves its first `jobs`"),
     CounterBlock("counter", 0x100, AGG_COUNTERS, "aggregator counter"),
-    Register("params", 0x1FF, Access.R, "engine parameters: slots | lanes << 16"),
+    Register("params", 0x1FF, Access.R, "engine parameters: slots in bits 0-15, lanes P in "
+                                        "bits 16-31"),
 ])
 
 #: Every top's map, by the top's name.
