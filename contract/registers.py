@@ -61,6 +61,8 @@ class Register:
     access: Access
     doc: str
     width: int = DATA_BITS
+    #: bits that show the engine's timing (a model without a clock reads them as 0)
+    volatile: int = 0
 
     def __post_init__(self):
         if not 1 <= self.width <= DATA_BITS:
@@ -278,7 +280,8 @@ SWITCH_REGISTERS = RegisterMap("switch", [
         Register("slot_count", 2, Access.RW, "slots of the job, pending until a commit"),
         Register("commit", 3, Access.RW,
                  f"write {COMMIT}: apply the pending values and clear the job's slots (other "
-                 f"values: nothing); read: status, bit 0 busy, bit 1 last commit rejected"),
+                 f"values: nothing); read: status, bit 0 busy, bit 1 last commit rejected",
+                 volatile=JobStatus.BUSY),
     ), "the engine serves its first `jobs`"),
     CounterBlock("counter", 0x100, AGG_COUNTERS, "aggregator counter"),
     Register("params", 0x1FF, Access.R, "engine parameters: slots in bits 0-15, lanes P in "

@@ -70,6 +70,8 @@ is detected (the output
 buffer then discards everything written since the last commit). Bypassed beats all carry
 ``COMMIT`` (cut-through).
 """
+from types import SimpleNamespace
+
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
@@ -197,6 +199,33 @@ class Unpacker(wiring.Component):
         m = Module()
         max_blocks = -(-self._max_count // LANES)
 
+        # (defined here, not at module level: its qualified name is in the netlist)
+        class Phase(enum.Enum):
+            BETWEEN = 0   # next beat is a header or a bypassed beat
+            BLOCKS = 1    # cutting blocks
+            CHECK = 2     # last block in stage A: judge the packet (and start the next)
+            TAIL = 3      # all blocks out, nothing extra yet, tlast still to come
+            DRAIN = 4     # verdict given (dropped), swallow the rest of the packet
+
+        # The stages below share their signals through `st`; each names what it uses first
+        # and what it gives the later ones last.
+        st = SimpleNamespace(Phase=Phase, m=m, max_blocks=max_blocks)
+        self._input_fifo(st)
+        self._window_state(st)
+        self._output_stages(st)
+        self._window_bookkeeping(st)
+        self._pointer_loop(st)
+        self._probe(st)
+        self._advance(st)
+        self._header(st)
+        self._phases(st)
+        return st.m
+
+    def _input_fifo(self, st):
+        """The block-ends stage and the two-entry FIFO after it, which holds the window's input
+        beat.
+        """
+        m = st.m
         m.submodules.ends = ends_stage = BlockEnds()
         wiring.connect(m, wiring.flipped(self.i), ends_stage.i)
         # The window's input ready is decided here, from the phase and the pointer. A
@@ -240,13 +269,11 @@ class Unpacker(wiring.Component):
             m.d.sync += fifo_level.eq(fifo_level + 1)
         with m.Elif(fifo_reads & ~fifo_writes):
             m.d.sync += fifo_level.eq(fifo_level - 1)
+        st.beat, st.beat_valid, st.in_ready = beat, beat_valid, in_ready
 
-        class Phase(enum.Enum):
-            BETWEEN = 0   # next beat is a header or a bypassed beat
-            BLOCKS = 1    # cutting blocks
-            CHECK = 2     # last block in stage A: judge the packet (and start the next)
-            TAIL = 3      # all blocks out, nothing extra yet, tlast still to come
-            DRAIN = 4     # verdict given (dropped), swallow the rest of the packet
+    def _window_state(self, st):
+        """The packet's phase, the circular window, and the block pointer with its copies."""
+        Phase, m, max_blocks = st.Phase, st.m, st.max_blocks
         phase = Signal(Phase)
         in_blocks = Signal()
         m.d.comb += in_blocks.eq(phase == Phase.BLOCKS)
@@ -288,7 +315,20 @@ class Unpacker(wiring.Component):
         last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
         last_keep = Signal(BEAT_BYTES)
         good_end = Signal(END_BITS)                   # where a good packet ends (CHECK)
+        st.block_fired, st.blocks_left, st.ended = block_fired, blocks_left, ended
+        st.ends, st.fits, st.full, st.good_end = ends, fits, full, good_end
+        st.in_blocks, st.is_last_block, st.k = in_blocks, is_last_block, k
+        st.last_end_ptr, st.last_ends, st.last_keep = last_end_ptr, last_ends, last_keep
+        st.last_tag_mask, st.phase, st.ptr, st.ptr_slot = last_tag_mask, phase, ptr, ptr_slot
+        st.read_slot, st.tags_ptr, st.two_left = read_slot, tags_ptr, two_left
+        st.win_bytes, st.window, st.write_slot = win_bytes, window, write_slot
+        st.write_slot_onehot = write_slot_onehot
 
+    def _output_stages(self, st):
+        """Stage A (the pending item) and stage B (the item read out of the window) into the
+        credit buffer, and the helpers that load stage A.
+        """
+        Phase, beat, k, m, phase, window = st.Phase, st.beat, st.k, st.m, st.phase, st.window
         # -- output: stage A (pending item), stage B (item), then a credit buffer ---------
         # Stages A and B move on every clock, so no register of theirs waits for the
         # output's ready: an item enters stage A only when the credit buffer's `space` (a
@@ -343,7 +383,17 @@ class Unpacker(wiring.Component):
         m.d.sync += events.eq(0)
 
         in_bytes = beat.bytes                         # bytes of this input beat
+        st.emit, st.emit_verdict, st.events, st.in_bytes = emit, emit_verdict, events, in_bytes
+        st.pending, st.pending_valid, st.space = pending, pending_valid, space
+        st.verdict = verdict
 
+    def _window_bookkeeping(self, st):
+        """Slots the pointer passed leave the window, one input word may enter, and whether
+        each byte's block fits.
+        """
+        beat, ends, fits, full, last_ends = st.beat, st.ends, st.fits, st.full, st.last_ends
+        m, ptr_slot, read_slot, win_bytes = st.m, st.ptr_slot, st.read_slot, st.win_bytes
+        window, write_slot, write_slot_onehot = st.window, st.write_slot, st.write_slot_onehot
         # -- window bookkeeping: passed slots leave, one word may enter ------------------
         drop = Signal(2)                              # slots ptr has passed
         m.d.comb += drop.eq(ptr_slot - read_slot)
@@ -412,7 +462,16 @@ class Unpacker(wiring.Component):
             writer = s if j < BEAT_BYTES - 1 else (s + 1) % WINDOW_WORDS
             m.d.comb += next_fits[q].eq(Mux(taken[writer], beat.fits[j], in_window))
         m.d.sync += fits.eq(next_fits)
+        st.absolute, st.drop, st.relative, st.room = absolute, drop, relative, room
+        st.take_word, st.win_bytes_next = take_word, win_bytes_next
+        st.write_slot_next = write_slot_next
 
+    def _pointer_loop(self, st):
+        """The pointer loop: the (end, fits) at the pointer, selected through copies of its low
+        bits.
+        """
+        ends, fits, last_end_ptr, last_ends = st.ends, st.fits, st.last_end_ptr, st.last_ends
+        m, ptr, ptr_slot, tags_ptr, window = st.m, st.ptr, st.ptr_slot, st.tags_ptr, st.window
         # -- the pointer loop ------------------------------------------------------------
         # Each group of LOOP_GROUP_BYTES positions selects with its own copy of ptr's low
         # bits: one register driving every leaf of a 128-way multiplexer would be a net of
@@ -448,7 +507,18 @@ class Unpacker(wiring.Component):
                     m.d.comb += from_ptr_slot.eq(Cat(
                         window.word_select(s, DATA_BITS),
                         window.word_select((s + 1) % WINDOW_WORDS, DATA_BITS)[:8]))
+        st.from_ptr_slot, st.move_ptr, st.selected_end = from_ptr_slot, move_ptr, selected_end
+        st.selected_fits, st.selected_last_end = selected_fits, selected_last_end
 
+    def _probe(self, st):
+        """The probe's registers (the exact, masked end of the block at the pointer, five
+        clocks) and what fires a block.
+        """
+        block_fired, blocks_left = st.block_fired, st.blocks_left
+        from_ptr_slot, in_blocks = st.from_ptr_slot, st.in_blocks
+        is_last_block, last_tag_mask, m, ptr = st.is_last_block, st.last_tag_mask, st.m, st.ptr
+        selected_end, selected_fits, space = st.selected_end, st.selected_fits, st.space
+        tags_ptr, two_left = st.tags_ptr, st.two_left
         # -- the probe: exact (masked) end of the block at ptr, five clocks --------------
         probe_tags = Signal(2 * LANES)
         probe_start = Signal(5)
@@ -480,7 +550,31 @@ class Unpacker(wiring.Component):
         next_ptr = Signal(7)
         m.d.comb += next_ptr.eq(Mux(fire_fast, selected_end,
                                     Mux(fire_slow, probe_end_absolute, ptr)))
+        st.fire, st.next_ptr, st.probe_checked = fire, next_ptr, probe_checked
+        st.probe_end, st.probe_end_absolute = probe_end, probe_end_absolute
+        st.probe_end_valid, st.probe_final = probe_end_valid, probe_final
+        st.probe_fits, st.probe_length, st.probe_slot = probe_fits, probe_length, probe_slot
+        st.probe_start, st.probe_tags = probe_start, probe_tags
+        st.probe_tags_valid, st.tags_at_ptr = probe_tags_valid, tags_at_ptr
 
+    def _advance(self, st):
+        """Every clock in BLOCKS the window and the pointer move and the probe steps; outside
+        BLOCKS all of them reset.
+        """
+        absolute, beat, beat_valid = st.absolute, st.beat, st.beat_valid
+        block_fired, blocks_left, drop = st.block_fired, st.blocks_left, st.drop
+        ended, fire, fits, good_end = st.ended, st.fire, st.fits, st.good_end
+        in_blocks, in_bytes, is_last_block = st.in_blocks, st.in_bytes, st.is_last_block
+        k, last_keep, m, move_ptr, next_ptr = st.k, st.last_keep, st.m, st.move_ptr, st.next_ptr
+        pending, probe_checked, probe_end = st.pending, st.probe_checked, st.probe_end
+        probe_end_absolute, probe_end_valid = st.probe_end_absolute, st.probe_end_valid
+        probe_final, probe_fits, probe_length = st.probe_final, st.probe_fits, st.probe_length
+        probe_slot, probe_start, probe_tags = st.probe_slot, st.probe_start, st.probe_tags
+        probe_tags_valid, ptr_slot, read_slot = st.probe_tags_valid, st.ptr_slot, st.read_slot
+        relative, room, selected_last_end = st.relative, st.room, st.selected_last_end
+        tags_at_ptr, tags_ptr, take_word = st.tags_at_ptr, st.tags_ptr, st.take_word
+        two_left, win_bytes, win_bytes_next = st.two_left, st.win_bytes, st.win_bytes_next
+        write_slot, write_slot_next = st.write_slot, st.write_slot_next
         with m.If(in_blocks):
             m.d.comb += [
                 take_word.eq(beat_valid & room & ~ended),
@@ -545,6 +639,13 @@ class Unpacker(wiring.Component):
             move_ptr(Const(0, 7))
             m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
 
+    def _header(self, st):
+        """The header beat: decode count and k, rewrite the type; how a packet starts."""
+        Phase, beat, beat_valid, blocks_left = st.Phase, st.beat, st.beat_valid, st.blocks_left
+        emit, events, in_blocks, in_ready = st.emit, st.events, st.in_blocks, st.in_ready
+        is_last_block, k, last_keep = st.is_last_block, st.k, st.last_keep
+        last_tag_mask, m, pending, phase = st.last_tag_mask, st.m, st.pending, st.phase
+        ptr, space = st.ptr, st.space
         # -- header beat: decode count and k, rewrite type ------------------------------
         header = data.View(HeaderLayout, beat.data)
         rewritten = Signal(HeaderLayout)
@@ -596,7 +697,17 @@ class Unpacker(wiring.Component):
                             with m.Case(n):
                                 m.d.sync += [last_tag_mask.eq((1 << 2 * n) - 1),
                                              last_keep.eq(keep_for_lanes(n))]
+        st.start_packet = start_packet
 
+    def _phases(self, st):
+        """The phase machine: packets start, blocks fire, and the verdict of each packet."""
+        Phase, beat, beat_valid = st.Phase, st.beat, st.beat_valid
+        emit_verdict, ended, events, fire = st.emit_verdict, st.ended, st.events, st.fire
+        good_end, in_bytes, in_ready = st.good_end, st.in_bytes, st.in_ready
+        is_last_block, m, pending_valid = st.is_last_block, st.m, st.pending_valid
+        phase, probe_checked, probe_final = st.phase, st.probe_checked, st.probe_final
+        probe_fits, room, space = st.probe_fits, st.room, st.space
+        start_packet, verdict, win_bytes = st.start_packet, st.verdict, st.win_bytes
         with m.Switch(phase):
             with m.Case(Phase.BETWEEN):
                 start_packet()
@@ -650,4 +761,3 @@ class Unpacker(wiring.Component):
                 m.d.comb += in_ready.eq(1)
                 with m.If(beat_valid & beat.last):
                     m.d.sync += phase.eq(Phase.BETWEEN)
-        return m

@@ -38,6 +38,8 @@ Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata r
 per version, the worker bitmap, the count, the op and the exponent
 (:attr:`Aggregator.ram_bits_per_slot`).
 """
+from types import SimpleNamespace
+
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -170,6 +172,26 @@ class Aggregator(wiring.Component):
         m.submodules.alu = alu = LaneALU(lanes=DATA_BITS // 32)
         m.submodules.results = fifo = SyncFIFOBuffered(width=DATA_BITS + 1, depth=D)
 
+        # The stages below share their signals through `st`; each names what it uses first
+        # and what it gives the later ones last.
+        st = SimpleNamespace(B=B, D=D, S=S, W=W, alu=alu, check=check, ctl=ctl, fifo=fifo,
+                             m=m, meta=meta, rows=rows, slot_bits=slot_bits,
+                             stage_rd=stage_rd, stage_wr=stage_wr)
+        self._input(st)
+        self._stage_a(st)
+        self._header_stages(st)
+        self._payload_stages(st)
+        self._drop_cause(st)
+        self._verdict(st)
+        self._commit(st)
+        self._output(st)
+        return st.m
+
+    def _input(self, st):
+        """The input's ready: a beat is taken only while a whole result still fits the result
+        FIFO.
+        """
+        B, D, ctl, fifo, m = st.B, st.D, st.ctl, st.fifo, st.m
         # -- input: take a beat when a whole result still fits -----------------------------
         accept = Signal()
         in_packet = Signal()            # the next input beat is a payload beat
@@ -191,7 +213,14 @@ class Aggregator(wiring.Component):
             m.d.sync += [in_packet.eq(~self.i.payload.last), quiet.eq(quiet_cycles)]
         with m.Elif(quiet != 0):
             m.d.sync += quiet.eq(quiet - 1)
+        st.accept, st.in_packet, st.reserved = accept, in_packet, reserved
 
+    def _stage_a(self, st):
+        """Stage A, the input register: a header beat starts the header check and the metadata
+        read, a payload beat reads its slot row.
+        """
+        B, S, accept, check, ctl = st.B, st.S, st.accept, st.check, st.ctl
+        in_packet, m, meta, rows, slot_bits = st.in_packet, st.m, st.meta, st.rows, st.slot_bits
         # -- stage A: the input register --------------------------------------------------
         a_valid = Signal()
         a_header = Signal()     # this beat is a header beat
@@ -240,7 +269,16 @@ class Aggregator(wiring.Component):
             with m.If(pay_index != B):
                 m.d.sync += pay_index.eq(pay_index + 1)
         m.d.comb += rows.read_addr.eq(row_addr)
+        st.a_data, st.a_header, st.a_is_header = a_data, a_header, a_is_header
+        st.a_is_payload, st.a_keep, st.a_last = a_is_payload, a_keep, a_last
+        st.a_valid, st.hdr, st.pay_index, st.pkt_cause = a_valid, hdr, pay_index, pkt_cause
+        st.pkt_hdr, st.pkt_row_base = pkt_hdr, pkt_row_base
 
+    def _header_stages(self, st):
+        """H1, H2: the header's fields meet the slot metadata two cycles later; the decisions
+        of the contribution.
+        """
+        W, a_is_header, ctl, hdr, m, meta = st.W, st.a_is_header, st.ctl, st.hdr, st.m, st.meta
         # -- H1, H2: header fields meet the slot metadata two cycles later ----------------
         fields = data.StructLayout({
             "worker": unsigned(8), "version": unsigned(1), "exponent": signed(8),
@@ -301,7 +339,16 @@ class Aggregator(wiring.Component):
                 dec_exponent_new.eq(new_exponent),
                 dec_state.eq(new_state),
             ]
+        st.dec_complete_new, st.dec_complete_stored = dec_complete_new, dec_complete_stored
+        st.dec_exponent_new, st.dec_exponent_stored = dec_exponent_new, dec_exponent_stored
+        st.dec_first, st.dec_mixed, st.dec_op_or = dec_first, dec_mixed, dec_op_or
+        st.dec_retransmit, st.dec_state = dec_retransmit, dec_state
 
+    def _payload_stages(self, st):
+        """B, C: a payload beat meets its slot row; the lane ALU's result goes to staging."""
+        B, a_data, a_is_payload, alu = st.B, st.a_data, st.a_is_payload, st.alu
+        dec_first, dec_op_or, dec_retransmit = st.dec_first, st.dec_op_or, st.dec_retransmit
+        m, pay_index, rows, stage_wr = st.m, st.pay_index, st.rows, st.stage_wr
         # -- B, C: payload beat meets its slot row; the ALU result goes to staging ---------
         b_valid, c_valid = Signal(), Signal()
         b_row, c_row = Signal(range(B)), Signal(range(B))
@@ -325,6 +372,11 @@ class Aggregator(wiring.Component):
             stage_wr.data.eq(alu.result),
         ]
 
+    def _drop_cause(self, st):
+        """E1 (tlast + 1): the packet's drop cause, its length included."""
+        B, S, a_header, a_keep, a_last = st.B, st.S, st.a_header, st.a_keep, st.a_last
+        a_valid, m, pay_index, pkt_cause = st.a_valid, st.m, st.pay_index, st.pkt_cause
+        pkt_hdr, pkt_row_base = st.pkt_hdr, st.pkt_row_base
         # -- E1 (tlast + 1): the packet's drop cause, length included ----------------------
         e1_valid, e1_length_ok, e1_short = Signal(), Signal(), Signal()
         m.d.sync += [
@@ -345,7 +397,18 @@ class Aggregator(wiring.Component):
                 e2_hdr.eq(pkt_hdr),
                 e2_row_base.eq(pkt_row_base),
             ]
+        st.e2_cause, st.e2_hdr, st.e2_row_base = e2_cause, e2_hdr, e2_row_base
+        st.e2_valid = e2_valid
 
+    def _verdict(self, st):
+        """E2 (tlast + 2): the verdict, the counters, the metadata write and the result header.
+        """
+        ctl, dec_complete_new = st.ctl, st.dec_complete_new
+        dec_complete_stored, dec_exponent_new = st.dec_complete_stored, st.dec_exponent_new
+        dec_exponent_stored, dec_mixed = st.dec_exponent_stored, st.dec_mixed
+        dec_retransmit, dec_state, e2_cause = st.dec_retransmit, st.dec_state, st.e2_cause
+        e2_hdr, e2_valid, m, meta = st.e2_hdr, st.e2_valid, st.m, st.meta
+        slot_bits = st.slot_bits
         # -- E2 (tlast + 2): verdict --------------------------------------------------------
         good = e2_valid & (e2_cause == CAUSE_NONE)
         retransmit = good & dec_retransmit
@@ -392,7 +455,15 @@ class Aggregator(wiring.Component):
             result_hdr.reserved0.eq(0),
             result_hdr.reserved1.eq(0),
         ]
+        st.accepted, st.result, st.result_hdr = accepted, result, result_hdr
 
+    def _commit(self, st):
+        """Commit, B cycles: staging row i goes to slot row i (if accepted) and to the result
+        FIFO (if a result is due).
+        """
+        B, S, accept, accepted, e2_row_base = st.B, st.S, st.accept, st.accepted, st.e2_row_base
+        e2_valid, fifo, m, reserved, result = st.e2_valid, st.fifo, st.m, st.reserved, st.result
+        result_hdr, rows, stage_rd = st.result_hdr, st.rows, st.stage_rd
         # -- commit: B cycles, staging row i -> slot row i and/or the result FIFO ---------
         cm_active, cm_write, cm_push = Signal(), Signal(), Signal()
         cm_row = Signal(range(B))
@@ -434,6 +505,9 @@ class Aggregator(wiring.Component):
         returned = Mux(e2_valid & ~result, B + 1, 0)
         m.d.sync += reserved.eq(reserved + taken - returned - fifo.w_en)
 
+    def _output(self, st):
+        """The output: the result FIFO's beats onto ``o``."""
+        fifo, m = st.fifo, st.m
         # -- output -------------------------------------------------------------------------
         m.d.comb += [
             self.o.valid.eq(fifo.r_rdy),
@@ -442,4 +516,3 @@ class Aggregator(wiring.Component):
             self.o.payload.keep.eq(FULL_KEEP),
             fifo.r_en.eq(self.o.ready),
         ]
-        return m

@@ -78,4 +78,4 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
     if not check:
         return device
     from .lockstep import LockstepTransport
-    return LockstepTransport(device, NicModelTransport(max_count=max_count))
+    return LockstepTransport(device, NicModelTransport(max_count=max_count), NIC_REGISTERS)

@@ -138,4 +138,4 @@ def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
     if not check:
         return device
     from .lockstep import LockstepTransport
-    return LockstepTransport(device, SwitchModelTransport(**params))
+    return LockstepTransport(device, SwitchModelTransport(**params), SWITCH_REGISTERS)

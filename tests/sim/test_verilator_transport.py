@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from host.driver.models import NicModelTransport
+from contract.registers import COMMIT, SWITCH_REGISTERS, decode_switch_params
+from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import inceptionn, lhc
@@ -64,3 +65,41 @@ def test_switch_driver_resends_after_injected_loss():
         counters = switch.counters()
         assert counters["results_unicast"] > 0 or counters["retransmit_dropped"] > 0
         assert transport.compared["packets"] > 0
+
+
+def commit_effects(transport, values=range(8), job=1):
+    """What writing each of ``values`` to a job's ``commit`` register does, seen through the
+    register map and the data path: ``(value, status, configured)`` per value, where
+    ``configured`` says whether a packet for the job was then accepted."""
+    regs = SWITCH_REGISTERS["job"]
+    counter = SWITCH_REGISTERS["counter"]
+    lanes = decode_switch_params(transport.read(SWITCH_REGISTERS["params"].address))["lanes"]
+    effects = []
+    for value in values:
+        # Unconfigure the job, then stage a configuration and write `value` to commit.
+        for field, staged in (("workers", 0), ("commit", COMMIT)):
+            transport.write(regs.address(job, field), staged)
+        for field, staged in (("workers", 2), ("slot_base", 0), ("slot_count", 4)):
+            transport.write(regs.address(job, field), staged)
+        transport.write(regs.address(job, "commit"), value)
+        if hasattr(transport, "idle"):
+            transport.idle(32)                  # let a commit clear its slots
+        status = transport.read(regs.address(job, "commit"))
+        accepted = transport.read(counter.address("accepted"))
+        packet = Packet(Header(type=PacketType.AGG_ADD_I32, job=job, worker=0, count=lanes,
+                               slot=0), bytes(4 * lanes))
+        transport.exchange("agg", [packet], idle=32)
+        effects.append((value, status,
+                        transport.read(counter.address("accepted")) == accepted + 1))
+    return effects
+
+
+def test_commit_register_takes_only_COMMIT_on_every_transport():
+    """Every transport serves the one register contract: the model transport once committed
+    on any odd value (``value & 1``), the gateware and the reference model only on 1."""
+    want = [(value, 0, value == COMMIT) for value in range(8)]
+    assert commit_effects(SwitchModelTransport()) == want
+    with open_switch("verilator", check=False) as device:
+        assert commit_effects(device) == want
+    with open_switch("verilator") as lockstep:          # device and model compared
+        assert commit_effects(lockstep) == want
