@@ -296,7 +296,8 @@ def quantize_with_feedback(values, residual, k):
             raise TypeError(f"residual must be float32, not {residual.dtype}")
         if residual.shape != values.shape:
             raise ValueError(f"residual has shape {residual.shape}, values {values.shape}")
-        corrected = values + residual
+        with np.errstate(invalid="ignore", over="ignore"):   # NaN, Inf: sent raw
+            corrected = values + residual
     sent = quantize(corrected, k)
     with np.errstate(invalid="ignore"):
         new_residual = corrected - sent
