@@ -55,8 +55,8 @@ fp32 ring all-reduce of the same bucket sends from this rank: ``4 * 2 * (N-1)/N 
 exactly, chunk by chunk). Message framing is not counted in ``bytes_sent`` but reported as
 ``control_bytes``: the 8-byte length word that precedes every compressed INCEPTIONN chunk
 (in hardware the packet header's ``count``), plus the preflight all-gather: ``8 * words *
-(N - 1)`` bytes per rank and call (every other rank receives this rank's words once), 48
-bytes for the ring and 64 for the sketch with 4 ranks.
+(N - 1)`` bytes per rank and call (every other rank receives this rank's words once): 3
+words for the ring (72 bytes with 4 ranks), 4 for the sketch (96 bytes).
 """
 # No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the
 # hook's annotations and accepts only the real objects, not strings.
@@ -420,9 +420,9 @@ class InceptionnHook(_CommHook):
         How many :class:`CallStats` ``hook.calls`` keeps (the newest; the byte counters
         count every call).
 
-    Error feedback
-    --------------
-    Each rank quantises its own bucket ``g`` with its residual ``e`` added, in float32:
+    Notes
+    -----
+    Error feedback: each rank quantises its own bucket ``g`` with its residual ``e`` added, in float32:
     ``x' = quantize(g + e)``, ``e = (g + e) - x'``
     (:func:`host.golden.inceptionn.quantize_with_feedback`; the subtraction is exact, so
     nothing is lost, only delayed: a value below ``2^-k`` accumulates until it crosses
@@ -455,7 +455,12 @@ class InceptionnHook(_CommHook):
     Each call's :class:`CallStats` counts both (``details``: ``offgrid_values`` of
     ``quantised_values``, ``rounded_adds`` of ``added_values``). Measured over the accuracy
     experiment's 300 steps on 4 ranks (:mod:`host.accuracy`, ``ring_offgrid_fraction`` and
-    ``ring_rounded_fraction``): RING_FREQUENCIES
+    ``ring_rounded_fraction``) with error feedback: no float32 addition rounded in any run
+    (the gradients stay below 1), and a partial sum left its grid for 545 of 20.7 million
+    hop values in digits at k = 10 (tag-10 sums cancelling below ``2^-3``), for none in
+    digits at k = 6 and 8 nor in the recommender at k = 6, 8 and 10 (175 million each).
+    Without feedback, for comparison, the quantisation changes 59-61 % (digits) and 8.6 %
+    (recommender) of the hop values and 0.002-18 % of the additions round.
     What the ring drops is not fed back (it happens after the residual is taken); its
     size stays within the ring's bound (:mod:`host.ring`).
 

@@ -41,7 +41,7 @@ a priori::
 Both terms are needed. ``N 2^-k``: with values just below ``2^-k`` on every worker each
 quantisation drops everything and the error is close to ``N 2^-k`` (``(N - 1) 2^-k`` is not
 a bound). The rounding term: three workers with values in 1 .. 2001 at k = 15 (nothing is
-quantised, every value is raw) miss the exact sum by up to about 4e-4, four times
+quantised, every value is raw) miss the exact sum by up to 3.7e-4, four times
 ``3 * 2^-15 = 9.2e-5``; and ``2^25, 2, 2`` (in ring order, each 2 half an ulp, rounded to
 even) give ``2^25`` for the exact ``2^25 + 4``: an error of exactly ``2^-24 (|p_1| + |p_2|)``.
 
