@@ -251,7 +251,9 @@ def _feedback_constant(rank):
         model(c).backward()
         averaged.append(model.module.w.grad.detach().clone().numpy())
     return {"averaged": averaged, "residual": hook.residual(model.module.w),
-            "bytes_sent": hook.bytes_sent}
+            "bytes_sent": hook.bytes_sent,
+            "offgrid": sum(call.details["offgrid_values"] for call in hook.calls),
+            "rounded": sum(call.details["rounded_adds"] for call in hook.calls)}
 
 
 class _BucketRecorder:
@@ -441,6 +443,37 @@ def test_ring_old_bound_misses_the_rounding(group_run):
         assert np.all(ring_sum_error_bound(tight, k) > 4)
 
 
+@pytest.mark.parametrize("k", K_VALUES)
+def test_ring_counts_offgrid_values_and_rounded_adds(group_run, k):
+    """``offgrid_values`` / ``rounded_adds`` (summed over the ranks) against a model of the
+    ring: every hop's partial sum and the owner's sum that the quantisation changes, and
+    every reduce-scatter addition whose float32 result is not the exact sum (fractions)."""
+    for name in ("mixed3001", "spread", "uniform2001", "below6", "tight"):
+        vectors = group_run["ring_cases"][name]
+        offgrid = rounded = quantised = added = 0
+        for c, (a, b) in enumerate(ddp.ring_chunk_bounds(vectors[0].size, WORLD)):
+            partial = vectors[c][a:b].copy()
+            for hop in range(1, WORLD + 1):
+                q = inc.quantize(partial, k)
+                offgrid += np.count_nonzero(q != partial)
+                quantised += b - a
+                if hop == WORLD:
+                    break
+                mine = vectors[(c + hop) % WORLD][a:b]
+                total = q + mine
+                added += b - a
+                rounded += sum(fractions.Fraction(float(t)) != fractions.Fraction(float(x))
+                               + fractions.Fraction(float(y)) for t, x, y in zip(total, q, mine))
+                partial = total
+        stats = [rank["ring"][name, k][1].details for rank in group_run["ranks"]]
+        assert sum(d["offgrid_values"] for d in stats) == offgrid, name
+        assert sum(d["quantised_values"] for d in stats) == quantised, name
+        assert sum(d["rounded_adds"] for d in stats) == rounded, name
+        assert sum(d["added_values"] for d in stats) == added, name
+        if name in ("spread", "uniform2001"):
+            assert rounded > 0, name
+
+
 def test_ring_nonfinite_values_travel_raw(group_run):
     vectors = group_run["ring_cases"]["nasty"]
     stacked = np.stack(vectors)
@@ -584,6 +617,8 @@ def test_feedback_sends_a_tiny_constant_gradient_when_its_residual_crosses(group
         else:
             assert np.all(averaged[:, i] == 0)
     assert runs[0]["bytes_sent"] > 0
+    # Sums of values on the 2^-k grid never leave it: the ring itself lost nothing.
+    assert all(run["offgrid"] == 0 and run["rounded"] == 0 for run in runs)
 
 
 def _feedback_model(gradients, k):
