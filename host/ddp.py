@@ -422,8 +422,8 @@ class InceptionnHook(_CommHook):
 
     Notes
     -----
-    Error feedback: each rank quantises its own bucket ``g`` with its residual ``e`` added, in float32:
-    ``x' = quantize(g + e)``, ``e = (g + e) - x'``
+    Error feedback: each rank quantises its own bucket ``g`` with its residual ``e`` added,
+    in float32: ``x' = quantize(g + e)``, ``e = (g + e) - x'``
     (:func:`host.golden.inceptionn.quantize_with_feedback`; the subtraction is exact, so
     nothing is lost, only delayed: a value below ``2^-k`` accumulates until it crosses
     ``2^-k`` and is then sent). The ring then runs unchanged on ``x'``; the residual stays

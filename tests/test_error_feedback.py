@@ -95,8 +95,8 @@ def test_feedback_identity_on_random_and_nasty_inputs(k):
     np.testing.assert_array_equal(_bits(sent), _bits(inc.quantize(corrected, k)))
     finite = np.isfinite(corrected)
     assert (~finite).sum() >= 8                # NaNs, Infs and the overflowed maxima
-    np.testing.assert_array_equal(
-        sent[finite].astype(np.float64) + new_residual[finite], corrected[finite].astype(np.float64))
+    np.testing.assert_array_equal(sent[finite].astype(np.float64) + new_residual[finite],
+                                  corrected[finite].astype(np.float64))
     np.testing.assert_array_equal(_bits(new_residual[~finite]), 0)
     assert np.all(np.abs(new_residual) < 2.0 ** -k)
     # The next step starts clean where a NaN was.
