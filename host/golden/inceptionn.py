@@ -45,6 +45,7 @@ __all__ = [
     "check_k", "classify", "codes", "quantize", "encode", "decode", "encode_many", "decode_many",
     "block_bits", "stream_bits", "stream_bytes",
     "tensor_to_packets", "packets_to_tensor", "nic_tx", "nic_rx",
+    "quantize_with_feedback",
 ]
 
 #: The paper's operating point: error bound 2^-10.
@@ -234,6 +235,74 @@ def quantize(values, k) -> np.ndarray:
         tags, code = _tags_and_codes(bits[start:start + _PASS_VALUES], k)
         out[start:start + _PASS_VALUES] = _words_from_codes(tags, code, k)
     return out.view(np.float32).reshape(shape)
+
+
+def quantize_with_feedback(values, residual, k):
+    """Error feedback around :func:`quantize`: ``(sent, residual')`` for one step.
+
+    The building block of error-feedback compression (1-bit SGD, EF-SGD, GRACE's
+    ``Memory``): what the codec takes away from a value is kept and added to the next
+    value at the same place, so it is delayed, not lost. In float32::
+
+        corrected = values + residual          # one float32 addition per value
+        sent      = quantize(corrected, k)     # what the NIC's codec carries unchanged
+        residual' = corrected - sent           # exact (see below)
+
+    ``sent`` is on the codec's grid, so the NIC compresses it exactly as the spec says and
+    decodes it to the same bits (``quantize(sent) == sent``): error feedback is the host's
+    part, the wire format does not change.
+
+    ``corrected - sent`` is computed exactly: ``sent`` is ``corrected`` truncated toward zero
+    (same sign), either to +0.0 (tag 00: the subtraction returns ``corrected`` itself), to
+    itself (tag 11: residual +0.0), or, for tags 01 and 10, to a value with
+    ``|sent| <= |corrected| <= 2 |sent|`` (the dropped part is below the grid step, and the
+    step, 2^-k or 2^-15, is at most ``|sent|``), where Sterbenz's lemma makes the float32
+    subtraction exact. Hence ``sent + residual' == corrected`` exactly, ``|residual'| <
+    2^-k``, and over many steps ``sum(sent) == sum(values) - residual_last`` exactly
+    whenever every addition ``values + residual`` is exact in float32 (for example a
+    constant gradient with a few significant bits); otherwise each step adds that
+    addition's rounding, at most 2^-24 of ``|corrected|``.
+
+    A non-finite ``corrected`` (NaN or Inf in ``values``, or an addition that overflowed)
+    is sent raw, as the codec sends it, and leaves a residual of +0.0 there: a NaN is not
+    remembered and cannot poison later steps.
+
+    Parameters
+    ----------
+    values : array_like of float32
+        This step's values (e.g. one rank's gradient bucket).
+    residual : array_like of float32, or None
+        The residual the previous step returned, same shape (``None``: all zero, the
+        first step).
+    k : int
+        Error bound exponent, 1..15.
+
+    Returns
+    -------
+    sent : numpy.ndarray of float32
+        ``quantize(values + residual, k)``, the shape of ``values``.
+    residual : numpy.ndarray of float32
+        The new residual, the shape of ``values``.
+    """
+    k = check_k(k)
+    values = np.asarray(values)
+    if values.dtype != np.float32:
+        raise TypeError(f"values must be float32, not {values.dtype}")
+    if residual is None:
+        corrected = values.copy()
+    else:
+        residual = np.asarray(residual)
+        if residual.dtype != np.float32:
+            raise TypeError(f"residual must be float32, not {residual.dtype}")
+        if residual.shape != values.shape:
+            raise ValueError(f"residual has shape {residual.shape}, values {values.shape}")
+        with np.errstate(invalid="ignore", over="ignore"):   # NaN, Inf: sent raw
+            corrected = values + residual
+    sent = quantize(corrected, k)
+    with np.errstate(invalid="ignore"):
+        new_residual = corrected - sent
+    new_residual[~np.isfinite(corrected)] = 0.0
+    return sent, new_residual
 
 
 # -- sizes -------------------------------------------------------------------------------
