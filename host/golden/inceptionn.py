@@ -421,11 +421,14 @@ def _block_starts(next_start, first, blocks):
         return np.zeros((streams, 0), dtype=np.intp)
     levels = _doubling_levels(next_start.size, streams, widest)
     step = 1 << levels
-    jump, spare = next_start.copy(), np.empty_like(next_start)
-    for _ in range(levels):
-        # mode="wrap" skips the bounds check (every entry is a valid index already).
-        np.take(jump, jump, out=spare, mode="wrap")
-        jump, spare = spare, jump
+    jump = next_start   # no copies without squarings (many short streams)
+    if levels:
+        jump, spare = next_start.copy(), np.empty_like(next_start)
+        for _ in range(levels):
+            # mode="wrap" skips the bounds check (every entry is a valid index already).
+            np.take(jump, jump, out=spare, mode="wrap")
+            jump, spare = spare, jump
+        del spare
     groups = -(-widest // step)
     group_starts = np.empty((streams, groups), dtype=np.intp)
     position = first.astype(np.intp)
