@@ -3,11 +3,14 @@ measured in the same run. Results go to the screen and to ``build/bench/results.
 
 Each module listed in :data:`SECTIONS` (under ``host/benchmarks/``) has
 ``run(quick: bool) -> dict``: it prints its own table and returns JSON-serialisable results.
+A section with sizes too long for every run takes ``run(quick, large=False)`` too and runs
+them only with ``--large``. ``--only NAME`` (repeatable) runs some sections alone.
 """
 from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import platform
 import sys
@@ -19,6 +22,7 @@ SECTIONS = [
     "lhc",
     "switch",
     "nic",
+    "codec_memory",
 ]
 
 
@@ -26,13 +30,19 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m host.bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes (smoke run)")
     parser.add_argument("--only", action="append", choices=SECTIONS, help="run only these sections")
+    parser.add_argument("--large", action="store_true",
+                        help="also the largest sizes of the sections that have them "
+                             "(codec_memory: 2^27 values; minutes)")
     parser.add_argument("--out", default="build/bench/results.json", help="JSON results file")
     args = parser.parse_args(argv)
     results = {"machine": {"python": platform.python_version(), "platform": platform.platform()},
                "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
     for name in args.only or SECTIONS:
         print(f"\n=== {name} ===", flush=True)
-        results[name] = importlib.import_module(f"host.benchmarks.{name}").run(quick=args.quick)
+        run = importlib.import_module(f"host.benchmarks.{name}").run
+        options = {"large": True} if args.large and "large" in inspect.signature(run).parameters \
+            else {}
+        results[name] = run(quick=args.quick, **options)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, default=float) + "\n")

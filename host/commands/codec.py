@@ -36,7 +36,7 @@ __all__ = ["add_compress_arguments", "run_compress", "add_decompress_arguments",
            "run_decompress", "add_info_arguments", "run_info", "CHUNK_VALUES"]
 
 #: Values handled per step (the progress bar advances by this much).
-CHUNK_VALUES = 1 << 20
+CHUNK_VALUES = 1 << 18
 #: Inputs with at least this many values get a progress bar (if stderr is a terminal).
 PROGRESS_MIN_VALUES = 1 << 22
 
@@ -254,6 +254,19 @@ def _packet_chunks(reader, path, description):
             bar.update(sum(expected_counts))
 
 
+def _max_error(values, k, step=1 << 16):
+    """Largest ``abs(x - quantize(x))`` over the finite values (0.0 if none), computed in
+    float64 (exact) a few values at a time (the float64 temporaries stay small)."""
+    largest = 0.0
+    for first in range(0, values.size, step):
+        x = values[first:first + step]
+        finite = x[np.isfinite(x)]
+        if finite.size:
+            error = np.abs(finite.astype(np.float64) - inc.quantize(finite, k).astype(np.float64))
+            largest = max(largest, float(error.max()))
+    return largest
+
+
 def _histogram_lines(tag_counts):
     total = int(tag_counts.sum())
     cells = []
@@ -292,11 +305,7 @@ def run_compress(args) -> int:
                                                 seq=base // per_packet, offset=base)
                 writer.write([p.to_bytes() for p in packets])
                 tag_counts += np.bincount(inc.classify(chunk, k), minlength=4)
-                finite = np.isfinite(chunk)
-                if finite.any():
-                    error = np.abs(chunk[finite].astype(np.float64)
-                                   - inc.quantize(chunk[finite], k).astype(np.float64))
-                    max_error = max(max_error, float(error.max()))
+                max_error = max(max_error, _max_error(chunk, k))
                 bar.update(chunk.size)
         header = writer.finish()
 

@@ -480,8 +480,8 @@ def _find_blocks(buf, first, sizes, counts):
     padded[:size] = buf
     tag_vector_at = padded[:size + 1].astype(np.uint16) | (padded[1:size + 2].astype(np.uint16) << 8)
 
-    next_start = np.arange(size + 1, dtype=np.intp)
-    next_start += 2 + _BLOCK_PAYLOAD_BYTES[tag_vector_at]
+    next_start = _BLOCK_PAYLOAD_BYTES[tag_vector_at].astype(np.intp, copy=False)
+    next_start += np.arange(2, size + 3, dtype=np.intp)
     np.minimum(next_start, size, out=next_start)
 
     blocks = -(-counts // LANES)
