@@ -536,9 +536,12 @@ def _pass_test_streams(rng, k, n):
     boundaries = np.resize(boundary_values(k).view(np.uint32), n)
     mixed = gradient_like(rng, n).view(np.uint32).copy()
     mixed[rng.random(n) < 0.3] = 0
+    zero_then_raw = all_raw.copy()
+    zero_then_raw[:n // 2] = 0
     return [("random", random_words(rng, n)[:n]), ("all-raw", all_raw),
             ("all-zero", np.zeros(n, np.uint32)), ("boundaries", boundaries),
-            ("mixed", mixed)]
+            ("mixed", mixed), ("zero-then-raw", zero_then_raw),
+            ("raw-then-zero", zero_then_raw[::-1].copy())]
 
 
 @pytest.mark.parametrize("pass_values", [8, 13, 24, 64])
@@ -584,6 +587,23 @@ def test_decode_in_bounded_passes_is_bit_exact(monkeypatch, pass_values):
                 assert np.array_equal(_outcome(inc.decode, good, n, k),
                                       inc.quantize(x, k).view(np.uint32)), context
     assert checked > 1000
+
+
+def test_long_stream_window_too_short_is_walked_again(monkeypatch):
+    """A piece is first walked in a window sized after the piece before it; when the
+    stream turns from compressible to raw the window is too short and the piece is walked
+    again in a long enough one: same words, and the retries did happen."""
+    monkeypatch.setattr(inc, "_PASS_VALUES", 64)
+    rng, seed = fresh_rng()
+    x = np.concatenate([np.zeros(50 * 64, np.uint32), rng.integers(0x3F800000, 0x7F800000,
+                                                                   50 * 64, dtype=np.uint32)])
+    monkeypatch.setattr(inc, "_PASS_VALUES", 1 << 18)
+    stream = inc.encode(x, 10)
+    monkeypatch.setattr(inc, "_PASS_VALUES", 64)
+    passes = _record_passes(monkeypatch)
+    assert np.array_equal(inc.decode(stream, x.size, 10).view(np.uint32), x), seed
+    assert len(passes) > x.size // 64   # more walks than pieces
+    _check_pass_bounds(passes, 64)
 
 
 def test_many_streams_long_and_short_in_bounded_passes(monkeypatch):

@@ -1,10 +1,11 @@
 """Peak memory of ``gradwire compress | decompress | info``, as a ratio to the tensor's size.
 
 Each command runs as a child process on a tensor of ``n`` float32 values (``4n`` bytes, the
-size of the decoded array); its peak resident set (``ru_maxrss`` of that child, from
-``os.wait4``) minus the baseline measured in the same run (a child that imports the CLI
-and builds its parser: the interpreter, NumPy and every command module, about 40 MiB) is
-reported as a ratio to ``4n``. Goal: at most 2x for every command, size and workload.
+size of the decoded array); its peak resident set (``VmHWM``, which the child reads from
+``/proc/self/status`` as it exits) minus the baseline measured the same way in the same run
+(a child that imports the CLI and builds its parser: the interpreter, NumPy and every
+command module, about 45 MiB) is reported as a ratio to ``4n``. Goal: at most 2x for every
+command, size and workload.
 
 Workloads (``k = 10``, packets of 2048 values), written in chunks (seeded):
 
@@ -22,7 +23,6 @@ for information only.
 """
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -75,21 +75,41 @@ def _check_output(input_path, output_path, n):
             raise AssertionError(f"decompressed values {first}.. differ from quantize")
 
 
-def peak_of_child(argv):
-    """``(peak resident bytes, seconds, stdout)`` of a child process running ``argv``."""
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        start = time.perf_counter()
-        child = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(child.pid, 0)
-        seconds = time.perf_counter() - start
-        child.returncode = os.waitstatus_to_exitcode(status)
-        out.seek(0)
-        err.seek(0)
-        if child.returncode:
-            raise RuntimeError(f"{' '.join(map(str, argv))} failed ({child.returncode}): "
-                               f"{err.read().decode(errors='replace')}")
-        # ru_maxrss is in KiB on Linux.
-        return usage.ru_maxrss * 1024, seconds, out.read().decode()
+#: Run by each measured child: the code given, then write the child's own peak resident set
+#: (``VmHWM``, KiB) to the file named by ``argv[1]``. ``ru_maxrss`` would not do: Linux
+#: carries the parent's peak into a child's across ``fork``/``vfork`` + ``exec``.
+_LAUNCHER = """
+import runpy, sys
+report, code, sys.argv = sys.argv[1], sys.argv[2], sys.argv[3:]
+try:
+    if code == "-m":
+        runpy.run_module(sys.argv[0], run_name="__main__", alter_sys=True)
+    else:
+        exec(code)
+finally:
+    with open("/proc/self/status") as status:
+        peak = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(report, "w") as out:
+        out.write(peak)
+"""
+
+
+def peak_of_child(code, argv=()):
+    """``(peak resident bytes, seconds, stdout)`` of a child Python process running
+    ``code`` (``"-m"``: the module ``argv[0]`` as ``__main__``, with ``argv`` as its
+    ``sys.argv``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        report, out, err = (Path(tmp) / name for name in ("peak", "out", "err"))
+        with open(out, "wb") as stdout, open(err, "wb") as stderr:
+            start = time.perf_counter()
+            status = subprocess.run([sys.executable, "-c", _LAUNCHER, str(report), code,
+                                     *map(str, argv)], stdout=stdout, stderr=stderr,
+                                    stdin=subprocess.DEVNULL).returncode
+            seconds = time.perf_counter() - start
+        if status:
+            raise RuntimeError(f"{code} {' '.join(map(str, argv))} failed ({status}): "
+                               f"{err.read_text(errors='replace')}")
+        return int(report.read_text()) * 1024, seconds, out.read_text()
 
 
 def _classes(text):
@@ -100,11 +120,10 @@ def _classes(text):
 def _measure(tmp, name, n, baseline):
     source, packed, restored = tmp / f"{name}.npy", tmp / f"{name}.gwz", tmp / f"{name}.out.npy"
     _write_input(source, name, n)
-    cli = [sys.executable, "-m", "host.cli"]
     results, texts = {}, {}
     for command, args in (("compress", [source, packed]), ("decompress", [packed, restored]),
                           ("info", [packed])):
-        peak, seconds, texts[command] = peak_of_child(cli + [command, *map(str, args)])
+        peak, seconds, texts[command] = peak_of_child("-m", ["host.cli", command, *args])
         results[command] = {"peak_bytes": peak, "seconds": seconds,
                             "ratio_to_tensor": (peak - baseline) / (4 * n)}
     _check_output(source, restored, n)
@@ -122,14 +141,14 @@ def run(quick: bool, large: bool = False) -> dict:
         sizes.append(27)
     with tempfile.TemporaryDirectory(prefix="gradwire-codec-memory-") as tmp:
         tmp = Path(tmp)
-        baseline, _, _ = peak_of_child([sys.executable, "-c", _BASELINE])
+        baseline, _, _ = peak_of_child(_BASELINE)
         results = {"baseline_peak_bytes": baseline, "goal_ratio": GOAL, "k": K,
                    "packet_values": inc.MAX_COUNT, "sizes": {}}
         print(f"peak resident memory of each command (child process) minus the baseline "
               f"({baseline / 2 ** 20:.1f} MiB: interpreter, NumPy, CLI imports), as a ratio "
               f"to the tensor (4 bytes per value); goal <= {GOAL:g}x")
         print(f"{'values':>9} {'workload':<10}" + "".join(f"{c:>12}" for c in COMMANDS)
-              + "   seconds (c/d/i)")
+              + "   peak MiB (c/d/i)   seconds (c/d/i)")
         worst = 0.0
         for log2 in sizes:
             n = 1 << log2
@@ -140,6 +159,7 @@ def run(quick: bool, large: bool = False) -> dict:
                 worst = max(worst, *ratios)
                 print(f"{'2^' + str(log2):>9} {name:<10}"
                       + "".join(f"{x:>11.3f}x" for x in ratios)
+                      + "   " + "/".join(f"{r[c]['peak_bytes'] / 2 ** 20:.1f}" for c in COMMANDS)
                       + "   " + "/".join(f"{r[c]['seconds']:.1f}" for c in COMMANDS),
                       flush=True)
     results["worst_ratio"] = worst

@@ -558,19 +558,34 @@ def _pass_bytes(buf, first, sizes):
 
 def _scan_long_stream(buf, first, size, count, value_first, visit):
     """:func:`_scan_segments` of one stream longer than a pass, piece by piece; returns its
-    status."""
+    status.
+
+    A piece's blocks are followed in a window of bytes: if they all end inside it, the walk
+    is exact (every tag vector it read lies inside); if the last one ends past it, the
+    window was too short, and the piece is walked again in a window long enough for every
+    block raw (or, at the stream's end, the stream is truncated). The first window is the
+    size of the piece before it, with a margin, so that compressible streams are not
+    walked over 34 bytes per block.
+    """
     piece_blocks = max(1, _PASS_VALUES // LANES)
     position, done = 0, 0   # where the next piece starts (bytes, values)
+    previous_bytes_per_block = _MAX_BLOCK_BYTES
     while True:
         values = min(count - done, LANES * piece_blocks)
-        # All blocks of the piece lie in these bytes (fewer at the stream's end).
-        window = min(size - position, _MAX_BLOCK_BYTES * -(-values // LANES))
-        low = first + position
-        blocks = _find_blocks(buf[low:low + window], np.zeros(1, dtype=np.int64),
-                              np.array([window], dtype=np.int64),
-                              np.array([values], dtype=np.int64))
+        blocks_in_piece = -(-values // LANES)
+        longest = min(size - position, _MAX_BLOCK_BYTES * blocks_in_piece)
+        window = min(longest, int(1.25 * previous_bytes_per_block * blocks_in_piece) + 64)
+        while True:
+            low = first + position
+            blocks = _find_blocks(buf[low:low + window], np.zeros(1, dtype=np.int64),
+                                  np.array([window], dtype=np.int64),
+                                  np.array([values], dtype=np.int64))
+            piece_bytes = int(blocks.ends[0])
+            if piece_bytes <= window or window == longest:
+                break
+            window = longest
         # The status is the whole stream's (its padding counts from the stream's start).
-        end = position + int(blocks.ends[0])
+        end = position + piece_bytes
         if end > size:
             return STREAM_TRUNCATED
         done += values
@@ -580,6 +595,7 @@ def _scan_long_stream(buf, first, size, count, value_first, visit):
         if done == count:
             return STREAM_OK
         position = end
+        previous_bytes_per_block = piece_bytes / blocks_in_piece
 
 
 def _decode_segments(buf, first, sizes, counts, k):
@@ -728,9 +744,15 @@ def decode_many(payloads, counts, k) -> list:
     return [values[a:b] for a, b in zip([0] + ends[:-1], ends)]
 
 
-#: How many lanes of each tag a tag vector holds, at ``[tag_vector, tag]``.
-_TAGS_OF_VECTOR = np.stack([(((np.arange(1 << 16)[:, None] >> _TAG_SHIFTS) & 3) == t).sum(axis=1)
-                            for t in range(4)], axis=1).astype(np.uint8)
+@functools.lru_cache(maxsize=None)
+def _tags_of_vector():
+    """How many lanes of each tag a tag vector holds, at ``[tag_vector, tag]`` (uint8)."""
+    vectors = np.arange(1 << 16, dtype=np.uint32)
+    table = np.zeros((1 << 16, 4), dtype=np.uint8)
+    for lane in range(LANES):
+        table[vectors, (vectors >> (2 * lane)) & 3] += 1
+    table.flags.writeable = False
+    return table
 
 
 def tag_histogram(payloads, counts) -> np.ndarray:
@@ -747,7 +769,7 @@ def tag_histogram(payloads, counts) -> np.ndarray:
     histogram = np.zeros(4, dtype=np.int64)
 
     def count_pass(blocks, _value_first):
-        histogram[:] += _TAGS_OF_VECTOR[blocks.tag_vector].sum(axis=0, dtype=np.int64)
+        histogram[:] += _tags_of_vector()[blocks.tag_vector].sum(axis=0, dtype=np.int64)
         # The cleared lanes past `count` read as tag 00 but hold no value.
         histogram[TAG_ZERO] -= int((LANES - blocks.lanes_in_last).sum())
 
