@@ -4,7 +4,7 @@ Each command runs as a child process on a tensor of ``n`` float32 values (``4n``
 size of the decoded array); its peak resident set (``VmHWM``, which the child reads from
 ``/proc/self/status`` as it exits) minus the baseline measured the same way in the same run
 (a child that imports the CLI and builds its parser: the interpreter, NumPy and every
-command module, about 45 MiB) is reported as a ratio to ``4n``. Goal: at most 2x for every
+command module, about 43 MiB) is reported as a ratio to ``4n``. Goal: at most 2x for every
 command, size and workload.
 
 Workloads (``k = 10``, packets of 2048 values), written in chunks (seeded):
