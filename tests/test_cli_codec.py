@@ -466,9 +466,11 @@ def test_forged_field_limits(tmp_path, capsys):
     check_refused(tmp_path, capsys, forge((3000,), images, version=2), "unsupported .gwz version 2")
     check_refused(tmp_path, capsys, forge((3000,), images, version=0), "unsupported .gwz version 0")
     for code in (0, 2):
-        check_refused(tmp_path, capsys, forge((3000,), images, dtype=code), f"unknown dtype code {code}")
+        check_refused(tmp_path, capsys, forge((3000,), images, dtype=code),
+                      f"unknown dtype code {code}")
     check_refused(tmp_path, capsys, forge((3000,), images, magic=b"GWZ0"), "not a .gwz file")
-    check_refused(tmp_path, capsys, forge((3000,), images, header_bytes=64), "inconsistent header size 64")
+    check_refused(tmp_path, capsys, forge((3000,), images, header_bytes=64),
+                  "inconsistent header size 64")
     shape32 = (1,) * 29 + (3, 1000, 1)
     check_accepted(tmp_path, capsys, forge(shape32, images), inc.quantize(x, 10).reshape(shape32))
     shape33 = (1,) * 30 + (3, 1000, 1)
