@@ -554,11 +554,11 @@ def test_decode_in_bounded_passes_is_bit_exact(monkeypatch, pass_values):
     rng, seed = fresh_rng()
     piece = inc.LANES * max(1, pass_values // inc.LANES)
     counts = sorted({1, 7, piece - 1, piece, piece + 1, 2 * piece, 2 * piece + 3,
-                     3 * piece - 1, 5 * piece + 5, 40 * piece + 1} - {0})
+                     3 * piece - 1, 9 * piece + 5} - {0})
     passes = _record_passes(monkeypatch)
     encoder_pass = inc._PASS_VALUES   # the encoder's passes must be whole blocks
     checked = 0
-    for k in (1, 10, 15):
+    for k in (1, 15):   # the extreme class boundaries
         for n in counts:
             for name, x in _pass_test_streams(rng, k, n):
                 monkeypatch.setattr(inc, "_PASS_VALUES", encoder_pass)
@@ -586,7 +586,7 @@ def test_decode_in_bounded_passes_is_bit_exact(monkeypatch, pass_values):
                     checked += 1
                 assert np.array_equal(_outcome(inc.decode, good, n, k),
                                       inc.quantize(x, k).view(np.uint32)), context
-    assert checked > 1000
+    assert checked > 700
 
 
 def test_long_stream_window_too_short_is_walked_again(monkeypatch):
