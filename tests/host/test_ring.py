@@ -3,7 +3,7 @@
 The NIC-driven ring of ``host.ring`` (one NIC model serving every hop, no process group)
 against a model written from the README's text, and against the stated bound with the
 float32 rounding term; the DDP hook's ring is checked against the same bound in
-tests/test_ddp.py.
+tests/host/test_ddp.py.
 """
 from __future__ import annotations
 
