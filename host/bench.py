@@ -19,6 +19,7 @@ SECTIONS = [
     "lhc",
     "switch",
     "nic",
+    "sim_speed",
 ]
 
 

@@ -63,22 +63,27 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
 
     Parameters
     ----------
-    backend : {"golden", "verilator"}
-        The golden model, or the Verilated ``nic_top`` gateware.
+    backend : {"golden", "verilator", "cocotb"}
+        The golden model, or the Verilated ``nic_top`` gateware: through the compiled
+        harness (``"verilator"``, fast) or through the cocotb bridge (``"cocotb"``, for
+        waveform debugging with cocotb's tools; same cycles).
     check : bool
-        With ``"verilator"``: run the golden model in lockstep and compare every packet
+        With a gateware backend: run the golden model in lockstep and compare every packet
         and counter (raises :class:`~host.driver.lockstep.MismatchError`).
     """
     from .models import NicModelTransport
     if backend == "golden":
         return NicModelTransport(max_count=max_count)
-    if backend != "verilator":
-        raise ValueError(f"backend must be 'golden' or 'verilator', not {backend!r}")
+    if backend == "verilator":
+        from sim.harness import HarnessTransport as Device
+    elif backend == "cocotb":
+        from .transport import VerilatorTransport as Device
+    else:
+        raise ValueError(f"backend must be 'golden', 'verilator' or 'cocotb', not {backend!r}")
     from hdl.export import make_top
     from sim.runner import export_verilog
-    from .transport import VerilatorTransport
-    device = VerilatorTransport("nic_top", export_verilog(make_top("nic_top"), "nic_top"),
-                                NIC_STREAMS, ctrl=True, waves=waves)
+    device = Device("nic_top", export_verilog(make_top("nic_top"), "nic_top"),
+                    NIC_STREAMS, ctrl=True, waves=waves)
     if not check:
         return device
     from .lockstep import LockstepTransport

@@ -102,19 +102,23 @@ class SwitchInterface:
 
 def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
                 max_workers=32, jobs=4):
-    """A transport to the switch aggregator (``"golden"`` model or ``"verilator"``
-    gateware, by default checked packet for packet against the model in lockstep)."""
+    """A transport to the switch aggregator (``"golden"`` model, or the gateware through
+    the compiled harness, ``"verilator"``, or the cocotb bridge, ``"cocotb"``; by default
+    checked packet for packet against the model in lockstep)."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":
         return SwitchModelTransport(**params)
-    if backend != "verilator":
-        raise ValueError(f"backend must be 'golden' or 'verilator', not {backend!r}")
+    if backend == "verilator":
+        from sim.harness import HarnessTransport as Device
+    elif backend == "cocotb":
+        from .transport import VerilatorTransport as Device
+    else:
+        raise ValueError(f"backend must be 'golden', 'verilator' or 'cocotb', not {backend!r}")
     from hdl.switch_top import SwitchTop
     from sim.runner import export_verilog
-    from .transport import VerilatorTransport
-    device = VerilatorTransport("switch_top", export_verilog(SwitchTop(**params), "switch_top"),
-                                SWITCH_STREAMS, ctrl=True, waves=waves)
+    device = Device("switch_top", export_verilog(SwitchTop(**params), "switch_top"),
+                    SWITCH_STREAMS, ctrl=True, waves=waves)
     if not check:
         return device
     from .lockstep import LockstepTransport

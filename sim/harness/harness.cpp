@@ -412,6 +412,7 @@ private:
         ExchangeStats st;
         uint64_t quiet = 0, cycle = 0;
         std::string error;
+        auto started = std::chrono::steady_clock::now();
         for (;;) {
             step();
             cycle = edges_ - s.start;
@@ -443,10 +444,13 @@ private:
                 break;
             }
         }
+        auto loop_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now() - started).count();
         s.end = edges_;
         s.open_ended = false;
         if (!error.empty()) return error;
         st.cycles = cycle;
+        put_u64(static_cast<uint64_t>(loop_ns));
         put_u64(st.cycles);
         put_u64(st.in_beats);
         put_u64(st.out_beats);
@@ -584,16 +588,32 @@ private:
 
     // ---- bytes -----------------------------------------------------------------------------
 
+    // Buffered: a request of many small frames costs a few large reads, not two per frame.
     bool read_exact(void* to, size_t n) {
         uint8_t* p = static_cast<uint8_t*>(to);
-        while (n) {
-            ssize_t got = ::read(in_fd_, p, n);
+        for (;;) {
+            size_t have = in_end_ - in_at_;
+            size_t take = have < n ? have : n;
+            std::memcpy(p, in_buf_.data() + in_at_, take);
+            in_at_ += take;
+            p += take;
+            n -= take;
+            if (!n) return true;
+            if (n >= in_buf_.size()) {   // a large frame: straight into its place
+                ssize_t got = ::read(in_fd_, p, n);
+                if (got < 0 && errno == EINTR) continue;
+                if (got <= 0) return false;
+                p += got;
+                n -= static_cast<size_t>(got);
+                if (!n) return true;
+                continue;
+            }
+            ssize_t got = ::read(in_fd_, in_buf_.data(), in_buf_.size());
             if (got < 0 && errno == EINTR) continue;
             if (got <= 0) return false;
-            p += got;
-            n -= static_cast<size_t>(got);
+            in_at_ = 0;
+            in_end_ = static_cast<size_t>(got);
         }
-        return true;
     }
 
     bool write_all(const void* from, size_t n) {
@@ -627,6 +647,8 @@ private:
     void put_i64(int64_t v) { put_le(v); }
 
     int in_fd_, out_fd_;
+    std::vector<uint8_t> in_buf_ = std::vector<uint8_t>(1 << 20);
+    size_t in_at_ = 0, in_end_ = 0;
     uint64_t period_ps_;
     std::unique_ptr<VerilatedContext> context_;
     std::unique_ptr<Vtop> top_;

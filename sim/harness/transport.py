@@ -31,10 +31,20 @@ __all__ = ["HarnessTransport"]
 OP_EXCHANGE, OP_WRITE, OP_READ, OP_IDLE, OP_CYCLE, OP_CLOSE, OP_PATTERN, OP_BARE, OP_INFO = \
     range(1, 10)
 _EXCHANGE_HEAD = struct.Struct("<BBQQQQQQQI")
-_EXCHANGE_REPLY = struct.Struct("<QQQQQqqqqI")
+_EXCHANGE_REPLY = struct.Struct("<QQQQQQqqqqI")
 _U32 = struct.Struct("<I")
 _HEAD = struct.Struct("<BQ")
 LOG_TAIL_LINES = 40
+
+
+def _grow_pipe(fd, size=1 << 20):
+    """Make a pipe hold a whole typical request, so that neither side waits for the
+    other to drain it (Linux; elsewhere, or above the system's limit, it stays as it is)."""
+    try:
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except OSError:
+        pass
 
 
 def _waves_from_environment():
@@ -83,6 +93,9 @@ class HarnessTransport(Transport):
         self._timeout = timeout
         self._stuck = None
         self._proc = None
+        #: wall time the harness spent in its clock loops (the rest of an exchange's time
+        #: is the protocol, the packets' encoding and Python)
+        self.loop_seconds = 0.0
         self._ports = top_ports(verilog, top)
         waves = _waves_from_environment() if waves is None else bool(waves)
         self.build = build_harness(top, verilog, self.streams, ctrl=ctrl, waves=waves)
@@ -100,6 +113,8 @@ class HarnessTransport(Transport):
 
         request_r, self._request_w = os.pipe()
         self._reply_r, reply_w = os.pipe()
+        for fd in (self._request_w, self._reply_r):
+            _grow_pipe(fd)
         try:
             with open(self.log_path, "wb") as log:
                 self._proc = subprocess.Popen(
@@ -212,8 +227,9 @@ class HarnessTransport(Transport):
                 self._stuck = (f"{exc}; the {self.top} engine is stuck in that exchange: "
                                f"close this transport and open a new one")
             raise
-        (cycles, in_beats, out_beats, stall_in, stall_out, first_in, last_in, first_out,
-         last_out, count) = _EXCHANGE_REPLY.unpack_from(answer)
+        (loop_ns, cycles, in_beats, out_beats, stall_in, stall_out, first_in, last_in,
+         first_out, last_out, count) = _EXCHANGE_REPLY.unpack_from(answer)
+        self.loop_seconds += loop_ns * 1e-9
         at, out = _EXCHANGE_REPLY.size, []
         for _ in range(count):
             length = _U32.unpack_from(answer, at)[0]
