@@ -8,6 +8,9 @@ executes its requests one at a time while simulated time stands still in between
     send ``frames`` (packet byte images) into ``{stream}`` 's sink port, collect what the
     source port emits until the design has been quiet for ``options["idle"]`` cycles, and
     answer ``{"frames": [...], "cycles": ..., "in_beats": ..., "out_beats": ..., ...}``.
+    The options and their seeded input-gap and back-pressure patterns are
+    ``sim/harness/patterns.py``'s; the compiled harness (``sim/harness``) gives the same
+    cycles for the same requests, and this module defines what they are.
 ``("write", addr, value)`` / ``("read", addr)``
     one access on the ``ctrl_*`` register port.
 ``("close",)``

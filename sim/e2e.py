@@ -267,16 +267,20 @@ def format_report(r):
                          f"{e.get('first_beat_latency_cycles', '-'):>7} "
                          f"{e.get('throughput_in_gbps', 0):>8.2f} "
                          f"{e.get('throughput_out_gbps', 0):>8.2f}")
-    builds = [r[path]["build"] for path in ("inceptionn", "lhc") if "build" in r.get(path, {})]
-    if builds:
-        lines += ["", "Compiled harness builds (Verilator, cached by content)"]
-        for b in builds:
-            lines.append(f"  {b['top']:<12} {b['build_seconds']:>7.1f} s"
-                         f"{'  (cached)' if b['cached'] else ''}")
     if r["engines"]:
         lines.append("  (cycles run from each exchange's first input beat to its last output beat, so "
                      "short exchanges\n   include pipeline fill; the RX path stores and forwards "
                      "whole packets)")
+    cycles = sum(e.get("cycles", 0) for e in r["engines"].values())
+    if cycles:
+        lines.append(f"  simulated {cycles:,} clock cycles in all ({cycles / max(r.get('seconds') or 0, 0.1):,.0f} "
+                     f"per second of the run, golden-model checks included)")
+    builds = [r[path]["build"] for path in ("inceptionn", "lhc") if "build" in r.get(path, {})]
+    if builds:
+        lines += ["", "Verilator builds of the compiled harness (cached by content in build/sim/)"]
+        for b in builds:
+            lines.append(f"  {b['top']:<12} {b['build_seconds']:>7.1f} s"
+                         f"{'  (reused)' if b['cached'] else ''}")
     lines += ["", "RESULT: " + ("both paths bit-exact against the golden model" if r["ok"]
                                 else "MISMATCH (see above)")]
     return "\n".join(lines)

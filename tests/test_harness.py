@@ -109,6 +109,14 @@ def test_stream_table_checked_against_the_ports():
         ports_header("nic", verilog, NIC_STREAMS, ctrl=True)
 
 
+def test_backend_names():
+    from host.driver.nic import open_nic
+    from host.driver.switch import open_switch
+    for opener in (open_nic, open_switch):
+        with pytest.raises(ValueError, match="'verilator' or 'cocotb'"):
+            opener("iverilog")
+
+
 # ---- the harness alone ---------------------------------------------------------------------
 
 pytestmark_sim = pytest.mark.cocotb
@@ -203,8 +211,11 @@ def run_plan(transport, plan):
     for op, *args in plan:
         if op == "exchange":
             stream, frames, options = args
+            # A budget, so that a transport that stops making progress fails the test
+            # instead of hanging it.
+            options = {"max_cycles": 50_000, **options}
             try:
-                out.append(transport._exchange(stream, frames, dict(options)))
+                out.append(transport._exchange(stream, frames, options))
             except TransportError as exc:
                 out.append(("error", "max_cycles" in str(exc)))
         elif op == "read":
