@@ -170,7 +170,14 @@ class Header:
         data = bytes(data)
         if len(data) < HEADER_BYTES:
             raise HeaderError("length", f"a header is {HEADER_BYTES} bytes, got {len(data)}")
-        return cls(**dict(zip(_PACKED_NAMES, _STRUCT.unpack_from(data))))
+        values = zip(_PACKED_NAMES, _STRUCT.unpack_from(data))
+        if cls is Header:
+            # What the dataclass __init__ would store, without its 13 frozen setattr calls
+            # (packets come back from the gateware by the thousand).
+            header = object.__new__(cls)
+            header.__dict__.update(values)
+            return header
+        return cls(**dict(values))
 
     def to_int(self) -> int:
         """The header beat's 256-bit ``tdata`` as an integer."""

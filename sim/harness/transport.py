@@ -13,6 +13,7 @@ the harness's log, never as a dead or hung caller.
 """
 from __future__ import annotations
 
+import functools
 import os
 import select
 import signal
@@ -37,9 +38,28 @@ _HEAD = struct.Struct("<BQ")
 LOG_TAIL_LINES = 40
 
 
+def _fields(o: ExchangeOptions):
+    return (o.seed & (1 << 64) - 1, o.pattern(IN).threshold, o.pattern(OUT).threshold,
+            o.burst_in, o.burst_out, o.idle, o.max_cycles)
+
+
+@functools.lru_cache(maxsize=256, typed=True)
+def _cached_fields(**options):
+    return _fields(ExchangeOptions.from_dict(options))
+
+
+def _exchange_fields(**options):
+    """The exchange request's option fields, checked (callers repeat the same few, so the
+    answers are cached, by value and type)."""
+    try:
+        return _cached_fields(**options)
+    except TypeError:   # an unhashable value: the uncached check explains what is wrong
+        return _fields(ExchangeOptions.from_dict(options))
+
+
 def _grow_pipe(fd, size=1 << 20):
-    """Make a pipe hold a whole typical request, so that neither side waits for the
-    other to drain it (Linux; elsewhere, or above the system's limit, it stays as it is)."""
+    """Make a pipe hold a whole typical request, so that the writer does not wait for the
+    reader to drain it (Linux; elsewhere, or above the system's limit, it stays as it is)."""
     try:
         import fcntl
         fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
@@ -135,7 +155,7 @@ class HarnessTransport(Transport):
             raise TransportError(f"the {top} harness has streams {names}, expected "
                                  f"{list(self.streams)}")
 
-    # ---- the pipe -----------------------------------------------------------------------
+    # ---- the pipes ----------------------------------------------------------------------
 
     def _log_tail(self):
         try:
@@ -204,18 +224,13 @@ class HarnessTransport(Transport):
 
     def _exchange(self, stream, packets, options):
         index = self._stream_index(stream)
-        options = dict(options)
-        options.setdefault("max_cycles", self._max_cycles)
-        o = ExchangeOptions.from_dict(options)
+        head = _exchange_fields(**{"max_cycles": self._max_cycles, **options})
         if self._stuck:
             raise TransportError(self._stuck)
         frames = [p.to_bytes() for p in packets]
-        if any(not f for f in frames):
+        if not all(frames):
             raise ValueError("an AXI-Stream frame needs at least one byte")
-        parts = [_EXCHANGE_HEAD.pack(
-            OP_EXCHANGE, index, o.seed & (1 << 64) - 1, o.pattern(IN).threshold,
-            o.pattern(OUT).threshold, o.burst_in, o.burst_out, o.idle, o.max_cycles,
-            len(frames))]
+        parts = [_EXCHANGE_HEAD.pack(OP_EXCHANGE, index, *head, len(frames))]
         for f in frames:
             parts.append(_U32.pack(len(f)))
             parts.append(f)
