@@ -193,14 +193,17 @@ def test_a_dying_harness_raises_with_its_log(how):
 @pytestmark_sim
 @pytest.mark.slow
 def test_waves():
-    wire = inceptionn.tensor_to_packets(np.ones(64, np.float32), 10, compress=True)
-    with open_harness(waves=True) as harness:
-        harness.exchange("rx", wire)
+    """WAVES=1 (here waves=True): the harness is built with tracing and records the session."""
+    rng = random.Random(2)
+    traffic = protocol_traffic(rng, SWITCH_ENGINE, jobs={0: (2, range(0, 2))}, packets=4)
+    with open_harness("switch_top", waves=True) as harness:
+        assert harness.build.waves in ("fst", "vcd")
+        harness.exchange("agg", [Frame(image) for _, image in traffic])
         path = harness.waves_path
     assert path.exists() and path.stat().st_size > 1000
     if path.suffix == ".vcd":
         text = path.read_text(errors="replace")
-        assert "rx_s_axis_tvalid" in text and "#" in text
+        assert "s_axis_tvalid" in text and "\n#8000\n" in text   # one clock period in
 
 
 # ---- the harness against the bridge --------------------------------------------------------
@@ -321,3 +324,17 @@ def test_switch_interface_over_the_harness():
         assert (switch.slots, switch.lanes) == (SWITCH_ENGINE.slots, SWITCH_ENGINE.lanes)
         switch.configure_job(1, 2, 0, 4)
         assert switch.counters()["packets"] == 0
+
+
+@pytestmark_sim
+@pytest.mark.slow
+def test_sim_speed_bench_smoke():
+    """``make bench``'s sim_speed section, small: every figure is there (its replays check
+    each answer against the reference model); no speed is asserted (a shared machine)."""
+    from host.benchmarks import sim_speed
+    results = sim_speed.run(quick=True)
+    for top in ("nic_top", "switch_top"):
+        r = results[top]
+        for key in ("bare_cycles_per_s", "compiled_cycles_per_s", "cocotb_cycles_per_s"):
+            assert r[key] > 0, (top, key)
+        assert r["cycles"]["compiled"] > 0 and r["exchanges"]["cocotb"] > 0
