@@ -154,6 +154,9 @@ def test_cycle_budget_and_bad_requests():
         assert time.perf_counter() - started < 10
         with pytest.raises(TransportError, match="stuck"):
             harness.exchange("tx", packets)
+        harness._stuck = None   # past the host's guard, the harness refuses it too
+        with pytest.raises(TransportError, match="still sending the frames"):
+            harness.exchange("tx", packets)
         assert harness.read(0) == 1   # the counters are still readable: one packet went in
         assert harness.cycle > 5000
 
@@ -188,6 +191,19 @@ def test_a_dying_harness_raises_with_its_log(how):
     with pytest.raises(TransportError):
         harness.read(0)
     harness.close()
+
+
+@pytestmark_sim
+def test_a_harness_that_stops_answering_times_out():
+    harness = open_harness(timeout=1.0)
+    try:
+        os.kill(harness._proc.pid, signal.SIGSTOP)
+        started = time.perf_counter()
+        with pytest.raises(TransportError, match="no answer for 1.0 s"):
+            harness.read(0)
+        assert time.perf_counter() - started < 10
+    finally:
+        harness.close()
 
 
 @pytestmark_sim

@@ -394,6 +394,10 @@ private:
         }
         Stream& s = streams_[index];
         Source& src = s.source;
+        if (!src.idle()) {   // only after an exchange that ran out of its cycle budget
+            skip_frames(count);
+            return "stream " + s.name + " is still sending the frames of an earlier exchange";
+        }
         src.bytes.clear();
         src.queue.clear();
         src.next_frame = 0;
