@@ -32,8 +32,8 @@ AXIS_MEMBERS = {"tdata": True, "tkeep": False, "tlast": False, "tvalid": True, "
 VERILATOR_FLAGS = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", "-O3",
                    "--x-assign", "fast", "--x-initial", "fast"]
 #: C++ optimisation of the model's code: Verilator's default -Os. Measured on nic_top
-#: here, -O2 compiles for twice as long and runs the model slower (bare loop 133k against
-#: 200-250k cycles/s): the eval code is large and -Os keeps more of it in the caches.
+#: here, back to back, -O2 runs the model slower (bare loop 133k against 200-250k
+#: cycles/s): the eval code is large, and -Os keeps more of it in the caches.
 OPT_FAST = "-Os"
 
 
