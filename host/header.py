@@ -90,8 +90,8 @@ assert all(a.offset + a.size == b.offset for a, b in zip(HEADER_FIELDS, HEADER_F
 _FIELDS_BY_NAME = {f.name: f for f in HEADER_FIELDS}
 _RESERVED = ("reserved0", "reserved1")
 _CODES = {(1, False): "B", (1, True): "b", (2, False): "H", (4, False): "I", (8, False): "Q"}
-#: The header as one struct: the fast path of pack() and parse() (the field loop stays the
-#: reference and gives the error messages).
+#: The header as one struct: parse() and the fast path of pack() (pack() falls back to its
+#: field loop, which names the offending field, for anything the struct cannot take).
 _STRUCT = struct.Struct("<" + "".join("x" * f.size if f.name in _RESERVED
                                       else _CODES[f.size, f.signed] for f in HEADER_FIELDS))
 _PACKED_NAMES = tuple(f.name for f in HEADER_FIELDS if f.name not in _RESERVED)
