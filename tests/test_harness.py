@@ -261,6 +261,9 @@ def both_transports(top, verilog, streams, plan):
 def assert_same(compiled, cocotb):
     assert len(compiled) == len(cocotb)
     for i, (c, b) in enumerate(zip(compiled, cocotb)):
+        brief = lambda r: r if not isinstance(r, dict) else {k: v for k, v in r.items()
+                                                             if k != "frames"}
+        assert type(c) is type(b), f"request {i}: compiled {brief(c)}, cocotb {brief(b)}"
         if isinstance(c, dict):
             assert c["frames"] == b["frames"], f"request {i}: output bytes differ"
             counts = lambda r: {k: v for k, v in r.items() if k != "frames"}
