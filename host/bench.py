@@ -26,6 +26,7 @@ SECTIONS = {
     "switch": "sim.benchmarks.switch",
     "nic": "sim.benchmarks.nic",
     "codec_memory": "host.benchmarks.codec_memory",
+    "sim_speed": "sim.benchmarks.sim_speed",
 }
 
 

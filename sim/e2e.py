@@ -1,14 +1,16 @@
 """The whole system, end to end: what ``make sim`` and ``gradwire sim`` run.
 
-N workers train two small NumPy models (``host.workloads``) on data they generate. After
-every training step their gradients are all-reduced over the two network paths:
+N workers train two NumPy models (``host.workloads``; 1.3M parameters in total by
+default, 11.5M with ``size="large"``) on data they generate. After every training step
+their gradients are all-reduced over the two network paths:
 
 1. **INCEPTIONN ring** (dense MLP): reduce-scatter then all-gather, every hop through the
    NIC transmit (compressor) and receive (decompressor) gateware.
 2. **In-network LHC** (sparse NCF-like recommender): index phase (OR), sketch phase (ADD)
    and the fallback round through the switch aggregator gateware, decoded on the hosts.
 
-With ``backend="verilator"`` every packet that leaves a gateware block is compared byte for
+With ``backend="verilator"`` (the compiled harness, ``sim/harness``) or ``"cocotb"`` (the
+cocotb bridge, same cycles) every packet that leaves a gateware block is compared byte for
 byte with the reference model's packet as the system runs (``LockstepTransport``), and the
 counters read back over the control port must match too; any difference stops the run.
 The report (JSON and a readable table) has bytes on the wire against dense fp32,
@@ -61,11 +63,21 @@ def _bits_equal(a, b):
                           np.asarray(b, np.float32).view(np.uint32))
 
 
-#: model sizes: the default scenario, and a small one for the test suite
+#: model sizes: the default scenario (1.31M parameters over both paths), a large one
+#: (11.5M) and a small one for the test suite
 SIZES = {
-    "default": {"mlp": dict(hidden=256), "ncf": dict(users=2048, items=1024)},
+    "default": {"mlp": dict(inputs=512, hidden=1000),
+                "ncf": dict(users=8192, items=4096, dim=64, batch=128)},
+    "large": {"mlp": dict(inputs=2048, hidden=2500),
+              "ncf": dict(users=65536, items=32768, dim=64, batch=512)},
     "small": {"mlp": dict(inputs=16, hidden=32), "ncf": dict(users=128, items=64, dim=8)},
 }
+
+
+def _build_info(transport):
+    """How the gateware model behind ``transport`` was built (compiled harness only)."""
+    build = getattr(getattr(transport, "device", transport), "build", None)
+    return build.as_dict() if build is not None else None
 
 
 def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default"):
@@ -118,6 +130,8 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
         }
         if hasattr(transport, "compared"):
             report["compared_with_golden"] = dict(transport.compared)
+        if _build_info(transport):
+            report["build"] = _build_info(transport)
         return report, transport.stats
     finally:
         transport.close()
@@ -159,12 +173,14 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
         }
         if hasattr(transport, "compared"):
             report["compared_with_golden"] = dict(transport.compared)
+        if _build_info(transport):
+            report["build"] = _build_info(transport)
         return report, transport.stats
     finally:
         transport.close()
 
 
-def run(*, workers=4, k=10, steps=2, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
+def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
         out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default"):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
     report dict. ``report["ok"]`` is True when both paths are bit-exact."""
@@ -255,6 +271,16 @@ def format_report(r):
         lines.append("  (cycles run from each exchange's first input beat to its last output beat, so "
                      "short exchanges\n   include pipeline fill; the RX path stores and forwards "
                      "whole packets)")
+    cycles = sum(e.get("cycles", 0) for e in r["engines"].values())
+    if cycles:
+        lines.append(f"  simulated {cycles:,} clock cycles in all ({cycles / max(r.get('seconds') or 0, 0.1):,.0f} "
+                     f"per second of the run, golden-model checks included)")
+    builds = [r[path]["build"] for path in ("inceptionn", "lhc") if "build" in r.get(path, {})]
+    if builds:
+        lines += ["", "Verilator builds of the compiled harness (cached by content in build/sim/)"]
+        for b in builds:
+            lines.append(f"  {b['top']:<12} {b['build_seconds']:>7.1f} s"
+                         f"{'  (reused)' if b['cached'] else ''}")
     lines += ["", "RESULT: " + ("both paths bit-exact against the golden model" if r["ok"]
                                 else "MISMATCH (see above)")]
     return "\n".join(lines)

@@ -15,15 +15,18 @@ E2E_MODULE = "sim.e2e"
 def add_arguments(p):
     p.add_argument("--workers", type=int, default=4, help="number of workers (2..32, default 4)")
     p.add_argument("-k", type=int, default=10, help="INCEPTIONN error bound 2^-k (1..15, default 10)")
-    p.add_argument("--steps", type=int, default=2, help="training steps per path (default 2)")
+    p.add_argument("--steps", type=int, default=3, help="training steps per path (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of data and weights (default 0)")
-    p.add_argument("--backend", choices=("golden", "verilator"), default="verilator",
+    p.add_argument("--backend", choices=("golden", "verilator", "cocotb"), default="verilator",
                    help="engines: the golden models, or the Verilated gateware checked "
-                        "packet by packet against them (default)")
+                        "packet by packet against them, through the compiled harness "
+                        "(verilator, the default) or the cocotb bridge (cocotb: slow, same "
+                        "cycles, for debugging)")
     p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
                    help="run only this path (repeatable; default both)")
-    p.add_argument("--size", choices=("default", "small"), default="default",
-                   help="model sizes (small: a quick smoke run)")
+    p.add_argument("--size", choices=("default", "large", "small"), default="default",
+                   help="model sizes: default 1.3M parameters over both paths, large 11.5M, "
+                        "small a quick smoke run")
     p.add_argument("--out", default="build/e2e", help="report folder (default build/e2e)")
     p.add_argument("--waves", action="store_true",
                    help="record waveforms of the gateware (also WAVES=1)")

@@ -65,10 +65,12 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
     Parameters
     ----------
     backend : str
-        ``"golden"`` (the golden model) or a backend of ``host.driver.backends``
-        (``"verilator"``: the Verilated ``nic_top`` gateware).
+        ``"golden"`` (the golden model), or a backend of ``host.driver.backends``: the
+        Verilated ``nic_top`` gateware through the compiled harness (``"verilator"``, fast)
+        or through the cocotb bridge (``"cocotb"``, for waveform debugging with cocotb's
+        tools; same cycles).
     check : bool
-        With ``"verilator"``: run the golden model in lockstep and compare every packet
+        With a gateware backend: run the golden model in lockstep and compare every packet
         and counter (raises :class:`~host.driver.lockstep.MismatchError`).
     """
     from .models import NicModelTransport

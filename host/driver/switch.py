@@ -128,8 +128,9 @@ class SwitchInterface:
 def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
                 max_workers=32, jobs=4):
     """A transport to the switch aggregator: the ``"golden"`` model, or a backend of
-    ``host.driver.backends`` (``"verilator"``: the Verilated ``switch_top`` gateware), by
-    default checked packet for packet against the model in lockstep."""
+    ``host.driver.backends``: the Verilated ``switch_top`` gateware through the compiled
+    harness (``"verilator"``) or the cocotb bridge (``"cocotb"``); by default checked packet
+    for packet against the model in lockstep."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":
