@@ -3,7 +3,7 @@
 Both Verilator transports apply the same patterns: the cocotb bridge (``sim/bridge.py``)
 through cocotbext-axi's pause hooks and the compiled harness (``sim/harness/harness.cpp``)
 in its C++ clock loop. This module is the definition; the C++ side reimplements
-:func:`splitmix64` and :meth:`PausePattern.paused` and ``tests/test_harness.py`` checks
+:func:`splitmix64` and :meth:`PausePattern.paused` and ``tests/sim/harness/test_harness.py`` checks
 that both give the same sequence.
 
 A pattern is counter-based: whether the port pauses in the cycle after the exchange's

@@ -5,7 +5,7 @@ and runs it as a child process that speaks a small binary protocol over two pipe
 ``harness.cpp``). The clock loop and the AXI-Stream handshakes run in C++; Python is
 involved once per request: a whole batch of packets in, the packets out and the cycle
 counts back. Its cycles are those of the cocotb bridge (``backend="cocotb"``) for the same
-requests and options, so the two are interchangeable (``tests/test_harness.py`` checks).
+requests and options, so the two are interchangeable (``tests/sim/harness/test_harness.py`` checks).
 
 A child process rather than a library in this process, so that a model that crashes (or a
 harness that is killed) ends as a :class:`~host.driver.transport.TransportError` carrying

@@ -15,18 +15,20 @@ import time
 import numpy as np
 import pytest
 
-from host.counters import AGG_COUNTERS
+from contract.header import Header, PacketType
+from contract.packet import Packet
+from contract.registers import COMMIT, NIC_REGISTERS, SWITCH_REGISTERS
+from hdl.export import export_verilog
 from host.driver.nic import NIC_STREAMS
-from host.driver.registers import AGG_COUNTER_BASE, JOB_REG_STRIDE, JobReg
 from host.driver.switch import SWITCH_STREAMS, SwitchInterface
 from host.driver.transport import TransportError
 from host.golden import inceptionn
-from contract.header import Header, PacketType
-from host.packet import Packet
 from sim.harness.build import HarnessBuildError, ports_header
 from sim.harness.patterns import IN, OUT, ExchangeOptions, PausePattern, splitmix64
-from hdl.export import export_verilog
 from sim.switch_traffic import EngineParams, bad_packet, protocol_traffic
+
+TX_PACKETS = NIC_REGISTERS["tx"].address("packets")
+RX = NIC_REGISTERS["rx"]
 
 SWITCH_ENGINE = EngineParams(slots=16, lanes=64, max_workers=32, jobs=4)
 
@@ -113,7 +115,7 @@ def test_backend_names():
     from host.driver.nic import open_nic
     from host.driver.switch import open_switch
     for opener in (open_nic, open_switch):
-        with pytest.raises(ValueError, match="'verilator' or 'cocotb'"):
+        with pytest.raises(ValueError, match="'golden', 'verilator', 'cocotb'"):
             opener("iverilog")
 
 
@@ -146,7 +148,7 @@ def test_cycle_budget_and_bad_requests():
         with pytest.raises(ValueError, match="ctrl_addr"):
             harness.read(1 << 16)
         with pytest.raises(TransportError, match="no writable register port"):
-            harness.write(0, 1)
+            harness.write(TX_PACKETS, 1)
         # An engine whose output is never taken stops taking input: the budget ends it.
         started = time.perf_counter()
         with pytest.raises(TransportError, match="max_cycles=5000"):
@@ -157,7 +159,7 @@ def test_cycle_budget_and_bad_requests():
         harness._stuck = None   # past the host's guard, the harness refuses it too
         with pytest.raises(TransportError, match="still sending the frames"):
             harness.exchange("tx", packets)
-        assert harness.read(0) == 1   # the counters are still readable: one packet went in
+        assert harness.read(TX_PACKETS) == 1   # counters still readable: one packet went in
         assert harness.cycle > 5000
 
 
@@ -189,7 +191,7 @@ def test_a_dying_harness_raises_with_its_log(how):
     assert isinstance(error, TransportError)
     assert signal.Signals(how).name in str(error) and "log" in str(error)
     with pytest.raises(TransportError):
-        harness.read(0)
+        harness.read(TX_PACKETS)
     harness.close()
 
 
@@ -200,7 +202,7 @@ def test_a_harness_that_stops_answering_times_out():
         os.kill(harness._proc.pid, signal.SIGSTOP)
         started = time.perf_counter()
         with pytest.raises(TransportError, match="no answer for 1.0 s"):
-            harness.read(0)
+            harness.read(TX_PACKETS)
         assert time.perf_counter() - started < 10
     finally:
         harness.close()
@@ -287,7 +289,7 @@ def test_nic_same_cycles_as_the_bridge():
     plan = [
         ("exchange", "tx", raw, {}),
         ("exchange", "rx", wire, {"pause_in": 0.3, "pause_out": 0.5, "seed": 3}),
-        ("read", 0), ("idle", 7),
+        ("read", TX_PACKETS), ("idle", 7),
         ("exchange", "tx", [raw[0], bypass, *raw[1:4]],
          {"pause_in": 0.5, "burst_in": 7, "pause_out": 0.2, "burst_out": 3, "seed": 9,
           "idle": 5}),
@@ -295,7 +297,7 @@ def test_nic_same_cycles_as_the_bridge():
          {"pause_out": 0.9, "seed": 1, "idle": 3}),
         ("exchange", "rx", wire[5:7], {"pause_in": 0.95, "idle": 2, "seed": 2}),
         ("exchange", "tx", [], {"idle": 4}),
-        ("read", 0x101), ("read", 0x104),
+        ("read", RX.address("decompressed")), ("read", RX.address("drop_bad_k")),
         ("exchange", "tx", raw[:1], {"pause_out": 1.0, "idle": 1, "seed": 2,
                                      "max_cycles": 300}),
     ]
@@ -318,18 +320,18 @@ def test_switch_same_cycles_as_the_bridge():
                               slot_range=range(0, 4), unconfigured_job=3, version=0))
     plan = []
     for job, (workers, slots) in jobs.items():
-        base = JOB_REG_STRIDE * job
-        plan += [("write", base + JobReg.WORKERS, workers),
-                 ("write", base + JobReg.SLOT_BASE, slots.start),
-                 ("write", base + JobReg.SLOT_COUNT, len(slots)),
-                 ("write", base + JobReg.COMMIT, 1)]
+        regs = SWITCH_REGISTERS["job"]
+        plan += [("write", regs.address(job, "workers"), workers),
+                 ("write", regs.address(job, "slot_base"), slots.start),
+                 ("write", regs.address(job, "slot_count"), len(slots)),
+                 ("write", regs.address(job, "commit"), COMMIT)]
     plan += [("idle", 40),
              ("exchange", "agg", frames[:30], {"idle": 40}),
              ("exchange", "agg", frames[30:60] + [broken],
               {"pause_in": 0.4, "pause_out": 0.6, "burst_out": 4, "seed": 5, "idle": 40}),
              ("exchange", "agg", frames[60:], {"pause_in": 0.1, "pause_out": 0.8, "seed": 6,
                                                "idle": 64})]
-    plan += [("read", AGG_COUNTER_BASE + i) for i in range(len(AGG_COUNTERS))]
+    plan += [("read", address) for _, address in SWITCH_REGISTERS["counter"].items()]
     compiled, cocotb = both_transports("switch_top", switch_verilog(), SWITCH_STREAMS, plan)
     assert_same(compiled, cocotb)
     assert any(isinstance(r, dict) and r["frames"] for r in compiled)
@@ -350,7 +352,7 @@ def test_switch_interface_over_the_harness():
 def test_sim_speed_bench_smoke():
     """``make bench``'s sim_speed section, small: every figure is there (its replays check
     each answer against the reference model); no speed is asserted (a shared machine)."""
-    from host.benchmarks import sim_speed
+    from sim.benchmarks import sim_speed
     results = sim_speed.run(quick=True)
     for top in ("nic_top", "switch_top"):
         r = results[top]
