@@ -65,7 +65,7 @@ from contract.registers import (COMMIT, DATA_BITS, SWITCH_REGISTERS, JobStatus,
 
 from .transport import Transport, TransportError
 
-__all__ = ["UdpTransport", "RttEstimator", "retries_for_loss", "ServiceStats", "nic_packet_values",
+__all__ = ["UdpTransport", "NoReplyError", "RttEstimator", "retries_for_loss", "ServiceStats", "nic_packet_values",
            "inc_max_bytes", "board_settings", "parse_key", "format_key", "open_top",
            "ENV_BOARD", "ENV_PORT_BASE", "ENV_KEY", "ENV_MTU", "MTU_MIN"]
 
@@ -90,6 +90,19 @@ _BUFFER_BYTES = 4 << 20
 _DRAIN = 512
 #: status reads while a commit is busy, before the job's state is read anyway
 _BUSY_POLLS = 1024
+
+
+class NoReplyError(TransportError):
+    """A request (or an awaited result) stayed unanswered after the retry limit.
+
+    Attributes
+    ----------
+    service : contract.network.Service
+    """
+
+    def __init__(self, service, message):
+        self.service = service
+        super().__init__(message)
 
 
 # -- settings ----------------------------------------------------------------------------
@@ -468,7 +481,7 @@ class UdpTransport(Transport):
                         continue
                     self._update_rtt_stats(service)
                     what = describe(index) if describe else f"request {index}"
-                    raise TransportError(
+                    raise NoReplyError(service,
                         f"no reply from the board's {service.value} service at "
                         f"{address[0]}:{address[1]} to {what} after {entry.attempt + 1} "
                         f"attempts in {time.monotonic() - entry.sent:.1f} s"
@@ -560,10 +573,10 @@ class UdpTransport(Transport):
 
     # -- control -------------------------------------------------------------------------
 
-    def _full_address(self, address: int) -> int:
+    def _full_address(self, address: int, full: bool = False) -> int:
         if isinstance(address, bool) or not isinstance(address, (int, np.integer)):
             raise ValueError(f"a register address is an integer, not {address!r}")
-        if self.region is not None:
+        if self.region is not None and not full:
             return network_address(self.region, int(address))
         if not 0 <= address <= _WORD:
             raise ValueError(f"a CTRL address is 32 bits, not {address:#x}")
@@ -615,21 +628,23 @@ class UdpTransport(Transport):
                                  "request")
         return list(words[1::2])
 
-    def read_many(self, addresses) -> list[int]:
-        """Read registers (region-local or full addresses, see ``region``), 64 per packet."""
-        pairs = [(self._full_address(a), 0) for a in addresses]
+    def read_many(self, addresses, *, full: bool = False) -> list[int]:
+        """Read registers, 64 per packet: addresses local to ``region``, or full 32-bit
+        ``CTRL`` addresses if the transport has no region or ``full`` is True."""
+        pairs = [(self._full_address(a, full), 0) for a in addresses]
         return self._ctrl(CtrlOp.READ, pairs, window=self.window) if pairs else []
 
-    def write_many(self, pairs, *, verify: bool = True) -> list[int]:
-        """Write ``(address, value)`` pairs in order (64 per packet, one packet at a time);
-        return the values read back. With ``verify`` a register that reads back another
-        value than written (read-only, unmapped, too narrow) raises TransportError; a job's
-        ``commit`` register reads back the job's status and is not compared."""
-        full = [(self._full_address(a), int(v)) for a, v in pairs]
-        if not full:
+    def write_many(self, pairs, *, verify: bool = True, full: bool = False) -> list[int]:
+        """Write ``(address, value)`` pairs in order (64 per packet, one packet at a time;
+        addresses as :meth:`read_many`); return the values read back. With ``verify`` a
+        register that reads back another value than written (read-only, unmapped, too
+        narrow) raises TransportError; a job's ``commit`` register reads back the job's
+        status and is not compared."""
+        writes = [(self._full_address(a, full), int(v)) for a, v in pairs]
+        if not writes:
             return []
-        read_back = self._ctrl(CtrlOp.WRITE, full, window=1)
-        for (address, value), got in zip(full, read_back):
+        read_back = self._ctrl(CtrlOp.WRITE, writes, window=1)
+        for (address, value), got in zip(writes, read_back):
             commit_job = _commit_job(address)
             if commit_job is not None:
                 if value == COMMIT:
@@ -858,7 +873,7 @@ class UdpTransport(Transport):
                 job, worker, slot, version, seq = key
                 if entry.attempt >= self.retries:
                     missing = sorted(k[1] for k in waiting if k[0] == job and k[2:] == key[2:])
-                    raise TransportError(
+                    raise NoReplyError(Service.SWITCH,
                         f"no result from the board's switch at {address[0]}:{address[1]} for "
                         f"job {job} slot {slot} version {version} (seq {seq}) at worker(s) "
                         f"{missing} after {entry.attempt + 1} attempts in "
