@@ -770,16 +770,16 @@ class UdpTransport(Transport):
             self._check_size(len(packet.to_bytes()), f"packet ({h})")
             endpoint = self._endpoints[(h.job, h.worker)]
             slot_key = (h.slot, h.slot_version & 1)
-            before = dict(shadow.counters)
+            old = endpoint.outstanding.get(slot_key)
+            if old is not None and old.header.seq != h.seq:
+                raise TransportError(
+                    f"job {h.job} worker {h.worker} sends seq {h.seq} on slot {h.slot} "
+                    f"version {h.slot_version & 1} while seq {old.header.seq} is still "
+                    f"outstanding there (one outstanding packet per slot and version: a "
+                    f"worker reuses a slot only after its result)")
+            before = shadow.counters["accepted"]
             results = shadow.process(packet)
-            if shadow.counters["accepted"] != before["accepted"]:      # a new contribution
-                old = endpoint.outstanding.get(slot_key)
-                if old is not None and old.header.seq != h.seq:
-                    raise TransportError(
-                        f"job {h.job} worker {h.worker} sends seq {h.seq} on slot {h.slot} "
-                        f"version {h.slot_version & 1} while seq {old.header.seq} is still "
-                        f"outstanding there (one outstanding packet per slot and version: a "
-                        f"worker reuses a slot only after its result)")
+            if shadow.counters["accepted"] != before:           # a new contribution
                 endpoint.outstanding[slot_key] = packet
             self._send(endpoint.sock, packet.to_bytes(), Service.SWITCH)
             now = time.monotonic()
