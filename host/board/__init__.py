@@ -14,8 +14,8 @@ The host talks to any of them, and to a real board, through
 """
 from .backend import BOARD_BACKENDS, BoardBackend, Datagram, open_board_backend
 from .golden import GoldenBoard
-from .virtual import VirtualBoard
+from .virtual import VirtualBoard, free_port_base
 from .wire import WireFaults
 
 __all__ = ["BOARD_BACKENDS", "BoardBackend", "Datagram", "open_board_backend", "GoldenBoard",
-           "VirtualBoard", "WireFaults"]
+           "VirtualBoard", "WireFaults", "free_port_base"]

@@ -34,7 +34,7 @@ from contract.network import PORT_BASE, SERVICE_OFFSETS, Service
 from .backend import BoardBackend, Datagram, open_board_backend
 from .wire import INBOUND, OUTBOUND, WireFaults
 
-__all__ = ["VirtualBoard", "LOOPBACK"]
+__all__ = ["VirtualBoard", "LOOPBACK", "free_port_base"]
 
 LOOPBACK = "127.0.0.1"
 _SERVICES = sorted(SERVICE_OFFSETS, key=SERVICE_OFFSETS.get)
@@ -49,6 +49,15 @@ _IDLE = 0.5
 _FREE_BASES = (20000, 32000)
 _BIND_ATTEMPTS = 64
 _IN, _OUT = 0, 1
+
+
+def free_port_base() -> int:
+    """A base of four consecutive UDP ports that are free on 127.0.0.1 right now (for a
+    board started in another process; another program may take them in between)."""
+    board = VirtualBoard("golden", port_base=None)
+    board._bind()
+    board._close_sockets()
+    return board.port_base
 
 
 class VirtualBoard:

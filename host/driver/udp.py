@@ -42,6 +42,7 @@ The board's address, port base, key and MTU can come from the environment
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import secrets
@@ -162,6 +163,7 @@ def board_settings(board=None, *, port_base=None, key=None, mtu=None, environ=No
 
 # -- sizes -------------------------------------------------------------------------------
 
+@functools.lru_cache(maxsize=4096)
 def inc_max_bytes(values: int) -> int:
     """Largest ``INC_F32`` packet (header included) the NIC emits for ``values`` values:
     every value raw (tag 11), so 272 bits per 8 values, padded to 32 bits."""
@@ -419,10 +421,11 @@ class UdpTransport(Transport):
             raise TransportError(f"cannot send to the board's {service.value} service at "
                                  f"{self.host}:{self.ports[service]}: {exc}") from None
 
-    def _check_size(self, size: int, what: str) -> None:
+    def _check_size(self, size: int, what) -> None:
+        """Refuse a datagram larger than the MTU allows; ``what()`` names it."""
         if size > self.max_datagram:
             raise ValueError(
-                f"{what} of {size} bytes does not fit one datagram at an MTU of {self.mtu} "
+                f"{what()} of {size} bytes does not fit one datagram at an MTU of {self.mtu} "
                 f"({self.max_datagram} bytes of UDP payload): use packets of at most "
                 f"{self.max_packet_values} values, or a larger MTU (jumbo frames: "
                 f"{MTU_JUMBO})")
@@ -550,18 +553,19 @@ class UdpTransport(Transport):
 
     def _exchange_nic(self, service, packets, allow_drops):
         requests, caller_seqs = [], []
+        compress, raw, inc = int(Flags.COMPRESS), int(PacketType.RAW_F32), \
+            int(PacketType.INC_F32)
         for i, packet in enumerate(packets):
             data = packet.to_bytes()
-            self._check_size(len(data), f"packet {i} ({packet.header})")
+            self._check_size(len(data), lambda: f"packet {i} ({packet.header})")
             h = packet.header
-            if service is Service.NIC_RX and h.type == PacketType.INC_F32:
-                reply = HEADER_BYTES + 4 * h.count
-            elif service is Service.NIC_TX and h.type == PacketType.RAW_F32 \
-                    and h.flags & Flags.COMPRESS:
+            if service is Service.NIC_RX and h.type == inc and h.count <= NIC_MAX_COUNT:
+                reply = HEADER_BYTES + 4 * h.count       # (a larger one is dropped)
+            elif service is Service.NIC_TX and h.type == raw and h.flags & compress:
                 reply = max(len(data), inc_max_bytes(len(packet.payload) // 4))
             else:
                 reply = len(data)
-            self._check_size(reply, f"the reply to packet {i} ({packet.header})")
+            self._check_size(reply, lambda: f"the reply to packet {i} ({packet.header})")
             requests.append(_with_seq(data, self._fresh_seq()))
             caller_seqs.append(h.seq)
         self.network[service].requests += len(packets)
@@ -767,7 +771,8 @@ class UdpTransport(Transport):
         waiting = {}           # (job, worker, slot, version, seq) -> _Pending
         for packet in packets:
             h = packet.header
-            self._check_size(len(packet.to_bytes()), f"packet ({h})")
+            data = packet.to_bytes()
+            self._check_size(len(data), lambda: f"packet ({h})")
             endpoint = self._endpoints[(h.job, h.worker)]
             slot_key = (h.slot, h.slot_version & 1)
             old = endpoint.outstanding.get(slot_key)
@@ -781,7 +786,7 @@ class UdpTransport(Transport):
             results = shadow.process(packet)
             if shadow.counters["accepted"] != before:           # a new contribution
                 endpoint.outstanding[slot_key] = packet
-            self._send(endpoint.sock, packet.to_bytes(), Service.SWITCH)
+            self._send(endpoint.sock, data, Service.SWITCH)
             now = time.monotonic()
             for result in results:
                 rh = result.header

@@ -15,7 +15,7 @@ import pytest
 from contract.counters import AGG_COUNTERS, NET_COUNTERS, NIC_TX_COUNTERS
 from contract.network import NET_REGISTERS, Service, network_address
 from contract.registers import SWITCH_REGISTERS, decode_switch_params
-from host.board import VirtualBoard
+from host.board import VirtualBoard, free_port_base
 from host.cli import main
 from host.driver.udp import UdpTransport, format_key
 
@@ -41,11 +41,6 @@ def where(b, key=True):
     return args + (["--key", format_key(b.key)] if key else [])
 
 
-def free_base():
-    with VirtualBoard("golden", port_base=None) as probe:
-        return probe.port_base
-
-
 def serve(*args):
     """A `gradwire board serve` process and the lines it printed up to `ready`."""
     process = subprocess.Popen([sys.executable, "-m", "host.cli", "board", "serve", *args],
@@ -67,7 +62,7 @@ def serve(*args):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_serve_prints_ready_answers_and_stops_cleanly(signum):
-    base = free_base()
+    base = free_port_base()
     process, lines = serve("--port-base", str(base), "--fault-rate", "0.05", "--slots", "8")
     try:
         key = int(re.search(r"control key ([0-9a-f]{16})", "".join(lines)).group(1), 16)
@@ -88,7 +83,7 @@ def test_serve_prints_ready_answers_and_stops_cleanly(signum):
 
 
 def test_serve_uses_the_given_key_and_refuses_a_bad_one(capsys):
-    base = free_base()
+    base = free_port_base()
     process, lines = serve("--port-base", str(base), "--key", "00000000000000ff",
                            "--without", "switch")
     try:
@@ -137,7 +132,7 @@ def test_a_wrong_key_and_an_unreachable_board_are_one_line_errors_in_bounded_tim
     started = time.monotonic()
     status, _, err = run(capsys, "board", "status", *wrong)
     assert status == 2 and "control key is wrong" in err and err.count("\n") == 1
-    base = free_base()
+    base = free_port_base()
     status, _, err = run(capsys, "board", "ping", "-c", "1", "--board", f"127.0.0.1:{base}",
                          "--key", "1", "--timeout", "0.5")
     assert status == 2 and "no reply from the board at 127.0.0.1 ports" in err

@@ -19,7 +19,7 @@ from contract.network import (MAX_WORKERS_IN_TABLE, MTU_JUMBO, NET_REGISTERS, NI
 from contract.packet import Packet
 from contract.registers import COMMIT, Access
 from host.aggregator import AggregatorModel
-from host.board import Datagram, GoldenBoard, VirtualBoard, WireFaults
+from host.board import Datagram, GoldenBoard, VirtualBoard, WireFaults, free_port_base
 from host.driver.lockstep import LockstepTransport
 from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
@@ -52,12 +52,6 @@ def sparse(rng, workers, n, density):
         t[hot] = (rng.standard_normal(hot.sum()) * 0.01).astype(np.float32)
         out.append(t)
     return out
-
-
-def free_base():
-    """Four free consecutive ports (a board bound them, and is gone)."""
-    with VirtualBoard("golden", port_base=None) as probe:
-        return probe.port_base
 
 
 @pytest.fixture
@@ -289,7 +283,7 @@ class DropMulticastOnce(GoldenBoard):
 def test_lost_multicasts_are_recovered_by_unicast_answers_and_returned_as_multicast():
     rng = fresh_rng()
     tensors = sparse(rng, 3, 2000, 0.05)
-    base = free_base()
+    base = free_port_base()
     backend = DropMulticastOnce(key=99, port_base=base, slots=8)
     with VirtualBoard(backend, port_base=base) as board:
         with board.transport(region="switch", **FAST) as t:
@@ -333,7 +327,7 @@ class StaleBeforeCommit(GoldenBoard):
 def test_results_left_from_before_a_commit_are_discarded():
     rng = fresh_rng()
     first, second = sparse(rng, 2, 1500, 0.05), sparse(rng, 2, 1500, 0.05)
-    base = free_base()
+    base = free_port_base()
     backend = StaleBeforeCommit(key=5, port_base=base, slots=8)
     with VirtualBoard(backend, port_base=base) as board:
         with board.transport(region="switch", **FAST) as t:
