@@ -522,3 +522,29 @@ def test_open_switch_udp_starts_and_stops_its_virtual_board():
     assert board._sockets == []
     with pytest.raises(ValueError, match="waveforms"):
         open_nic("udp", waves=True)
+
+
+def test_timeouts_double_only_while_the_board_is_silent():
+    from host.driver.udp import _Pending
+    with UdpTransport(LOOP, port_base=40000, timeout=0.1, min_timeout=0.01,
+                      max_timeout=1.0) as t:
+        est = t._rtt[Service.NIC_TX]
+        now = time.monotonic()
+        entry = _Pending(0, now - 1.0, now - 0.5, 0.1)
+        # nothing heard since it was sent: a slow or gone board, both timeouts double
+        t._expired(Service.NIC_TX, {0: entry})
+        assert est.rto == pytest.approx(0.2)
+        t._resend_timer(Service.NIC_TX, entry)
+        assert entry.timeout == pytest.approx(0.2) and entry.attempt == 1
+        # the board answered something since: it loses datagrams, resend on the estimate
+        t._heard[Service.NIC_TX] = time.monotonic()
+        entry.last_sent -= 1.0
+        t._expired(Service.NIC_TX, {0: entry})
+        assert est.rto == pytest.approx(0.2)
+        t._resend_timer(Service.NIC_TX, entry)
+        assert entry.timeout == est.rto and entry.attempt == 2
+        for _ in range(3):
+            entry.last_sent, entry.timeout = time.monotonic() - 10, entry.timeout
+            t._heard[Service.NIC_TX] = float("-inf")
+            t._resend_timer(Service.NIC_TX, entry)
+        assert entry.timeout == 1.0                   # capped
