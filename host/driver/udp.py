@@ -329,6 +329,11 @@ class UdpTransport(Transport):
         Resends of one request (or one awaited result) before a TransportError.
     owns : object with ``stop()``, optional
         Stopped when the transport closes (a virtual board started for it).
+
+    Notes
+    -----
+    One transport serves one thread (two jobs at once: two transports). Its worker table
+    entries stay on the board after ``close()``, until something writes them again.
     """
 
     clocked = False
