@@ -7,13 +7,16 @@ transmit port, ``rx`` to the NIC receive port, ``agg`` to the switch port; ``rea
 ``write`` are ``CTRL`` packets to the control port. It recovers from loss, duplication and
 reordering as spec section 5 says:
 
-- **NIC** (request/reply): every request carries a fresh ``seq`` (the caller's ``seq`` is
-  put back into the reply, so the packets returned are the engine's); at most ``window``
-  requests are outstanding; a request unanswered for its timeout is resent (the same
-  bytes), with exponential backoff, up to ``retries`` times, then :class:`TransportError`;
-  replies nobody waits for any more (duplicates, late ones) are discarded. Timeouts adapt
-  to the measured round trip (RFC 6298: smoothed RTT plus four deviations, samples only from
-  requests sent once, doubled on every timeout).
+- **NIC** (request/reply): every request carries a fresh ``seq``, and so does every resend
+  of it, so that a reply says which attempt it answers (the caller's ``seq`` is put back
+  into the reply: the packets returned are the engine's); at most ``window`` requests are
+  outstanding; a request unanswered for its timeout is resent, up to ``retries`` times,
+  then :class:`NoReplyError`; replies nobody waits for any more (duplicates, late ones) are
+  discarded. Timeouts follow the measured round trip (RFC 6298: smoothed RTT plus four
+  deviations; every reply is a sample, since it names its attempt) and back off
+  exponentially while the board is silent (nothing at all came back since the request was
+  sent: a slow or gone board); a board that answers other requests meanwhile is losing
+  datagrams, and the request is resent on the measured timeout.
 - **Switch**: the worker side of ``aggregator-protocol.md`` section 3. Every worker of a job
   is a socket of its own, registered in the board's worker table (the first time the
   transport sends for that (job, worker)); results come back to those sockets (multicast:
@@ -24,8 +27,9 @@ reordering as spec section 5 says:
   and waits until every worker that the board sends a result to has received its copy. A
   worker keeps one outstanding packet per (slot, version); a worker still waiting for a
   result on its timeout resends its outstanding packet, and the switch answers a resend of
-  a complete round with a unicast result. The transport must carry every worker of a job
-  (one host running N workers uses N sockets).
+  a complete round with a unicast result (a multicast whose every copy was lost comes back
+  as unicasts, and is returned as the multicast the engine emitted). The transport must
+  carry every worker of a job (one host running N workers uses N sockets).
 - **Control**: ``CTRL`` packets with the board's key, up to 64 (address, value) pairs each
   (:meth:`UdpTransport.read_many`, :meth:`UdpTransport.write_many`); writes go one packet at
   a time, in order, are resent on a timeout (a write sets values, so a resend is harmless)
@@ -399,12 +403,15 @@ class UdpTransport(Transport):
         finally:
             probe.close()
 
+    def _new_socket(self) -> socket.socket:
+        if self._closed:
+            raise TransportError("the transport is closed")
+        return _udp_socket(self._local_ip)
+
     def _socket(self, service: Service) -> socket.socket:
         sock = self._sockets.get(service)
         if sock is None:
-            if self._closed:
-                raise TransportError("the transport is closed")
-            sock = self._sockets[service] = _udp_socket(self._local_ip)
+            sock = self._sockets[service] = self._new_socket()
         return sock
 
     def _address(self, service: Service):
@@ -740,7 +747,7 @@ class UdpTransport(Transport):
             if not (0 <= job < MAX_JOBS_IN_TABLE and 0 <= worker < MAX_WORKERS_IN_TABLE):
                 raise ValueError(f"job {job} worker {worker} has no worker table entry (jobs "
                                  f"< {MAX_JOBS_IN_TABLE}, workers < {MAX_WORKERS_IN_TABLE})")
-        created = {p: _Endpoint(*p, _udp_socket(self._local_ip)) for p in new}
+        created = {p: _Endpoint(*p, self._new_socket()) for p in new}
         writes = []
         for (job, worker), endpoint in created.items():
             entry = job * MAX_WORKERS_IN_TABLE + worker

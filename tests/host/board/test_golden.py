@@ -9,7 +9,7 @@ import pytest
 from contract.counters import NET_COUNTERS
 from contract.header import HEADER_BYTES, Flags, Header, PacketType, WORKER_MULTICAST
 from contract.network import (CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET, DEFAULT_IP,
-                              DEFAULT_MAC, MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
+                              MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
                               SWITCH_REGISTERS, CtrlOp, Service, ip_to_int, mac_to_int,
                               network_address, service_ports)
 from contract.packet import Packet

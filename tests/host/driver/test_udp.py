@@ -2,24 +2,21 @@
 register, the key, MTU sizes, loss/duplication/reordering at 1, 10 and 30 %, a board that
 stops answering, two jobs at once. Loopback only; every loop is bounded by the transport's
 retry limit."""
-import dataclasses
 import secrets
 import socket
-import struct
 import threading
 import time
 
 import numpy as np
 import pytest
 
-from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, PacketType
+from contract.header import HEADER_BYTES, WORKER_MULTICAST, Header, PacketType
 from contract.network import (MAX_WORKERS_IN_TABLE, MTU_JUMBO, NET_REGISTERS, NIC_REGISTERS,
                               SWITCH_REGISTERS, NETWORK_REGIONS, Service, ip_to_int,
                               network_address)
 from contract.packet import Packet
-from contract.registers import COMMIT, Access
 from host.aggregator import AggregatorModel
-from host.board import Datagram, GoldenBoard, VirtualBoard, WireFaults, free_port_base
+from host.board import GoldenBoard, VirtualBoard, WireFaults, free_port_base
 from host.driver.lockstep import LockstepTransport
 from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
