@@ -44,6 +44,7 @@ class PacketType(enum.IntEnum):
     INC_F32 = 1
     AGG_ADD_I32 = 2
     AGG_OR32 = 3
+    CTRL = 4          # control over the network (``../shared/spec/network.md`` section 4)
 
 
 class Flags(enum.IntFlag):

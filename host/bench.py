@@ -23,6 +23,7 @@ from pathlib import Path
 SECTIONS = {
     "inceptionn": "host.benchmarks.inceptionn",
     "lhc": "host.benchmarks.lhc",
+    "udp": "host.benchmarks.udp",
     "switch": "sim.benchmarks.switch",
     "nic": "sim.benchmarks.nic",
     "codec_memory": "host.benchmarks.codec_memory",

@@ -9,8 +9,12 @@ their gradients are all-reduced over the two network paths:
 2. **In-network LHC** (sparse NCF-like recommender): index phase (OR), sketch phase (ADD)
    and the fallback round through the switch aggregator gateware, decoded on the hosts.
 
-With ``backend="verilator"`` (the compiled harness, ``sim/harness``) or ``"cocotb"`` (the
-cocotb bridge, same cycles) every packet that leaves a gateware block is compared byte for
+With ``backend="udp"`` every packet crosses real UDP sockets on 127.0.0.1 to a virtual
+board (``host.board``, golden backend) through ``host.driver.udp.UdpTransport``, optionally
+with faults on the board's wire (``backend_options={"fault_rate": ...}``); the report then
+counts the resends. With ``backend="verilator"`` (the compiled harness, ``sim/harness``) or
+``"cocotb"`` (the cocotb bridge, same cycles) every packet that leaves a gateware block is
+compared byte for
 byte with the reference model's packet as the system runs (``LockstepTransport``), and the
 counters read back over the control port must match too; any difference stops the run.
 The report (JSON and a readable table) has bytes on the wire against dense fp32,
@@ -58,6 +62,12 @@ def _engine_report(stats, mhz):
     return d
 
 
+def _network(transport):
+    """What a network transport's traffic cost (datagrams, resends, ...), else None."""
+    stats = getattr(getattr(transport, "device", transport), "network_stats", None)
+    return stats() if stats else None
+
+
 def _bits_equal(a, b):
     return np.array_equal(np.asarray(a, np.float32).view(np.uint32),
                           np.asarray(b, np.float32).view(np.uint32))
@@ -80,13 +90,14 @@ def _build_info(transport):
     return build.as_dict() if build is not None else None
 
 
-def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default"):
+def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default",
+                   backend_options=None):
     from host.driver.nic import NicInterface, open_nic
     from host.ring import ring_allreduce, ring_error_bound
     from host.workloads import DenseMLP
 
     model = DenseMLP(seed=seed, **SIZES[size]["mlp"])
-    transport = open_nic(backend, check=True, waves=waves)
+    transport = open_nic(backend, check=True, waves=waves, **(backend_options or {}))
     try:
         nic = NicInterface(transport)
         totals = {"wire_bytes": 0, "raw_bytes": 0, "packets": 0, "class_counts": [0] * 4}
@@ -132,18 +143,21 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
             report["compared_with_golden"] = dict(transport.compared)
         if _build_info(transport):
             report["build"] = _build_info(transport)
+        if _network(transport):
+            report["network"] = _network(transport)
         return report, transport.stats
     finally:
         transport.close()
 
 
-def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
+def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
+            backend_options=None):
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
     from host.workloads import NcfModel
 
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
-    transport = open_switch(backend, check=True, waves=waves)
+    transport = open_switch(backend, check=True, waves=waves, **(backend_options or {}))
     try:
         switch = SwitchInterface(transport)
         steps_out = []
@@ -175,15 +189,19 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
             report["compared_with_golden"] = dict(transport.compared)
         if _build_info(transport):
             report["build"] = _build_info(transport)
+        if _network(transport):
+            report["network"] = _network(transport)
         return report, transport.stats
     finally:
         transport.close()
 
 
 def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
-        out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default"):
+        out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default",
+        backend_options=None):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
-    report dict. ``report["ok"]`` is True when both paths are bit-exact."""
+    report dict. ``report["ok"]`` is True when both paths are bit-exact. ``backend_options``
+    go to the backend (``"udp"``: ``host.driver.udp.open_top``)."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
     if size not in SIZES:
@@ -193,17 +211,20 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("incept
     mhz, clock_source = clock_mhz(board)
     report = {"backend": backend, "workers": workers, "seed": seed,
               "clock_mhz": mhz, "clock_source": clock_source, "engines": {}}
+    if backend_options:
+        report["backend_options"] = dict(backend_options)
     started = time.perf_counter()
     if "inceptionn" in paths:
         report["inceptionn"], stats = run_inceptionn(workers=workers, k=k, steps=steps,
                                                      seed=seed, backend=backend, waves=waves,
-                                                     progress=progress, size=size)
+                                                     progress=progress, size=size,
+                                                     backend_options=backend_options)
         for name, s in stats.items():
             report["engines"][f"nic_{name}"] = _engine_report(s, mhz)
     if "lhc" in paths:
         report["lhc"], stats = run_lhc(workers=workers, steps=steps, seed=seed,
                                        backend=backend, waves=waves, progress=progress,
-                                       size=size)
+                                       size=size, backend_options=backend_options)
         for name, s in stats.items():
             report["engines"][f"switch_{name}"] = _engine_report(s, mhz)
     report["seconds"] = round(time.perf_counter() - started, 1)
@@ -253,6 +274,26 @@ def format_report(r):
             c = h["compared_with_golden"]
             lines.append(f"  gateware vs reference model: {c['packets']} packets, {c['bytes']:,} "
                          f"bytes, {c['registers']} counters compared, all identical")
+    networks = {path: r[path]["network"] for path in ("inceptionn", "lhc")
+                if "network" in r.get(path, {})}
+    if networks:
+        lines += ["", "Network (UDP transport to the board; a resend is a datagram sent again "
+                      "after a timeout)",
+                  f"  {'path':<10} {'service':<8} {'requests':>9} {'datagrams':>9} "
+                  f"{'resends':>8} {'discarded':>9} {'rebuilt':>7} {'RTT ms':>7}"]
+        for path, net in networks.items():
+            for service, s in net.items():
+                if service == "wire_faults":
+                    continue
+                rtt = f"{s['srtt_ms']:.2f}" if s.get("srtt_ms") is not None else "-"
+                lines.append(f"  {path:<10} {service:<8} {s['requests']:>9} {s['datagrams']:>9} "
+                             f"{s['resends']:>8} {s['discarded']:>9} {s['rebuilt']:>7} "
+                             f"{rtt:>7}")
+            if "wire_faults" in net:
+                f = net["wire_faults"]
+                lines.append(f"  {path:<10} wire faults (seed {f['seed']}): {f['lost']} lost, "
+                             f"{f['duplicated']} duplicated, {f['delayed']} delayed, "
+                             f"{f['held_back']} held back (window order)")
     if r["engines"]:
         lines += ["", f"Engines (clock {r['clock_mhz']:.1f} MHz: {r['clock_source']})",
                   f"  {'engine':<12} {'in beats':>9} {'out beats':>9} {'cycles':>9} "

@@ -24,6 +24,11 @@ BACKENDS = {
         "nic_top": "sim.cocotb_transport:open_top",
         "switch_top": "sim.cocotb_transport:open_top",
     },
+    # a board over UDP sockets (a virtual board on 127.0.0.1 unless one is given)
+    "udp": {
+        "nic_top": "host.driver.udp:open_top",
+        "switch_top": "host.driver.udp:open_top",
+    },
 }
 
 

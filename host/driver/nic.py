@@ -27,11 +27,14 @@ class NicInterface:
     ----------
     transport : host.driver.transport.Transport
         Streams ``tx`` and ``rx`` and the NIC registers.
-    packet_values : int
-        Values per packet (at most the receive path's ``max_count``).
+    packet_values : int or None
+        Values per packet (at most the receive path's ``max_count``); None: the
+        transport's ``max_packet_values`` (a network transport's MTU decides), else 2048.
     """
 
-    def __init__(self, transport, *, packet_values=2048):
+    def __init__(self, transport, *, packet_values=None):
+        if packet_values is None:
+            packet_values = getattr(transport, "max_packet_values", None) or 2048
         if not isinstance(packet_values, int) or not 1 <= packet_values <= 2048:
             raise ValueError(f"packet_values must be an integer in 1..2048, not {packet_values!r}")
         self.transport = transport
@@ -59,7 +62,7 @@ class NicInterface:
                 for path in ("tx", "rx")}
 
 
-def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
+def open_nic(backend="golden", *, check=True, waves=None, max_count=2048, **backend_options):
     """A transport to the NIC engines.
 
     Parameters
@@ -72,11 +75,15 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
     check : bool
         With a gateware backend: run the golden model in lockstep and compare every packet
         and counter (raises :class:`~host.driver.lockstep.MismatchError`).
+    backend_options
+        Passed to the backend (``"udp"``: ``board``, ``key``, ``mtu``, ``fault_rate``,
+        ``fault_seed``; see ``host.driver.udp.open_top``).
     """
     from .models import NicModelTransport
     if backend == "golden":
         return NicModelTransport(max_count=max_count)
-    device = open_backend(backend, "nic_top", waves=waves, max_count=max_count)
+    device = open_backend(backend, "nic_top", waves=waves, max_count=max_count,
+                          **backend_options)
     if not check:
         return device
     from .lockstep import LockstepTransport

@@ -126,16 +126,17 @@ class SwitchInterface:
 
 
 def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
-                max_workers=32, jobs=4):
+                max_workers=32, jobs=4, **backend_options):
     """A transport to the switch aggregator: the ``"golden"`` model, or a backend of
     ``host.driver.backends``: the Verilated ``switch_top`` gateware through the compiled
-    harness (``"verilator"``) or the cocotb bridge (``"cocotb"``); by default checked packet
-    for packet against the model in lockstep."""
+    harness (``"verilator"``) or the cocotb bridge (``"cocotb"``), or a board over UDP
+    (``"udp"``); by default checked packet for packet against the model in lockstep;
+    ``backend_options`` go to the backend (``"udp"``: see ``host.driver.udp.open_top``)."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":
         return SwitchModelTransport(**params)
-    device = open_backend(backend, "switch_top", waves=waves, **params)
+    device = open_backend(backend, "switch_top", waves=waves, **params, **backend_options)
     if not check:
         return device
     from .lockstep import LockstepTransport
