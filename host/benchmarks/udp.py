@@ -254,7 +254,7 @@ def run(quick=False):
               f"{t['ratio_to_ceiling']:>10.2f}")
         print(f"  {'  (Packet pack+parse alone)':<28} {'':>8} "
               f"{e['packet_objects_per_s']:>10,.0f}")
-    print(f"\n  virtual board (golden backend, its own process), by wire fault rate")
+    print("\n  virtual board (golden backend, its own process), by wire fault rate")
     print(f"  {'rate':>5} {'stream':<14} {'dgrams/s':>10} {'Gb/s':>7} {'Mval/s':>7} "
           f"{'datagrams':>9} {'resends':>8} {'discarded':>9}")
     for rate in FAULT_RATES:
