@@ -23,11 +23,11 @@ import tempfile
 from pathlib import Path
 
 from contract.tops import TOP_PORTS
-from hdl.export import export_verilog, make_top
 from host.driver.transport import Transport, TransportError
 
 from .build import build_harness, top_ports
 from .patterns import IN, OUT, ExchangeOptions, PausePattern
+from .verilog_cache import cached_verilog
 
 __all__ = ["HarnessTransport", "open_top"]
 
@@ -75,9 +75,10 @@ def _waves_from_environment():
 
 def open_top(top, *, waves=None, **params):
     """A :class:`HarnessTransport` to the exported ``top`` built with ``params`` (the
-    ``"verilator"`` backend of ``host.driver.backends``)."""
-    return HarnessTransport(top, export_verilog(make_top(top, **params), top),
-                            TOP_PORTS[top].streams, ctrl=True, waves=waves)
+    ``"verilator"`` backend of ``host.driver.backends``; its Verilog from
+    :func:`~sim.harness.verilog_cache.cached_verilog`)."""
+    return HarnessTransport(top, cached_verilog(top, **params), TOP_PORTS[top].streams,
+                            ctrl=True, waves=waves)
 
 
 class HarnessTransport(Transport):
