@@ -1,0 +1,356 @@
+"""One worker of an in-network all-reduce, in its own process, over its own UDP socket.
+
+:class:`~host.driver.udp.UdpTransport` carries *every* worker of a job from one host (it
+runs the reference aggregator beside the board to know which packet completes a round).
+A training job has one process per worker instead, and each process only knows its own
+packets: it sends them, and waits for the switch's results. :class:`UdpSwitchWorker` is
+that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` section 3,
+``network.md`` sections 3 and 5):
+
+- the socket is the worker's entry in the board's worker table (:func:`configure_job`
+  writes the table, for every worker of the job, from one process that has the control
+  key); the switch accepts the worker's packets only from it and multicasts results to it;
+- a message (one vector of 32-bit words) is cut into chunks of ``lanes`` words exactly as
+  :func:`host.switch_packets.make_packets` does: chunk ``g`` goes to slot ``slot_base + g %
+  slot_count``, version ``(g // slot_count) % 2``, ``seq = g``; ``g`` keeps counting over
+  all messages of the job, so versions keep alternating;
+- at most one outstanding packet per slot: chunk ``g + slot_count`` leaves when the result
+  of chunk ``g`` is in (the result of a round on a slot is proof that every worker's packet
+  of that round reached the switch, so the next version cannot overtake a stale copy);
+- a packet whose result does not come within its timeout is sent again, the same bytes; the
+  switch drops a resend of a round still waiting for other workers and answers one of a
+  complete round with a unicast result (a multicast copy that was lost). Timeouts follow
+  the measured time from a packet to its result (RFC 6298, Karn: first attempts only), which
+  includes the wait for the slowest worker, and double while the switch is silent;
+- results are matched by ``seq`` and checked against the packet they answer; duplicates and
+  results of earlier messages are discarded and counted;
+- a message that makes no progress (no new result) for ``timeout`` seconds raises
+  :class:`~host.driver.udp.NoReplyError`: a stopped board, a job that is not configured, or
+  a worker of the job that does not send.
+"""
+from __future__ import annotations
+
+import dataclasses
+import select
+import time
+
+import numpy as np
+
+from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, PacketType
+from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE,
+                              Service, ip_to_int, network_address, service_ports)
+from contract.packet import Packet
+
+from .transport import TransportError
+from .udp import NoReplyError, RttEstimator, _drain, _udp_socket
+
+__all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "DEFAULT_TIMEOUT"]
+
+#: seconds a message may go without any new result before the worker gives up
+DEFAULT_TIMEOUT = 30.0
+_WORKER_TABLE = NET_REGISTERS["worker"]
+_OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
+
+
+@dataclasses.dataclass(frozen=True)
+class JobLayout:
+    """Where a job's rounds go on the switch (the same on every worker of the job)."""
+    job: int
+    workers: int
+    slot_base: int
+    slot_count: int
+    lanes: int
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class WorkerStats:
+    """What one worker's traffic with the switch cost (counted by the worker)."""
+    messages: int = 0          # vectors aggregated
+    packets: int = 0           # chunks sent (first transmissions)
+    resends: int = 0           # packets sent again after a timeout
+    results: int = 0           # results taken (one per chunk)
+    multicast: int = 0         # ... of them multicast copies
+    unicast: int = 0           # ... of them unicast answers to resends
+    discarded: int = 0         # duplicates, results of earlier messages
+    foreign: int = 0           # datagrams from another address than the switch port
+    bytes_out: int = 0
+    bytes_in: int = 0
+    seconds: float = 0.0       # wall time inside aggregate()
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class _Outstanding:
+    data: bytes
+    header: Header
+    sent: float
+    last_sent: float
+    timeout: float
+    attempt: int = 0
+
+    @property
+    def deadline(self) -> float:
+        return self.last_sent + self.timeout
+
+
+def _check_int(name, value, low, high):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+            or not low <= value <= high:
+        raise ValueError(f"{name} must be an integer in {low}..{high}, not {value!r}")
+    return int(value)
+
+
+class UdpSwitchWorker:
+    """Worker ``worker`` of ``job`` on the switch of the board at ``host``.
+
+    Parameters
+    ----------
+    host : str
+        The board's IPv4 address.
+    port_base : int
+        UDP port of the board's first service (the switch is ``port_base + 2``).
+    job, worker : int
+        The job and this worker's number in it (its worker table entry).
+    timeout : float
+        Seconds a message may go without a new result before :class:`NoReplyError`.
+    rto, min_rto, max_rto : float
+        First packet timeout, and the bounds of every timeout (seconds).
+
+    The socket is bound when the worker is made (:attr:`address` is what the worker table
+    must hold); :meth:`set_layout` tells it the job's slots and lanes before the first
+    :meth:`aggregate`. One worker serves one thread.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", *, port_base: int = PORT_BASE, job: int = 0,
+                 worker: int = 0, timeout: float = DEFAULT_TIMEOUT, rto: float = 0.2,
+                 min_rto: float = 0.02, max_rto: float = 1.0):
+        import socket
+
+        self.job = _check_int("job", job, 0, MAX_JOBS_IN_TABLE - 1)
+        self.worker = _check_int("worker", worker, 0, MAX_WORKERS_IN_TABLE - 1)
+        if not timeout > 0 or not 0 < min_rto <= max_rto or not rto > 0:
+            raise ValueError(f"timeouts must be positive with min_rto <= max_rto, got "
+                             f"timeout={timeout}, rto={rto}, min_rto={min_rto}, max_rto={max_rto}")
+        self.timeout = float(timeout)
+        try:
+            self.host = socket.gethostbyname(host)
+        except OSError as exc:
+            raise TransportError(f"cannot resolve the board's address {host!r}: {exc}") from None
+        self.port_base = port_base
+        self.switch_address = (self.host, service_ports(port_base)[Service.SWITCH])
+        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        try:
+            probe.connect(self.switch_address)
+            local_ip = probe.getsockname()[0]
+        except OSError as exc:
+            raise TransportError(f"no route to the board at {self.host}: {exc}") from None
+        finally:
+            probe.close()
+        self.sock = _udp_socket(local_ip)
+        self.stats = WorkerStats()
+        self.layout: JobLayout | None = None
+        self.next_chunk = 0
+        self._rtt = RttEstimator(rto, min_rto, max_rto)
+        self._heard = float("-inf")
+        self._closed = False
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """``(ip, port)`` of the worker's socket: its worker table entry."""
+        return self.sock.getsockname()
+
+    def set_layout(self, layout: JobLayout, first_chunk: int = 0) -> None:
+        """The job's slots and lanes (after its commit: chunk numbers start at
+        ``first_chunk``)."""
+        if layout.job != self.job or not 0 <= self.worker < layout.workers:
+            raise ValueError(f"job {self.job} worker {self.worker} is not a worker of {layout}")
+        self.layout = layout
+        self.next_chunk = int(first_chunk)
+
+    # -- one message ---------------------------------------------------------------------
+
+    def aggregate(self, words, op, *, exponent: int = 0, name: str = "message"):
+        """OR (``AGG_OR32``) or wrap-around ADD (``AGG_ADD_I32``) ``words`` with the other
+        workers' vectors of the same length through the switch.
+
+        Returns ``(vector, exponent)``: the aggregated uint32 vector and the MAX of the
+        workers' ``exponent`` bytes (None for an empty vector, which sends nothing).
+        """
+        from ..switch_packets import collect_results, make_packets
+
+        if self._closed:
+            raise TransportError("the switch worker is closed")
+        if self.layout is None:
+            raise RuntimeError("set_layout() first: the worker does not know its job's slots")
+        if op not in _OPS:
+            raise ValueError(f"op must be AGG_ADD_I32 or AGG_OR32, not {op!r}")
+        started = time.perf_counter()
+        layout = self.layout
+        words = np.ascontiguousarray(words).reshape(-1)
+        if words.dtype.itemsize != 4 or words.dtype.kind not in "iu":
+            raise TypeError(f"expected 32-bit integer words, not {words.dtype}")
+        first = self.next_chunk
+        packets = make_packets(words.view(np.uint32), op=op, job=self.job, worker=self.worker,
+                               slot_base=layout.slot_base, slot_count=layout.slot_count,
+                               lanes=layout.lanes, first_chunk=first, exponent=exponent)
+        self.next_chunk += len(packets)
+        self.stats.messages += 1
+        try:
+            results = self._run(packets, first, name)
+        finally:
+            self.stats.seconds += time.perf_counter() - started
+        vector, e_max = collect_results(results, words.size, lanes=layout.lanes,
+                                        first_chunk=first)
+        return vector, e_max
+
+    def _run(self, packets, first, name):
+        """Send ``packets`` (chunks ``first ..``) with one outstanding per slot; return
+        their results."""
+        count, window = len(packets), self.layout.slot_count
+        results = [None] * count
+        outstanding: dict[int, _Outstanding] = {}    # by seq
+        remaining = count
+        progress = time.monotonic()
+
+        def send(index, now):
+            packet = packets[index]
+            data = packet.to_bytes()
+            outstanding[packet.header.seq] = _Outstanding(data, packet.header, now, now,
+                                                          self._rtt.rto)
+            self.stats.packets += 1
+            self._send(data)
+
+        now = time.monotonic()
+        for index in range(min(window, count)):
+            send(index, now)
+        while remaining:
+            wait = min(entry.deadline for entry in outstanding.values()) - time.monotonic()
+            wait = min(max(wait, 0.0), max(progress + self.timeout - time.monotonic(), 0.0))
+            ready, _, _ = select.select([self.sock], [], [], wait)
+            if ready:
+                for data, source in _drain(self.sock):
+                    index = self._take(data, source, outstanding, first)
+                    if index is None:
+                        continue
+                    results[index] = data
+                    remaining -= 1
+                    progress = time.monotonic()
+                    following = index + window
+                    if following < count:
+                        send(following, progress)
+            now = time.monotonic()
+            if remaining and now - progress >= self.timeout:
+                missing = sorted(outstanding)[:8]
+                raise NoReplyError(Service.SWITCH,
+                    f"no result from the board's switch at {self.switch_address[0]}:"
+                    f"{self.switch_address[1]} for {len(outstanding)} packet(s) of "
+                    f"{name} (job {self.job} worker {self.worker}, seq {missing}) within "
+                    f"{self.timeout:g} s: is the board running, is job {self.job} configured "
+                    f"with this worker's address, and do all {self.layout.workers} workers "
+                    f"of the job send?")
+            expired = [entry for entry in outstanding.values() if entry.deadline <= now]
+            if expired and self._heard < min(entry.last_sent for entry in expired):
+                self._rtt.backoff()          # nothing came back at all: slow or gone
+            for entry in expired:
+                if self._heard > entry.last_sent:
+                    entry.timeout = self._rtt.rto
+                else:
+                    entry.timeout = min(entry.timeout * 2, self._rtt.maximum)
+                entry.attempt += 1
+                entry.last_sent = now
+                self.stats.resends += 1
+                self._send(entry.data)
+        return [Packet.from_bytes(r) for r in results]
+
+    def _take(self, data, source, outstanding, first):
+        """The chunk index a datagram completes, or None (counted as discarded/foreign)."""
+        if source != self.switch_address:
+            self.stats.foreign += 1
+            return None
+        if len(data) < HEADER_BYTES:
+            self.stats.discarded += 1
+            return None
+        h = Header.parse(data)
+        entry = outstanding.get(h.seq)
+        if (entry is None or not h.flags & Flags.RESULT or h.job != self.job
+                or h.worker not in (WORKER_MULTICAST, self.worker)):
+            self.stats.discarded += 1
+            return None
+        sent = entry.header
+        if (h.type != sent.type or h.slot != sent.slot or h.slot_version != sent.slot_version
+                or h.offset != sent.offset or h.count != sent.count
+                or len(data) != HEADER_BYTES + 4 * sent.count):
+            raise TransportError(f"job {self.job} worker {self.worker}: the switch's result "
+                                 f"{h} does not answer the packet {sent}")
+        del outstanding[h.seq]
+        self._heard = time.monotonic()
+        if entry.attempt == 0:
+            self._rtt.sample(self._heard - entry.sent)
+        self.stats.results += 1
+        self.stats.bytes_in += len(data)
+        if h.worker == WORKER_MULTICAST:
+            self.stats.multicast += 1
+        else:
+            self.stats.unicast += 1
+        return h.seq - first
+
+    def _send(self, data: bytes) -> None:
+        self.stats.bytes_out += len(data)
+        try:
+            self.sock.sendto(data, self.switch_address)
+        except (BlockingIOError, InterruptedError):
+            pass                 # a full send buffer loses it, like the wire: resent later
+        except OSError as exc:
+            raise TransportError(f"cannot send to the board's switch at "
+                                 f"{self.switch_address[0]}:{self.switch_address[1]}: "
+                                 f"{exc}") from None
+
+    @property
+    def rto_ms(self) -> float:
+        return self._rtt.rto * 1e3
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self.sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
+                  slot_count: int | None = None) -> JobLayout:
+    """Write ``addresses`` (worker w's ``(ip, port)``, in worker order) into the board's
+    worker table for ``layout_job`` and (re)configure the job for that many workers over
+    ``[slot_base, slot_base + slot_count)`` (default: the rest of the switch's pool), which
+    clears its slots. ``transport`` is a :class:`~host.driver.udp.UdpTransport` with the
+    board's key and ``region="switch"``. Returns the job's :class:`JobLayout`.
+    """
+    from .switch import SwitchInterface
+
+    workers = len(addresses)
+    job = _check_int("job", layout_job, 0, MAX_JOBS_IN_TABLE - 1)
+    _check_int("workers", workers, 1, MAX_WORKERS_IN_TABLE)
+    switch = SwitchInterface(transport)
+    if slot_count is None:
+        slot_count = switch.slots - slot_base
+    if not (0 <= slot_base and 1 <= slot_count and slot_base + slot_count <= switch.slots):
+        raise ValueError(f"slots {slot_base}..{slot_base + slot_count - 1} are not inside the "
+                         f"board's switch pool of {switch.slots}")
+    writes = []
+    for worker, (ip, port) in enumerate(addresses):
+        entry = job * MAX_WORKERS_IN_TABLE + worker
+        writes += [(network_address("net", _WORKER_TABLE.address(entry, "ip")), ip_to_int(ip)),
+                   (network_address("net", _WORKER_TABLE.address(entry, "port")), int(port))]
+    transport.write_many(writes, full=True)
+    switch.configure_job(job, workers, slot_base, slot_count)
+    return JobLayout(job=job, workers=workers, slot_base=slot_base, slot_count=slot_count,
+                     lanes=switch.lanes)
