@@ -78,12 +78,14 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .ddp_hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBackendError,
+                           NicRingCodec, UdpSwitch, check_backend, check_board)
 from .golden import inceptionn as _inc
 from .golden import lhc as _lhc
 from .ring import ring_chunk_bounds
 
 __all__ = [
-    "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY",
+    "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY", "HookBackendError",
     "ring_chunk_bounds", "dense_ring_bytes", "inceptionn_ring_allreduce", "lhc_allreduce",
     "free_loopback_port", "run_local_group",
 ]
@@ -110,9 +112,22 @@ class CallStats:
     dense_ring_bytes : int
         Bytes this rank would send in a plain fp32 ring all-reduce of the same bucket.
     control_bytes : int
-        Framing this rank sent on top of ``bytes_sent`` (length words).
+        Framing this rank sent on top of ``bytes_sent`` (length words; with a NIC the wire
+        packets' headers; with a hardware backend the call's status word).
     details : dict
         Codec-specific numbers (see each hook).
+    backend : str
+        What computed the call: ``"golden"``, or the hardware backend and its address.
+    seconds : float
+        Wall time of the whole call on this rank.
+    path_seconds : float
+        The part of it in the path a backend replaces: the codec (golden model or NIC
+        exchanges) of the ring, the three aggregation phases (gloo collectives or the
+        switch's rounds) of the sketch. For the NIC, the ring's messages between ranks
+        (gloo) are outside it; for the switch, the wait for the slowest rank is inside.
+    hardware : dict
+        What this call sent through the hardware (empty with the golden models): the NIC's
+        packets and bytes per path, or the switch worker's packets, resends and bytes.
     """
 
     bucket_index: int
@@ -121,6 +136,10 @@ class CallStats:
     dense_ring_bytes: int
     control_bytes: int = 0
     details: dict = dataclasses.field(default_factory=dict)
+    backend: str = "golden"
+    seconds: float = 0.0
+    path_seconds: float = 0.0
+    hardware: dict = dataclasses.field(default_factory=dict)
 
 
 def _ring_schedule(rank: int, world_size: int):
@@ -226,22 +245,28 @@ def _ring_exchange(payload, expect_payload, right, left, group):
 
     Compressed chunks have a data-dependent size, so each message is a length word followed
     by the bytes. Sends and receives are posted together (``isend``/``irecv``) so that the
-    ring cannot deadlock. Returns the received bytes (or ``None``).
+    ring cannot deadlock. Returns the received bytes (or ``None``). A payload of
+    :data:`~host.ddp_hardware.RING_FAILED` (the sender's NIC failed) is sent as the length
+    word -1 without bytes, and received as ``RING_FAILED``.
     """
     works = []
+    failed = payload is RING_FAILED
     if payload is not None:
-        out_len = torch.tensor([len(payload)], dtype=torch.int64)
+        out_len = torch.tensor([-1 if failed else len(payload)], dtype=torch.int64)
         works.append(dist.isend(out_len, right, group=group, tag=_RING_TAG))
     if expect_payload:
         in_len = torch.zeros(1, dtype=torch.int64)
         works.append(dist.irecv(in_len, left, group=group, tag=_RING_TAG))
     _wait_all(works)
     works = []
-    if payload is not None and len(payload):
+    if payload is not None and not failed and len(payload):
         out = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         works.append(dist.isend(out, right, group=group, tag=_RING_TAG))
     received = None
     if expect_payload:
+        if int(in_len.item()) < 0:
+            _wait_all(works)
+            return RING_FAILED
         received = torch.empty(int(in_len.item()), dtype=torch.uint8)
         if received.numel():
             works.append(dist.irecv(received, left, group=group, tag=_RING_TAG))
@@ -270,7 +295,39 @@ def _count_rounded_sums(a, b, total) -> int:
         return int(np.count_nonzero((error != 0) & np.isfinite(total)))
 
 
-def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
+class _GoldenRingCodec:
+    """The ring's codec in software: the golden INCEPTIONN model (the default backend).
+    :class:`host.ddp_hardware.NicRingCodec` is the same interface through a rank's NIC."""
+
+    hardware = False
+    failed = False
+
+    def start(self, group, rank, world, to_global):
+        pass
+
+    def own(self, values, k):
+        return _inc.quantize(values, k)
+
+    def encode(self, values, k):
+        return _inc.encode(values, k)
+
+    def decode(self, message, n, k):
+        return _inc.decode(message, n, k)
+
+    def payload_bytes(self, message):
+        return len(message)
+
+    def framing_bytes(self, message):
+        return 0
+
+    def finish(self, group, world, to_global):
+        return 0
+
+
+_GOLDEN_RING = _GoldenRingCodec()
+
+
+def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None, *, codec=None):
     """Sum ``values`` over the ranks of ``group`` with the compressed INCEPTIONN ring.
 
     Every rank calls it with its own float32 vector of the same length and the same ``k``
@@ -285,6 +342,8 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
         Error bound exponent, 1..15.
     group : ProcessGroup, optional
         Default: the world.
+    codec : host.ddp_hardware.NicRingCodec, optional
+        Every hop through this rank's NIC (a hook's ``backend``); default: the golden model.
 
     Returns
     -------
@@ -298,8 +357,18 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
         partial sums it sent in the reduce-scatter plus its owned chunk), ``offgrid_values``
         (how many of those the quantisation changed: not on their class's grid),
         ``added_values`` and ``rounded_adds`` (its reduce-scatter additions, and how many of
-        them rounded in float32).
+        them rounded in float32). ``backend``, ``seconds``, ``path_seconds`` (the time in
+        the codec: the golden model, or the NIC) and ``hardware`` (the NIC's packets and
+        bytes in this call) as :class:`CallStats` says.
+
+    Raises
+    ------
+    ValueError
+        On every rank: lengths or ``k`` that differ between ranks.
+    HookBackendError
+        On every rank: the NIC could not start, or failed on some rank during the call.
     """
+    started = time.perf_counter()
     k = _check_k(k)
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
@@ -310,31 +379,42 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
     group, rank, world, to_global = _group_info(group)
     preflight = _preflight(group, world, to_global, "INCEPTIONN ring all-reduce", acc.size,
                            [("k", k)])
+    codec = _GOLDEN_RING if codec is None else codec
+    codec.start(group, rank, world, to_global)
+    before = codec.counts.as_dict() if codec.hardware else None
     bounds = ring_chunk_bounds(acc.size, world)
     right, left = to_global((rank + 1) % world), to_global((rank - 1) % world)
-    sent = messages = compressed = 0
+    sent = messages = compressed = framing = 0
     quantised = offgrid = added = rounded = 0
+    path_seconds = 0.0
     for phase, step, send_chunk, recv_chunk in _ring_schedule(rank, world):
         if phase == "all_gather" and step == 0:
             # The owner of the finished chunk keeps exactly what the others will decode.
             a, b = bounds[(rank + 1) % world]
-            owned = _inc.quantize(acc[a:b], k)
+            t = time.perf_counter()
+            owned = codec.own(acc[a:b], k)
+            path_seconds += time.perf_counter() - t
             quantised += b - a
             offgrid += _count_changed(acc[a:b], owned)
             acc[a:b] = owned
         sa, sb = bounds[send_chunk]
         ra, rb = bounds[recv_chunk]
-        payload = _inc.encode(acc[sa:sb], k) if sb > sa else None
+        t = time.perf_counter()
+        payload = codec.encode(acc[sa:sb], k) if sb > sa else None
+        path_seconds += time.perf_counter() - t
         if payload is not None and phase == "reduce_scatter":
             quantised += sb - sa
             offgrid += _count_changed(acc[sa:sb], _inc.quantize(acc[sa:sb], k))
         data = _ring_exchange(payload, rb > ra, right, left, group)
         if payload is not None:
-            sent += len(payload)
+            sent += codec.payload_bytes(payload)
+            framing += codec.framing_bytes(payload)
             messages += 1
             compressed += sb - sa
         if data is not None:
-            decoded = _inc.decode(data, rb - ra, k)
+            t = time.perf_counter()
+            decoded = codec.decode(data, rb - ra, k)
+            path_seconds += time.perf_counter() - t
             if phase == "reduce_scatter":
                 total = decoded + acc[ra:rb]
                 added += rb - ra
@@ -342,14 +422,22 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None):
                 acc[ra:rb] = total
             else:
                 acc[ra:rb] = decoded
+    status = codec.finish(group, world, to_global)
     dense = dense_ring_bytes(acc.size, world, rank)
+    details = {"k": k, "world_size": world, "messages": messages,
+               "compressed_values": compressed, "ratio": (dense / sent) if sent else None,
+               "quantised_values": quantised, "offgrid_values": offgrid,
+               "added_values": added, "rounded_adds": rounded}
+    hardware = {}
+    if before is not None:
+        after = codec.counts.as_dict()
+        hardware = {name: after[name] - before[name] for name in after}
     stats = CallStats(bucket_index=-1, numel=acc.size, bytes_sent=sent, dense_ring_bytes=dense,
-                      control_bytes=8 * messages + preflight,
-                      details={"k": k, "world_size": world, "messages": messages,
-                               "compressed_values": compressed,
-                               "ratio": (dense / sent) if sent else None,
-                               "quantised_values": quantised, "offgrid_values": offgrid,
-                               "added_values": added, "rounded_adds": rounded})
+                      control_bytes=8 * messages + framing + preflight + status,
+                      details=details,
+                      backend=codec.describe() if codec.hardware else "golden",
+                      seconds=time.perf_counter() - started, path_seconds=path_seconds,
+                      hardware=hardware)
     return acc, stats
 
 
@@ -368,10 +456,38 @@ class _CommHook:
         self.dense_ring_bytes = 0
         self.control_bytes = 0
 
+    #: the hardware path (None: the golden models)
+    _hardware = None
+
     def reset_stats(self):
         """Forget the recorded calls and zero the byte counters."""
         self.calls.clear()
         self.bytes_sent = self.dense_ring_bytes = self.control_bytes = 0
+
+    @property
+    def backend(self) -> str:
+        """``"golden"``, ``"verilator"`` or ``"udp"``."""
+        return "golden" if self._hardware is None else self._hardware.backend
+
+    @property
+    def hardware_stats(self):
+        """What went through this rank's hardware so far (packets, bytes, resends, cycles,
+        seconds; see :mod:`host.ddp_hardware`), or None with the golden models."""
+        return None if self._hardware is None else self._hardware.stats()
+
+    def close(self):
+        """Close this rank's hardware (a NIC harness process, sockets); the hook takes no
+        calls afterwards. Also done when the hook is garbage collected."""
+        if self._hardware is not None:
+            self._hardware.close()
+            if self._hardware.broken is None:
+                self._hardware.broken = f"{type(self).__name__}: the hook was closed"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     def _allreduce_sum(self, values: np.ndarray, group):
         raise NotImplementedError
@@ -419,6 +535,19 @@ class InceptionnHook(_CommHook):
     history : int
         How many :class:`CallStats` ``hook.calls`` keeps (the newest; the byte counters
         count every call).
+    backend : str
+        Who compresses and decompresses every hop: ``"golden"`` (the NumPy model, default),
+        ``"verilator"`` (this rank's own Verilated NIC, a compiled harness opened at the
+        first bucket) or ``"udp"`` (a board's NIC over UDP, ``board`` needed). Every rank
+        of the group must use the same backend. See :mod:`host.ddp_hardware`.
+    board : str or list of str
+        ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``), or one per
+        rank.
+    key : int or str
+        ``"udp"``: the board's control key (optional; with it the first bucket also checks
+        the control service).
+    mtu : int
+        ``"udp"``: the path's MTU (packet sizes follow it; default 1500).
 
     Notes
     -----
@@ -468,7 +597,8 @@ class InceptionnHook(_CommHook):
     """
 
     def __init__(self, k: int = _inc.K_DEFAULT, *, error_feedback: bool = False,
-                 history: int = DEFAULT_HISTORY):
+                 history: int = DEFAULT_HISTORY, backend: str = "golden", board=None,
+                 key=None, mtu=None):
         super().__init__(history)
         self.k = _check_k(k)
         if not isinstance(error_feedback, bool):
@@ -476,11 +606,22 @@ class InceptionnHook(_CommHook):
         self.error_feedback = error_feedback
         # id(parameter) -> (weak reference to it, float32 residual of its numel values)
         self._residuals = {}
+        check_backend("InceptionnHook", backend, INCEPTIONN_BACKENDS)
+        if backend != "udp" and (board is not None or key is not None or mtu is not None):
+            raise ValueError(f"InceptionnHook: board, key and mtu are for backend 'udp', "
+                             f"not {backend!r}")
+        if backend != "golden":
+            settings = check_board("InceptionnHook", board, key, mtu, per_rank=True,
+                                   need_key=False) if backend == "udp" else None
+            self._hardware = NicRingCodec("InceptionnHook", backend, settings)
 
     def __repr__(self):
+        text = f"InceptionnHook(k={self.k}"
         if self.error_feedback:
-            return f"InceptionnHook(k={self.k}, error_feedback=True)"
-        return f"InceptionnHook(k={self.k})"
+            text += ", error_feedback=True"
+        if self._hardware is not None:
+            text += f", backend={self.backend!r}"
+        return text + ")"
 
     def residual(self, parameter) -> np.ndarray:
         """This rank's error-feedback residual of ``parameter`` (float32, its shape; zeros
@@ -507,7 +648,7 @@ class InceptionnHook(_CommHook):
         return entry[1]
 
     def _allreduce_sum(self, values, group):
-        return inceptionn_ring_allreduce(values, self.k, group)
+        return inceptionn_ring_allreduce(values, self.k, group, codec=self._hardware)
 
     def _allreduce_bucket(self, values, group, bucket):
         if not self.error_feedback:
@@ -545,7 +686,35 @@ def _sum_int32_wrapped(values: np.ndarray, group) -> np.ndarray:
     return _lhc.wrap_int32(wide.numpy())
 
 
-def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1):
+class _GlooSwitch:
+    """The switch's operations as gloo collectives (the default backend, with the golden
+    models): phase A's OR and MAX, phases B and C's wrap-around SUM.
+    :class:`host.ddp_hardware.UdpSwitch` is the same interface through a board's switch."""
+
+    hardware = False
+
+    def __init__(self, group):
+        self.group = group
+
+    def start(self, group, rank, world, to_global):
+        pass
+
+    def index(self, words, exponent):
+        index = torch.from_numpy(words.view(np.int32).copy())
+        dist.all_reduce(index, op=dist.ReduceOp.BOR, group=self.group)
+        e_max = torch.tensor([exponent], dtype=torch.int32)
+        dist.all_reduce(e_max, op=dist.ReduceOp.MAX, group=self.group)
+        return index.numpy().view(np.uint32), int(e_max.item())
+
+    def add(self, values, name):
+        return _sum_int32_wrapped(values, self.group)
+
+    def finish(self, group, world, to_global):
+        return 0
+
+
+def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
+                  switch=None):
     """Sum ``values`` over the ranks of ``group`` through the lossless homomorphic sketch.
 
     Every rank calls it with its own finite float32 vector of the same length and the same
@@ -561,7 +730,9 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
        exact quantised values, wrapped the same way.
 
     Each rank runs :class:`host.golden.lhc.LhcWorker`, so the result is bit for bit
-    :func:`host.golden.lhc.allreduce` of the ranks' vectors.
+    :func:`host.golden.lhc.allreduce` of the ranks' vectors. With ``switch`` (a hook's
+    :class:`host.ddp_hardware.UdpSwitch`) the three phases are ``AGG_*`` rounds through a
+    board's switch instead, the exponent in phase A's packet headers.
 
     Returns
     -------
@@ -572,6 +743,8 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
         format; the exponent travels in the packet header); ``details`` holds
         :class:`host.golden.lhc.LhcStats` as a dict (rows, union size, unpeeled, ...,
         ``dense_bytes`` = 4 bytes per value, what a dense in-network int32 all-reduce sends).
+        ``path_seconds`` is the three phases (gloo collectives, or the switch's rounds);
+        ``hardware`` the switch worker's packets, resends and bytes in this call.
 
     Raises
     ------
@@ -579,7 +752,10 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
         On every rank: NaN/Inf or ``|x| >= 2^127`` in any rank's ``values`` (gradients must
         be finite; the message names the rank), lengths or ``load``/``r_min`` that differ
         between ranks. Also bad ``load``/``r_min`` or more than 32 ranks.
+    HookBackendError
+        On every rank: the switch could not be reached or configured, or a round failed.
     """
+    started = time.perf_counter()
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
     values = np.asarray(values)
@@ -597,23 +773,37 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
         problem = str(exc)
     preflight = _preflight(group, world, to_global, "LHC sketch all-reduce", values.size,
                            [("load", float(load)), ("r_min", int(r_min))], problem)
-    # Phase A: index OR, exponent MAX.
-    index = torch.from_numpy(worker.index_words.view(np.int32).copy())
-    dist.all_reduce(index, op=dist.ReduceOp.BOR, group=group)
-    exponent = torch.tensor([worker.exponent], dtype=torch.int32)
-    dist.all_reduce(exponent, op=dist.ReduceOp.MAX, group=group)
-    union = index.numpy().view(np.uint32)
-    # Phase B: sketch SUM.
-    sketch_sum = _sum_int32_wrapped(worker.sketch_phase(union, int(exponent.item())), group)
-    # Phase C: exact fallback for what peeling could not recover (same set on every rank).
-    fallback = worker.fallback_phase(sketch_sum)
-    fallback_sum = _sum_int32_wrapped(fallback, group) if fallback.size else fallback
+    switch = _GlooSwitch(group) if switch is None else switch
+    switch.start(group, rank, world, to_global)
+    before = switch.worker.stats.as_dict() if switch.hardware else None
+    path_started = time.perf_counter()
+    try:
+        # Phase A: index OR, exponent MAX.
+        union, e_max = switch.index(worker.index_words, worker.exponent)
+        # Phase B: sketch SUM.
+        sketch_sum = switch.add(worker.sketch_phase(union, e_max), "sketch")
+        # Phase C: exact fallback for what peeling could not recover (same set on every rank).
+        fallback = worker.fallback_phase(sketch_sum)
+        fallback_sum = switch.add(fallback, "fallback") if fallback.size else fallback
+    except Exception as exc:
+        if not switch.hardware:
+            raise
+        switch.fail(exc)              # raised on every rank by finish()
+    path_seconds = time.perf_counter() - path_started
+    status = switch.finish(group, world, to_global)
     total, lhc_stats = worker.finish(fallback_sum)
     details = lhc_stats.as_dict()
     details["world_size"] = world
+    hardware = {}
+    if before is not None:
+        after = switch.worker.stats.as_dict()
+        hardware = {name: after[name] - before[name] for name in after}
     dense = dense_ring_bytes(values.size, world, rank)
     stats = CallStats(bucket_index=-1, numel=int(values.size), bytes_sent=lhc_stats.total_bytes,
-                      dense_ring_bytes=dense, control_bytes=preflight, details=details)
+                      dense_ring_bytes=dense, control_bytes=preflight + status, details=details,
+                      backend=switch.describe() if switch.hardware else "golden",
+                      seconds=time.perf_counter() - started, path_seconds=path_seconds,
+                      hardware=hardware)
     return total.reshape(-1), stats
 
 
@@ -629,23 +819,70 @@ class LhcHook(_CommHook):
     history : int
         How many :class:`CallStats` ``hook.calls`` keeps (the newest; the byte counters
         count every call).
+    backend : str
+        Who aggregates: ``"golden"`` (gloo collectives standing for the switch, default) or
+        ``"udp"``: a board's switch (``AGG_*`` packets from every rank's own socket; one
+        board serves the whole job). Every rank of the group must use the same backend. See
+        :mod:`host.ddp_hardware`.
+    board : str
+        ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``).
+    key : int or str
+        ``"udp"``: the board's control key (default: ``GRADWIRE_KEY``): group rank 0 writes
+        the job's worker table and configures the job with it at the first bucket.
+    job, slot_base, slot_count : int
+        ``"udp"``: the switch job and its slots (default: job 0, the whole pool).
+    timeout : float
+        ``"udp"``: seconds a round may go without any result before the call fails
+        (default 30).
 
     See :func:`lhc_allreduce` and the module docstring. Gradients must be finite.
     """
 
     def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
-                 history: int = DEFAULT_HISTORY):
+                 history: int = DEFAULT_HISTORY, backend: str = "golden", board=None,
+                 key=None, job: int = 0, slot_base: int = 0, slot_count=None, timeout=None):
         super().__init__(history)
         # Reject a bad load / r_min now rather than in the middle of a backward pass.
         _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min)
         self.load = float(load)
         self.r_min = int(r_min)
+        check_backend("LhcHook", backend, LHC_BACKENDS)
+        if backend == "golden":
+            defaults = dict(board=None, key=None, job=0, slot_base=0, slot_count=None,
+                            timeout=None)
+            given = [name for name, value in dict(board=board, key=key, job=job,
+                                                  slot_base=slot_base, slot_count=slot_count,
+                                                  timeout=timeout).items()
+                     if value is not defaults[name] and value != defaults[name]]
+            if given:
+                raise ValueError(f"LhcHook: {', '.join(given)} are for backend 'udp', not "
+                                 f"'golden'")
+            return
+        for name, value, low in (("job", job, 0), ("slot_base", slot_base, 0)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                    or value < low:
+                raise ValueError(f"LhcHook: {name} must be a non-negative integer, not "
+                                 f"{value!r}")
+        if slot_count is not None and (isinstance(slot_count, bool) or not isinstance(
+                slot_count, numbers.Integral) or slot_count < 1):
+            raise ValueError(f"LhcHook: slot_count must be a positive integer, not "
+                             f"{slot_count!r}")
+        if timeout is not None and not (isinstance(timeout, numbers.Real) and timeout > 0):
+            raise ValueError(f"LhcHook: timeout must be a positive number of seconds, not "
+                             f"{timeout!r}")
+        settings, = check_board("LhcHook", board, key, None, per_rank=False, need_key=True)
+        self._hardware = UdpSwitch("LhcHook", settings, job=int(job), slot_base=int(slot_base),
+                                   slot_count=slot_count, timeout=timeout)
 
     def __repr__(self):
-        return f"LhcHook(load={self.load}, r_min={self.r_min})"
+        text = f"LhcHook(load={self.load}, r_min={self.r_min}"
+        if self._hardware is not None:
+            text += f", backend={self.backend!r}"
+        return text + ")"
 
     def _allreduce_sum(self, values, group):
-        return lhc_allreduce(values, group, load=self.load, r_min=self.r_min)
+        return lhc_allreduce(values, group, load=self.load, r_min=self.r_min,
+                             switch=self._hardware)
 
 
 # ---------------------------------------------------------------------------------------
@@ -666,6 +903,11 @@ def _local_group_entry(rank, world_size, port, timeout, out_dir, fn, args):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world_size,
                             timeout=datetime.timedelta(seconds=timeout))
+    # Keep the cyclic garbage collector off the objects of the imports (torch alone brings
+    # hundreds of thousands): otherwise a full collection stops a rank for 0.2-0.3 s here,
+    # and ranks that do the same work stop at the same moment, which a hardware backend's
+    # timeouts see as a board that went silent.
+    gc.freeze()
     try:
         result = fn(rank, world_size, *args)
         # Nobody tears down its connections while a peer may still use them.

@@ -17,11 +17,13 @@ that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` 
 - at most one outstanding packet per slot: chunk ``g + slot_count`` leaves when the result
   of chunk ``g`` is in (the result of a round on a slot is proof that every worker's packet
   of that round reached the switch, so the next version cannot overtake a stale copy);
-- a packet whose result does not come within its timeout is sent again, the same bytes; the
-  switch drops a resend of a round still waiting for other workers and answers one of a
+- a packet whose result does not come within its timeout, while no other result comes
+  either, is sent again, the same bytes; the switch drops a resend of a round still waiting for other workers and answers one of a
   complete round with a unicast result (a multicast copy that was lost). Timeouts follow
   the measured time from a packet to its result (RFC 6298, Karn: first attempts only), which
-  includes the wait for the slowest worker, and double while the switch is silent;
+  includes the wait for the slowest worker, and double while the switch is silent; while
+  it is silent only the oldest expired packet is resent (a probe), once it answers every
+  expired one;
 - results are matched by ``seq`` and checked against the packet they answer; duplicates and
   results of earlier messages are discarded and counted;
 - a message that makes no progress (no new result) for ``timeout`` seconds raises
@@ -229,8 +231,14 @@ class UdpSwitchWorker:
         for index in range(min(window, count)):
             send(index, now)
         while remaining:
-            wait = min(entry.deadline for entry in outstanding.values()) - time.monotonic()
-            wait = min(max(wait, 0.0), max(progress + self.timeout - time.monotonic(), 0.0))
+            # A packet is overdue at its deadline, but not while results still come: a
+            # busy switch answers a window of packets one after the other, and the last of
+            # them waits its turn (a lost packet stalls only its slot, and shows when the
+            # other slots are done).
+            due = max(min(entry.deadline for entry in outstanding.values()),
+                      self._heard + self._rtt.rto)
+            wait = min(max(due - time.monotonic(), 0.0),
+                       max(progress + self.timeout - time.monotonic(), 0.0))
             ready, _, _ = select.select([self.sock], [], [], wait)
             if ready:
                 for data, source in _drain(self.sock):
@@ -253,16 +261,25 @@ class UdpSwitchWorker:
                     f"{self.timeout:g} s: is the board running, is job {self.job} configured "
                     f"with this worker's address, and do all {self.layout.workers} workers "
                     f"of the job send?")
-            expired = [entry for entry in outstanding.values() if entry.deadline <= now]
-            if expired and self._heard < min(entry.last_sent for entry in expired):
+            if now < self._heard + self._rtt.rto:
+                continue
+            expired = sorted((entry for entry in outstanding.values() if entry.deadline <= now),
+                             key=lambda entry: entry.deadline)
+            silent = bool(expired) and self._heard < min(e.last_sent for e in expired)
+            if silent:
                 self._rtt.backoff()          # nothing came back at all: slow or gone
-            for entry in expired:
+            for position, entry in enumerate(expired):
                 if self._heard > entry.last_sent:
                     entry.timeout = self._rtt.rto
                 else:
                     entry.timeout = min(entry.timeout * 2, self._rtt.maximum)
-                entry.attempt += 1
                 entry.last_sent = now
+                # While the switch is silent (the other workers are late, or the board is
+                # slow or gone) one resend probes it; once it answers, every expired packet
+                # goes again. A flood of resends would only slow a busy board further.
+                if silent and position:
+                    continue
+                entry.attempt += 1
                 self.stats.resends += 1
                 self._send(entry.data)
         return [Packet.from_bytes(r) for r in results]

@@ -1,0 +1,616 @@
+"""The hardware paths of the DDP hooks: every rank's NIC, and the switch shared by the job.
+
+:class:`host.ddp.InceptionnHook` and :class:`host.ddp.LhcHook` compute through the golden
+models by default. With ``backend=`` they compute through the gateware instead, and the
+training sees the gateware's bits:
+
+``InceptionnHook(k, backend="verilator")``
+    Every rank process owns a NIC: the Verilated ``nic_top`` behind the compiled harness
+    (``host.driver.nic.open_nic("verilator")``, a child process of the rank), opened at the
+    first bucket and closed with the hook. Every ring hop goes through the sender's NIC
+    transmit path (compressor) and the receiver's NIC receive path (decompressor): the
+    sender's wire packets (``INC_F32``, header and compressed payload) are what travels
+    between the ranks over gloo. The owner of a finished chunk keeps what its receivers
+    decode: it passes its own transmitted packets through its receive path.
+``InceptionnHook(k, backend="udp", board=ADDR)``
+    The same through a board's NIC over :class:`~host.driver.udp.UdpTransport` (one board
+    for all ranks, or one per rank: ``board=[ADDR_0, ADDR_1, ...]``).
+``LhcHook(backend="udp", board=ADDR, key=KEY)``
+    The index (``AGG_OR32``, the exponent in its headers, MAX-aggregated by the switch),
+    sketch and fallback rounds (``AGG_ADD_I32``) go as packets from every rank's own socket
+    (:class:`~host.driver.udp_worker.UdpSwitchWorker`) to the board's switch, which sums
+    them and multicasts the results back; gloo carries only what the switch does not do.
+
+What gloo still carries, and why:
+
+- the preflight all-gather of every call (bucket lengths and parameters: the same clear
+  error on every rank as with the golden models, before anything reaches the hardware);
+- at the first bucket, the start-up agreement: every rank opens its hardware and the
+  ranks exchange the outcome (and, for the switch, each rank's socket address), so that a
+  backend that cannot start (no Verilator build, no board at ADDR, a wrong key) raises one
+  :class:`HookBackendError` on every rank instead of a hang or a rank that computes alone;
+- for the switch, its job configuration: group rank 0 alone holds the control key's
+  work: it writes every rank's address into the job's worker table and commits the job
+  (which clears its slots), then broadcasts the job's layout (slots, lanes); the other
+  ranks wait for that broadcast, so no rank sends before the job is configured;
+- the ring's messages (the NICs' wire packets, as INCEPTIONN's NICs would send them to
+  each other) and, after every call on a hardware backend, one status word per rank
+  (all-reduce MAX), so that a failure on one rank in the middle of a call (a harness that
+  dies, a board that stops answering) is raised on every rank with the same message. A rank
+  whose NIC failed keeps the ring's schedule and sends a "failed" length word instead of
+  its packets, so its neighbours never wait for a message that will not come.
+
+Nothing falls back to the golden models: a hardware failure is an error, and a hook that
+failed raises the same error at every later call. Everything the hardware does is counted
+per call (``CallStats.details``) and per hook (:attr:`hardware_stats`): packets and bytes
+into and out of the gateware, resends, clock cycles where there is a clock, and the time
+spent in the hardware path.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+import struct
+import time
+import weakref
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from contract.header import HEADER_BYTES, Header, PacketType
+from contract.packet import Packet
+
+from .golden import inceptionn as _inc
+
+__all__ = ["HookBackendError", "INCEPTIONN_BACKENDS", "LHC_BACKENDS", "NicRingCodec",
+           "UdpSwitch", "RING_FAILED", "frame_packets", "unframe_packets", "check_board"]
+
+#: backends of InceptionnHook and LhcHook ("golden": the NumPy models and gloo)
+INCEPTIONN_BACKENDS = ("golden", "verilator", "udp")
+LHC_BACKENDS = ("golden", "udp")
+#: seconds of silence after which a control request at start-up is given up
+_CONTROL_SECONDS = 3.0
+_FRAME = struct.Struct("<I")
+
+
+class _RingFailedType:
+    """The ring message that stands for "the sender's NIC failed" (sent as a length word
+    of -1, without bytes)."""
+
+    def __repr__(self):
+        return "RING_FAILED"
+
+
+RING_FAILED = _RingFailedType()
+
+
+class HookBackendError(RuntimeError):
+    """A hook's hardware backend could not start or failed in a call (raised with the same
+    message on every rank of the group)."""
+
+
+class _PeerFailed(Exception):
+    """A ring neighbour's NIC failed (it sent the failure marker instead of its packets)."""
+
+
+# -- arguments -----------------------------------------------------------------------------
+
+def check_backend(who: str, backend, choices) -> str:
+    if backend not in choices:
+        raise ValueError(f"{who}: backend must be one of {', '.join(map(repr, choices))}, "
+                         f"not {backend!r}")
+    return backend
+
+
+def check_board(who: str, board, key, mtu, *, per_rank: bool, need_key: bool):
+    """The board settings of a ``"udp"`` backend: a list of ``board_settings`` dicts (one,
+    or one per rank where ``per_rank``), checked now, where the caller can see the error."""
+    from .driver.udp import ENV_BOARD, board_settings
+
+    if board is None and not os.environ.get(ENV_BOARD):
+        raise ValueError(f"{who}: backend 'udp' needs board=HOST[:PORT_BASE] (or "
+                         f"{ENV_BOARD}): a board, or a virtual one (gradwire board serve)")
+    boards = [board] if board is None or isinstance(board, str) else list(board)
+    if not per_rank and len(boards) != 1:
+        raise ValueError(f"{who}: one board serves the whole job, not {len(boards)}")
+    if not boards:
+        raise ValueError(f"{who}: board is an empty list")
+    settings = []
+    for one in boards:
+        try:
+            settings.append(board_settings(one, key=key, mtu=mtu))
+        except ValueError as exc:
+            raise ValueError(f"{who}: {exc}") from None
+    if need_key and settings[0]["key"] is None:
+        raise ValueError(f"{who}: backend 'udp' needs the board's control key (key=HEX or "
+                         f"GRADWIRE_KEY) to configure the job on its switch")
+    return settings
+
+
+def _where(settings) -> str:
+    base = settings["port_base"]
+    return f"{settings['host']} ports {base}-{base + 3}"
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text if isinstance(exc, (HookBackendError, _PeerFailed)) \
+        else f"{type(exc).__name__}: {text}"
+
+
+# -- agreement between the ranks -------------------------------------------------------------
+
+def _group_rank_zero(group):
+    return dist.get_global_rank(group, 0) if group is not dist.group.WORLD else 0
+
+
+def _joined_errors(who, what, errors, to_global) -> str | None:
+    """One message naming every rank's error (identical errors named once, with their ranks),
+    or None if no rank failed."""
+    by_message = {}
+    for r, error in enumerate(errors):
+        if error is not None:
+            by_message.setdefault(error, []).append(str(to_global(r)))
+    if not by_message:
+        return None
+    parts = [f"rank{'s' if len(ranks) > 1 else ''} {', '.join(ranks)}: {message}"
+             for message, ranks in by_message.items()]
+    return (f"{who}: {what} ({'; '.join(parts)}); every rank of the group raises this "
+            f"error")
+
+
+def agree(who, what, error, group, world, to_global, *, status_first: bool):
+    """Raise one :class:`HookBackendError` on every rank if any rank's ``error`` (a string
+    or None) is set. With ``status_first`` a one-word all-reduce decides whether the
+    messages are gathered at all (the cheap common case: nobody failed). Returns the
+    control bytes this rank sent."""
+    sent = 0
+    if world > 1 and status_first:
+        flag = torch.tensor([int(error is not None)], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=group)
+        sent += 8 * (world - 1)
+        if not flag.item():
+            return sent
+    if world > 1:
+        errors = [None] * world
+        dist.all_gather_object(errors, error, group=group)
+    else:
+        errors = [error]
+    message = _joined_errors(who, what, errors, to_global)
+    if message is not None:
+        raise HookBackendError(message)
+    return sent
+
+
+class _Backend:
+    """What both hardware paths share: the start-up agreement, failure, the finalizer."""
+
+    hardware = True
+
+    def __init__(self, who: str):
+        self.who = who
+        self.broken: str | None = None        # the error every later call raises
+        self.failure: str | None = None       # this call's own failure on this rank
+        self.startup_seconds = 0.0
+        self._group_key = None
+
+    def start(self, group, rank, world, to_global) -> None:
+        """At the first call: open the hardware on every rank and agree on the outcome.
+        Later calls: check it is the same group. Raises HookBackendError on every rank."""
+        if self.broken is not None:
+            raise HookBackendError(self.broken)
+        key = (id(group), world)
+        if self._group_key is not None:
+            if key != self._group_key:
+                raise ValueError(f"{self.who}: the hook's hardware serves the process group "
+                                 f"it started with; make one hook per group")
+            return
+        started = time.perf_counter()
+        error = None
+        try:
+            self._open(group, rank, world, to_global)
+        except Exception as exc:              # noqa: BLE001 (every rank reports it)
+            error = _describe(exc)
+        try:
+            agree(self.who, "the hardware backend could not start", error, group, world,
+                  to_global, status_first=False)
+            self._after_open(group, rank, world, to_global)
+        except HookBackendError as exc:
+            self.broken = str(exc)
+            self.close()
+            raise
+        self._group_key = key
+        self.startup_seconds += time.perf_counter() - started
+
+    def _open(self, group, rank, world, to_global):
+        raise NotImplementedError
+
+    def _after_open(self, group, rank, world, to_global):
+        """A second agreement step (the switch's job configuration); raises
+        HookBackendError on every rank."""
+
+    def fail(self, exc) -> None:
+        if self.failure is None:
+            self.failure = _describe(exc)
+
+    @property
+    def failed(self) -> bool:
+        return self.failure is not None
+
+    def finish(self, group, world, to_global) -> int:
+        """After a call's data moved: raise on every rank if any rank failed. Returns the
+        control bytes this rank sent."""
+        failure, self.failure = self.failure, None
+        try:
+            return agree(self.who, "the hardware failed in this call", failure, group,
+                         world, to_global, status_first=True)
+        except HookBackendError as exc:
+            self.broken = str(exc)
+            self.close()
+            raise
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+# -- the NIC of one rank (INCEPTIONN ring) ----------------------------------------------------
+
+def frame_packets(packets) -> bytes:
+    """Wire packets as one ring message: per packet a 4-byte length, then its bytes."""
+    parts = []
+    for p in packets:
+        data = p.to_bytes()
+        parts += [_FRAME.pack(len(data)), data]
+    return b"".join(parts)
+
+
+def unframe_packets(message: bytes) -> list:
+    """The packets of a ring message (:func:`frame_packets`); ValueError if it is cut."""
+    packets, at = [], 0
+    view = memoryview(message)
+    while at < len(view):
+        if at + _FRAME.size > len(view):
+            raise ValueError(f"ring message cut inside a length word at byte {at}")
+        size, = _FRAME.unpack_from(view, at)
+        at += _FRAME.size
+        if size < HEADER_BYTES or at + size > len(view):
+            raise ValueError(f"ring message holds a packet of {size} bytes at byte {at} "
+                             f"(message of {len(view)} bytes)")
+        packets.append(Packet.from_bytes(bytes(view[at:at + size])))
+        at += size
+    return packets
+
+
+@dataclasses.dataclass
+class NicCounts:
+    """What went through one rank's NIC (this hook): per path, packets and bytes in and out."""
+    tx_packets_in: int = 0
+    tx_packets_out: int = 0
+    rx_packets_in: int = 0
+    rx_packets_out: int = 0
+    tx_bytes_in: int = 0
+    tx_bytes_out: int = 0
+    rx_bytes_in: int = 0
+    rx_bytes_out: int = 0
+    seconds: float = 0.0
+
+    def as_dict(self):
+        return dataclasses.asdict(self)
+
+
+class NicRingCodec(_Backend):
+    """The codec of the INCEPTIONN ring through one rank's NIC (``backend`` ``"verilator"``
+    or ``"udp"``): the interface :func:`host.ddp.inceptionn_ring_allreduce` calls.
+
+    ``encode`` compresses through the transmit path and returns the ring message (the wire
+    packets, framed); ``decode`` decompresses a neighbour's message through the receive
+    path; ``own`` is the chunk owner's "keep what the others decode": transmit, then
+    receive its own packets (which ``encode`` then sends, not compressing them again).
+    After a failure on this rank (``failed``) they do nothing: ``encode`` returns
+    :data:`RING_FAILED` and the ring goes on with its schedule.
+    """
+
+    def __init__(self, who: str, backend: str, settings=None):
+        super().__init__(who)
+        self.backend = backend
+        self.settings = settings              # board settings (udp), one or one per rank
+        self.transport = None
+        self.nic = None
+        self.counts = NicCounts()
+        self.rank = 0
+        self._seq = 0
+        self._owned = None                    # (k, owned values, their packets)
+        self._last = None                     # (last message, its payload bytes)
+        self._finalizer = None
+
+    def describe(self) -> str:
+        if self.backend == "udp" and self.settings:
+            return f"udp ({', '.join(_where(s) for s in self.settings)})"
+        return self.backend
+
+    def _open(self, group, rank, world, to_global):
+        from .driver.nic import NicInterface, open_nic
+
+        self.rank = rank
+        if self.backend == "verilator":
+            transport = open_nic("verilator", check=False)
+        else:
+            settings = self.settings[rank] if len(self.settings) > 1 else self.settings[0]
+            if len(self.settings) not in (1, world):
+                raise ValueError(f"{len(self.settings)} boards for {world} ranks: give one "
+                                 f"board, or one per rank")
+            transport = _open_board_nic(settings)
+        self.transport = transport
+        self._finalizer = weakref.finalize(self, transport.close)
+        self.nic = NicInterface(transport)
+
+    def own(self, values, k):
+        if self.failed:
+            return values
+        try:
+            packets = self._transmit(values, k)
+            owned = self._receive(packets, values.size)
+        except Exception as exc:              # noqa: BLE001 (agreed on in finish)
+            self.fail(exc)
+            return values
+        self._owned = (k, owned.copy(), packets)
+        return owned
+
+    def encode(self, values, k):
+        if self.failed:
+            return RING_FAILED
+        try:
+            owned = self._owned
+            self._owned = None
+            if owned is not None and owned[0] == k and owned[1].size == values.size \
+                    and np.array_equal(owned[1].view(np.uint32), values.view(np.uint32)):
+                packets = owned[2]
+            else:
+                packets = self._transmit(values, k)
+            message = frame_packets(packets)
+            self._last = (message, sum(len(p.payload) for p in packets))
+            return message
+        except Exception as exc:              # noqa: BLE001
+            self.fail(exc)
+            return RING_FAILED
+
+    def decode(self, message, n, k):
+        if message is RING_FAILED:
+            self.fail(_PeerFailed("its ring neighbour's NIC failed"))
+        if self.failed:
+            return np.zeros(n, dtype=np.float32)
+        try:
+            packets = unframe_packets(message)
+            for p in packets:
+                if p.header.type != PacketType.INC_F32 or p.header.k != k:
+                    raise ValueError(f"a ring message holds {p.header} (expected INC_F32 "
+                                     f"packets at k={k})")
+            return self._receive(packets, n)
+        except Exception as exc:              # noqa: BLE001
+            self.fail(exc)
+            return np.zeros(n, dtype=np.float32)
+
+    def payload_bytes(self, message) -> int:
+        """Compressed payload bytes of a ring message this codec made (its packets' headers
+        and length words are framing, :meth:`framing_bytes`)."""
+        if message is RING_FAILED:
+            return 0
+        if self._last is not None and self._last[0] is message:
+            return self._last[1]
+        return sum(len(p.payload) for p in unframe_packets(message))
+
+    def framing_bytes(self, message) -> int:
+        if message is RING_FAILED:
+            return 0
+        return len(message) - self.payload_bytes(message)
+
+    def _transmit(self, values, k):
+        started = time.perf_counter()
+        try:
+            self._seq = (self._seq + 1) & 0xFFFFFFFF
+            packets = self.nic.transmit(np.ascontiguousarray(values, dtype=np.float32), k,
+                                        worker=self.rank & 0xFF, seq=self._seq)
+        finally:
+            self.counts.seconds += time.perf_counter() - started
+        c = self.counts
+        c.tx_packets_out += len(packets)
+        c.tx_packets_in += -(-values.size // self.nic.packet_values)
+        c.tx_bytes_in += values.size * 4 + HEADER_BYTES * -(-values.size // self.nic.packet_values)
+        c.tx_bytes_out += sum(HEADER_BYTES + len(p.payload) for p in packets)
+        return packets
+
+    def _receive(self, packets, n):
+        started = time.perf_counter()
+        try:
+            values = self.nic.receive(packets, n)
+        finally:
+            self.counts.seconds += time.perf_counter() - started
+        c = self.counts
+        c.rx_packets_in += len(packets)
+        c.rx_packets_out += len(packets)
+        c.rx_bytes_in += sum(HEADER_BYTES + len(p.payload) for p in packets)
+        c.rx_bytes_out += n * 4 + HEADER_BYTES * len(packets)
+        return values
+
+    def stats(self) -> dict:
+        """Totals of this hook's NIC: packets and bytes per path, seconds in the NIC calls,
+        and the transport's own figures (clock cycles, or datagrams and resends)."""
+        out = {"backend": self.describe(), **self.counts.as_dict(),
+               "startup_seconds": self.startup_seconds}
+        transport = self.transport
+        if transport is None:
+            return out
+        if hasattr(transport, "network_stats"):
+            network = transport.network_stats()
+            out["datagrams"] = sum(v.get("datagrams", 0) for v in network.values()
+                                   if isinstance(v, dict) and "datagrams" in v)
+            out["resends"] = sum(v.get("resends", 0) for v in network.values()
+                                 if isinstance(v, dict) and "resends" in v)
+            out["network"] = network
+        else:
+            for stream in ("tx", "rx"):
+                s = transport.stats.get(stream)
+                if s is not None:
+                    out[f"{stream}_cycles"] = s.cycles
+                    out[f"{stream}_busy_cycles"] = s.busy_cycles
+            out["resends"] = 0
+        return out
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+        self.transport = self.nic = None
+
+
+def _open_board_nic(settings):
+    """A UdpTransport to a board's NIC, checked with one packet (and, with a key, one control
+    read), each given up after about three seconds of silence."""
+    from .driver.udp import NoReplyError, UdpTransport
+
+    transport = UdpTransport(settings["host"], port_base=settings["port_base"],
+                             key=settings["key"], mtu=settings["mtu"], region="nic")
+    retries = transport.retries
+    try:
+        transport.retries = 4                 # 0.1 + 0.2 + 0.4 + 0.8 + 1 + ... about 2.5 s
+        try:
+            # a RAW_F32 packet without COMPRESS passes the transmit path unchanged
+            transport.exchange("tx", [Packet(Header(type=PacketType.RAW_F32))])
+        except NoReplyError:
+            raise HookBackendError(f"no reply from the board's NIC at {_where(settings)}: is "
+                                   f"it running (gradwire board serve for a virtual one), are "
+                                   f"the address and port base right, and is it built with "
+                                   f"its NIC?") from None
+        if settings["key"] is not None:
+            try:
+                transport.read(0)
+            except NoReplyError:
+                raise HookBackendError(f"the board at {_where(settings)} answers on its NIC "
+                                       f"port but not to control requests: the control key "
+                                       f"is wrong") from None
+    except BaseException:
+        transport.close()
+        raise
+    transport.retries = retries
+    return transport
+
+
+# -- the switch, shared by the job (LHC) ------------------------------------------------------
+
+class UdpSwitch(_Backend):
+    """The LHC phases through a board's switch (:class:`~host.driver.udp_worker.
+    UdpSwitchWorker` on every rank): the interface :func:`host.ddp.lhc_allreduce` calls.
+
+    ``index(words, exponent)`` is phase A (OR of the index bitmap, MAX of the exponent in the
+    packets' headers), ``add(values, name)`` phases B and C (wrap-around int32 SUM).
+    """
+
+    def __init__(self, who: str, settings, *, job=0, slot_base=0, slot_count=None,
+                 timeout=None):
+        from .driver.udp_worker import DEFAULT_TIMEOUT
+
+        super().__init__(who)
+        self.backend = "udp"
+        self.settings = settings
+        self.job, self.slot_base, self.slot_count = job, slot_base, slot_count
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+        self.worker = None
+        self.layout = None
+        self._finalizer = None
+        self._address_error = None
+
+    def describe(self) -> str:
+        return f"udp (switch of {_where(self.settings)}, job {self.job})"
+
+    def _open(self, group, rank, world, to_global):
+        from .driver.udp_worker import UdpSwitchWorker
+
+        if world > 32:
+            raise ValueError(f"a switch job has at most 32 workers, not {world}")
+        worker = UdpSwitchWorker(self.settings["host"], port_base=self.settings["port_base"],
+                                 job=self.job, worker=rank, timeout=self.timeout)
+        self.worker = worker
+        self._finalizer = weakref.finalize(self, worker.close)
+
+    def _after_open(self, group, rank, world, to_global):
+        """Group rank 0 writes every rank's address into the job's worker table and commits
+        the job; the others wait for its broadcast of the layout (or of its error)."""
+        addresses = [None] * world
+        if world > 1:
+            dist.all_gather_object(addresses, self.worker.address, group=group)
+        else:
+            addresses = [self.worker.address]
+        outcome = [None]
+        if rank == 0:
+            try:
+                outcome[0] = ("ok", self._configure(addresses))
+            except Exception as exc:          # noqa: BLE001 (every rank raises it)
+                outcome[0] = ("error", _describe(exc))
+        if world > 1:
+            dist.broadcast_object_list(outcome, src=_group_rank_zero(group), group=group)
+        kind, value = outcome[0]
+        if kind == "error":
+            raise HookBackendError(f"{self.who}: configuring job {self.job} on the board's "
+                                   f"switch failed (rank {to_global(0)}: {value}); every rank "
+                                   f"of the group raises this error")
+        self.layout = value
+        self.worker.set_layout(value)
+
+    def _configure(self, addresses):
+        from .driver.udp import NoReplyError, UdpTransport
+        from .driver.udp_worker import configure_job
+
+        s = self.settings
+        control = UdpTransport(s["host"], port_base=s["port_base"], key=s["key"], mtu=s["mtu"],
+                               region="switch", timeout=0.1, min_timeout=0.02, max_timeout=1.0,
+                               retries=4)
+        try:
+            return configure_job(control, self.job, addresses, slot_base=self.slot_base,
+                                 slot_count=self.slot_count)
+        except NoReplyError:
+            raise HookBackendError(_diagnose(s)) from None
+        finally:
+            control.close()
+
+    def index(self, words, exponent):
+        vector, e_max = self._aggregate(words, PacketType.AGG_OR32, exponent, "the index")
+        return vector, (exponent if e_max is None else e_max)
+
+    def add(self, values, name):
+        vector, _ = self._aggregate(np.asarray(values, dtype=np.int32).view(np.uint32),
+                                    PacketType.AGG_ADD_I32, 0, f"the {name}")
+        return vector.view(np.int32)
+
+    def _aggregate(self, words, op, exponent, name):
+        return self.worker.aggregate(words, op, exponent=exponent, name=name)
+
+    def stats(self) -> dict:
+        out = {"backend": self.describe(), "startup_seconds": self.startup_seconds}
+        if self.worker is not None:
+            out.update(self.worker.stats.as_dict())
+            out["rto_ms"] = self.worker.rto_ms
+        if self.layout is not None:
+            out["layout"] = self.layout.as_dict()
+        return out
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def _diagnose(settings) -> str:
+    """Why the board's control service is silent: a NIC port that answers means a wrong key."""
+    from .driver.transport import TransportError
+    from .driver.udp import UdpTransport
+
+    probe = UdpTransport(settings["host"], port_base=settings["port_base"], timeout=0.2,
+                         max_timeout=0.5, retries=2)
+    try:
+        probe.exchange("tx", [Packet(Header(type=PacketType.RAW_F32))])
+    except TransportError:
+        return (f"no reply from the board at {_where(settings)}: is it running (gradwire "
+                f"board serve for a virtual one), and are the address and port base right?")
+    finally:
+        probe.close()
+    return (f"the board at {_where(settings)} answers on its NIC port but not to control "
+            f"requests: the control key is wrong")
