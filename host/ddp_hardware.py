@@ -482,8 +482,9 @@ def _open_board_nic(settings):
                                    f"the address and port base right, and is it built with "
                                    f"its NIC?") from None
         if settings["key"] is not None:
+            from contract.registers import NIC_REGISTERS
             try:
-                transport.read(0)
+                transport.read(dict(NIC_REGISTERS["tx"].items())["packets"])
             except NoReplyError:
                 raise HookBackendError(f"the board at {_where(settings)} answers on its NIC "
                                        f"port but not to control requests: the control key "
