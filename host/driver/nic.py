@@ -16,6 +16,8 @@ from .backends import open_backend
 
 __all__ = ["NicInterface", "open_nic", "NIC_STREAMS"]
 
+#: Quiet clocks after which a simulated exchange ends (the harness's default).
+_EXCHANGE_IDLE = 64
 #: The NIC top's AXI-Stream paths: name -> (sink prefix, source prefix).
 NIC_STREAMS = TOP_PORTS["nic_top"].streams
 
@@ -52,6 +54,14 @@ class NicInterface:
 
     def receive(self, packets, n=None, *, offset=0, **options):
         """Pass wire packets through the RX path (decompressing); return the float32 tensor."""
+        packets = list(packets)
+        if getattr(self.transport, "clocked", False) and "idle" not in options and packets:
+            # The receive path stores and forwards: after a packet's last input beat it may
+            # still decode up to one block (8 values) per clock before its first output beat
+            # (a short, well-compressed packet is taken in long before it is decoded). The
+            # exchange must stay open for that long, or the packet comes out after it ended.
+            longest = max(p.header.count for p in packets)
+            options["idle"] = max(_EXCHANGE_IDLE, -(-longest // 8) + _EXCHANGE_IDLE)
         out = self.transport.exchange("rx", packets, **options)
         return inceptionn.packets_to_tensor(out, n, offset=offset)
 

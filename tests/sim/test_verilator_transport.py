@@ -103,3 +103,22 @@ def test_commit_register_takes_only_COMMIT_on_every_transport():
         assert commit_effects(device) == want
     with open_switch("verilator") as lockstep:          # device and model compared
         assert commit_effects(lockstep) == want
+
+
+@pytest.mark.parametrize("count", [1666, 2048])
+def test_nic_receive_waits_for_a_packet_that_decodes_long_after_its_last_input_beat(count):
+    """A well-compressed packet is taken in long before it is decoded (one block of 8 values
+    per clock, store and forward): over 64 quiet clocks can pass between its last input beat
+    and its first output beat, and the receive must not end before it (it used to: the
+    packet came out in the next exchange)."""
+    x = np.zeros(count, np.float32)
+    x[::10] = np.float32(2.0 ** -10)
+    x[5::10] = np.float32(-(2.0 ** -9))
+    wire = inceptionn.tensor_to_packets(x, 10, compress=True)
+    with open_nic("verilator") as nic_transport:        # in lockstep with the model
+        nic = NicInterface(nic_transport)
+        for _ in range(2):
+            np.testing.assert_array_equal(bits(nic.receive(wire, count)),
+                                          bits(inceptionn.quantize(x, 10)))
+        stats = nic_transport.device.stats["rx"]
+        assert stats.packets_out == 2 and min(stats.latencies) > 64 + stats.in_beats // 2
