@@ -830,7 +830,10 @@ class LhcHook(_CommHook):
         ``"udp"``: the board's control key (default: ``GRADWIRE_KEY``): group rank 0 writes
         the job's worker table and configures the job with it at the first bucket.
     job, slot_base, slot_count : int
-        ``"udp"``: the switch job and its slots (default: job 0, the whole pool).
+        ``"udp"``: the switch job and its slots (default: job 0, the whole pool). The job is
+        the hook's from its first bucket (group rank 0 configures it) until :meth:`close`
+        (group rank 0 releases it); hooks in use at the same time need jobs of their own on
+        slots that do not overlap (the switch refuses overlapping jobs).
     timeout : float
         ``"udp"``: seconds a round may go without any result before the call fails
         (default 30).

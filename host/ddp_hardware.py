@@ -556,6 +556,12 @@ class UdpSwitch(_Backend):
                                    f"of the group raises this error")
         self.layout = value
         self.worker.set_layout(value)
+        if rank == 0:
+            # The job is this hook's until it closes: then group rank 0 releases its slots
+            # (after a completed call every rank has every result, so nobody needs them).
+            self._finalizer.detach()
+            self._finalizer = weakref.finalize(self, _release_job, self.worker, self.settings,
+                                               self.job)
 
     def _configure(self, addresses):
         from .driver.udp import NoReplyError, UdpTransport
@@ -597,6 +603,25 @@ class UdpSwitch(_Backend):
     def close(self) -> None:
         if self._finalizer is not None:
             self._finalizer()
+
+
+def _release_job(worker, settings, job) -> None:
+    """Close a rank's switch worker; on group rank 0 also unconfigure the job on the board
+    (best effort, within about half a second: a board that is gone has nothing to free)."""
+    from .driver.switch import SwitchInterface
+    from .driver.udp import UdpTransport
+
+    worker.close()
+    try:
+        control = UdpTransport(settings["host"], port_base=settings["port_base"],
+                               key=settings["key"], mtu=settings["mtu"], region="switch",
+                               timeout=0.05, min_timeout=0.02, max_timeout=0.2, retries=2)
+        try:
+            SwitchInterface(control).clear_job(job)
+        finally:
+            control.close()
+    except Exception:                         # noqa: BLE001 (nothing to free, or no board)
+        pass
 
 
 def _diagnose(settings) -> str:
