@@ -24,6 +24,15 @@ Bytes per step are per rank, payload only, as counted by the hooks; the fp32 row
 plain ring all-reduce of the same gradients sends (``host.ddp.dense_ring_bytes``). Results
 go to ``<out>/accuracy.json``, ``<out>/accuracy.png`` (learning curves) and
 ``<out>/accuracy.md`` (the README table).
+
+``Settings.backend`` chooses who computes the compressed rows (:data:`BACKENDS`):
+``"golden"`` (the NumPy models), ``"verilator"`` (the INCEPTIONN rows through every rank's
+own Verilated NIC; the LHC row stays golden: the hooks have no simulated switch of their
+own) or ``"udp"`` (the INCEPTIONN rows through a board's NIC, the LHC row through its
+switch; a virtual board in a process of its own unless :func:`run_experiment` is given
+one). Every row records which backend computed it, the packets and bytes that went through
+the hardware, resends, and the time per step: the whole training step (evaluation left
+out), the hook's calls and the part of them in the hardware path.
 """
 from __future__ import annotations
 
@@ -35,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CODECS", "TASKS", "Settings", "make_ncf_data", "load_digits_split",
+__all__ = ["CODECS", "TASKS", "BACKENDS", "Settings", "make_ncf_data", "load_digits_split",
            "prepare_datasets", "train_in_group", "run_experiment", "results_table", "plot_curves", "write_outputs"]
 
 #: Gradient paths, in table order: name -> None (plain DDP), ("inceptionn", k,
@@ -51,6 +60,8 @@ CODECS = {
     "lhc": ("lhc",),
 }
 TASKS = ("digits", "ncf")
+#: who computes the compressed rows (see the module docstring)
+BACKENDS = ("golden", "verilator", "udp")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +83,7 @@ class Settings:
     ncf_interactions: int = 20      # per user, one of them held out for the test
     ncf_eval_users: int = 1000
     eval_every: int = 25
+    backend: str = "golden"
 
     @classmethod
     def quick(cls, **overrides):
@@ -181,14 +193,22 @@ def _ncf_model(users, items, dim=16):
     return NeuMF()
 
 
-def _make_hook(codec):
+def _make_hook(codec, hardware=None):
+    """The hook of a gradient path; ``hardware``: ``{"backend", "board", "key"}`` (None:
+    golden)."""
     from . import ddp
 
     spec = CODECS[codec]
     if spec is None:
         return None
+    backend = (hardware or {}).get("backend", "golden")
     if spec[0] == "inceptionn":
-        return ddp.InceptionnHook(k=spec[1], error_feedback=spec[2])
+        if backend == "golden":
+            return ddp.InceptionnHook(k=spec[1], error_feedback=spec[2])
+        board = {"board": hardware["board"]} if backend == "udp" else {}
+        return ddp.InceptionnHook(k=spec[1], error_feedback=spec[2], backend=backend, **board)
+    if backend == "udp":
+        return ddp.LhcHook(backend="udp", board=hardware["board"], key=hardware["key"])
     return ddp.LhcHook()
 
 
@@ -267,7 +287,7 @@ class _Task:
                     float(F.binary_cross_entropy_with_logits(scores, labels)))
 
 
-def _train_one(task, codec, world):
+def _train_one(task, codec, world, hardware=None):
     import torch
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
@@ -278,7 +298,7 @@ def _train_one(task, codec, world):
     net = task.model()
     numel = sum(p.numel() for p in net.parameters())
     model = DistributedDataParallel(net)
-    hook = _make_hook(codec)
+    hook = _make_hook(codec, hardware)
     if hook is not None:
         model.register_comm_hook(state=None, hook=hook)
     optimizer = task.optimizer(model.parameters())
@@ -286,12 +306,15 @@ def _train_one(task, codec, world):
     curve, evals = [], []
     lhc_rows, lhc_unpeeled, lhc_union = [], [], []
     started = time.perf_counter()
+    step_seconds = 0.0
     for step in range(1, task.steps + 1):
         inputs, target = next(batches)
+        step_started = time.perf_counter()
         optimizer.zero_grad()
         loss = task.loss(model(*inputs), target)
         loss.backward()
         optimizer.step()
+        step_seconds += time.perf_counter() - step_started
         mean_loss = loss.detach().reshape(1) / world
         dist.all_reduce(mean_loss)                      # bookkeeping only, not counted
         curve.append(float(mean_loss))
@@ -311,11 +334,26 @@ def _train_one(task, codec, world):
         "final_metric": evals[-1][1], "final_test_loss": evals[-1][2],
         "replicas_identical": bool(torch.equal(low, high)),
         "train_seconds": seconds,
+        "step_seconds": step_seconds / task.steps,
+        "backend": "gloo" if hook is None else hook.backend,
     }
     if hook is None:
         per_step = ddp.dense_ring_bytes(numel, world, dist.get_rank())
         result.update(bytes_per_step=per_step, dense_ring_bytes_per_step=per_step)
     else:
+        # (hook.calls holds every call: the experiment's hooks keep the default history)
+        totals = hook.hardware_totals
+        # The hardware's start-up (opening a NIC, configuring a switch job: once, at the first
+        # bucket) is reported on its own, not spread over the steps.
+        startup = totals["startup_seconds"] if totals is not None else 0.0
+        result["step_seconds"] = (step_seconds - startup) / task.steps
+        result["hook_seconds_per_step"] = \
+            (sum(c.seconds for c in hook.calls) - startup) / task.steps
+        result["path_seconds_per_step"] = sum(c.path_seconds for c in hook.calls) / task.steps
+        result["backend"] = hook.calls[-1].backend if hook.calls else hook.backend
+        if totals is not None:
+            result["hardware"] = totals
+            hook.close()
         result.update(bytes_per_step=hook.bytes_sent / task.steps,
                       dense_ring_bytes_per_step=hook.dense_ring_bytes / task.steps,
                       control_bytes_per_step=hook.control_bytes / task.steps)
@@ -334,23 +372,47 @@ def _train_one(task, codec, world):
     return result
 
 
-def train_in_group(rank: int, world: int, settings: Settings, datasets: dict) -> list:
+#: per-rank figures averaged over the ranks (bytes and times differ per rank)
+_MEAN_OF_RANKS = ("bytes_per_step", "dense_ring_bytes_per_step", "step_seconds",
+                  "hook_seconds_per_step", "path_seconds_per_step")
+
+
+def train_in_group(rank: int, world: int, settings: Settings, datasets: dict,
+                   hardware: dict | None = None) -> list:
     """Train every task of ``settings`` with every gradient path, inside an initialised
     default process group (this rank's part; every rank must call it). Returns the list of
-    run results (identical on every rank)."""
+    run results (identical on every rank). ``hardware``: ``{"backend", "board", "key"}`` of
+    ``settings.backend`` (the board of ``"udp"``; see :func:`run_experiment`)."""
     import torch
     import torch.distributed as dist
 
+    if hardware is None and settings.backend != "golden":
+        hardware = {"backend": settings.backend}
     results = []
     for name in settings.tasks:
         task = _Task(name, settings, datasets[name], rank)
         for codec in settings.codecs:
-            result = _train_one(task, codec, world)
+            result = _train_one(task, codec, world, hardware)
             # Bytes differ per rank (chunk sizes, compressibility): report the mean of ranks.
-            for key in ("bytes_per_step", "dense_ring_bytes_per_step"):
+            for key in _MEAN_OF_RANKS:
+                if key not in result:
+                    continue
                 total = torch.tensor([float(result[key])], dtype=torch.float64)
                 dist.all_reduce(total)
                 result[key] = float(total.item()) / world
+            if "hardware" in result:
+                # Packets, bytes and resends: all ranks together; seconds: the slowest rank.
+                mine = result.pop("hardware")
+                keys = sorted(mine)
+                summed = torch.tensor([float(mine[k]) for k in keys], dtype=torch.float64)
+                slowest = summed.clone()
+                dist.all_reduce(summed)
+                dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
+                result["hardware"] = {
+                    k: (float(slowest[i]) if "seconds" in k else int(summed[i]))
+                    for i, k in enumerate(keys)}
+                result["hardware_packets_per_step_rank"] = \
+                    result["hardware"]["packets_in"] / task.steps / world
             if "ring_quantised_values" in result:
                 keys = ("ring_quantised_values", "ring_offgrid_values", "ring_added_values",
                         "ring_rounded_adds")
@@ -366,9 +428,13 @@ def train_in_group(rank: int, world: int, settings: Settings, datasets: dict) ->
                 if "ring_offgrid_fraction" in result:
                     ring = (f"  off-grid {result['ring_offgrid_fraction']:.2e}"
                             f"  rounded {result['ring_rounded_fraction']:.2e}")
+                hw = ""
+                if "hardware" in result:
+                    hw = (f"  {result['hardware_packets_per_step_rank']:.0f} packets/step/rank "
+                          f"through {result['backend']}")
                 print(f"  {name:6s} {codec:18s} metric {result['final_metric']:.4f}  "
                       f"test loss {result['final_test_loss']:.4f}  "
-                      f"{result['bytes_per_step']:10.0f} B/step/rank{ring}  "
+                      f"{result['bytes_per_step']:10.0f} B/step/rank{ring}{hw}  "
                       f"({result['train_seconds']:.1f} s)", flush=True)
             results.append(result)
     return results
@@ -385,26 +451,84 @@ def prepare_datasets(settings: Settings) -> dict:
     return datasets
 
 
-def run_experiment(settings: Settings) -> dict:
-    """Train every task with every gradient path; return the JSON-able results."""
+def run_experiment(settings: Settings, *, board: str | None = None, key=None) -> dict:
+    """Train every task with every gradient path; return the JSON-able results.
+
+    With ``settings.backend == "udp"``, ``board`` (``HOST[:PORT_BASE]``) and ``key`` name the
+    board; without them a virtual board (golden backend) is started in a process of its own
+    for the run (:class:`host.board.process.BoardProcess`).
+    """
     from .ddp import run_local_group
 
     unknown = set(settings.codecs) - set(CODECS) or set(settings.tasks) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown codec or task: {sorted(unknown)}")
+    if settings.backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not "
+                         f"{settings.backend!r}")
+    if settings.backend != "udp" and (board is not None or key is not None):
+        raise ValueError("board and key are for the udp backend")
     datasets = prepare_datasets(settings)
+    hardware = None if settings.backend == "golden" else {"backend": settings.backend}
     started = time.perf_counter()
-    per_rank = run_local_group(train_in_group, settings.world_size, settings, datasets,
-                               timeout=3600)
+    virtual = None
+    if settings.backend == "udp" and board is None:
+        from .board.process import BoardProcess
+        virtual = BoardProcess().start()
+        board, key = virtual.address, virtual.key
+    try:
+        if settings.backend == "udp":
+            hardware.update(board=board, key=key)
+        per_rank = run_local_group(train_in_group, settings.world_size, settings, datasets,
+                                   hardware, timeout=3600)
+    finally:
+        if virtual is not None:
+            virtual.stop()
     runs = per_rank[0]
-    return {"settings": dataclasses.asdict(settings), "runs": runs,
-            "wall_seconds": time.perf_counter() - started}
+    results = {"settings": dataclasses.asdict(settings), "runs": runs,
+               "wall_seconds": time.perf_counter() - started}
+    if settings.backend == "udp":
+        results["board"] = {"address": board, "virtual": virtual is not None}
+        if virtual is not None:
+            results["board"]["datagrams_in_out"] = virtual.datagrams()
+    return results
 
 
 # ---------------------------------------------------------------------------------------
 # reporting
 
 _METRIC = {"digits": "test accuracy", "ncf": "HR@10"}
+
+
+def _ms(seconds):
+    return "-" if seconds is None else f"{seconds * 1e3:,.1f}"
+
+
+def hardware_table(results: dict) -> str:
+    """Where every row was computed and what it cost per step (Markdown)."""
+    lines = [
+        "| task | gradients | computed by | packets through the hardware /step/rank | resends "
+        "| step ms | hook ms/step | hardware path ms/step | start-up s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for run in results["runs"]:
+        hardware = run.get("hardware")
+        packets = f"{run['hardware_packets_per_step_rank']:,.1f}" if hardware else "-"
+        resends = f"{hardware['resends']:,}" if hardware else "-"
+        startup = f"{hardware['startup_seconds']:.2f}" if hardware else "-"
+        lines.append(
+            f"| {run['task']} | {run['codec']} | {run.get('backend', 'golden')} | {packets} "
+            f"| {resends} | {_ms(run.get('step_seconds'))} "
+            f"| {_ms(run.get('hook_seconds_per_step'))} "
+            f"| {_ms(run.get('path_seconds_per_step'))} | {startup} |")
+    lines.append("")
+    lines.append("Packets into the gateware (NIC transmit and receive paths, or the switch, "
+                 "resends included) per step and rank; times per step, mean of ranks: the "
+                 "whole training step (evaluation left out), the hook's calls, and the part "
+                 "of them in the hardware path (golden rows: the same part computed by the "
+                 "NumPy models or gloo collectives); the hardware's start-up at the first "
+                 "bucket (the slowest rank) is left out of them and shown on its own.")
+    return "\n".join(lines)
 
 
 def results_table(results: dict) -> str:
@@ -446,6 +570,7 @@ def results_table(results: dict) -> str:
                      "partial sums (and of the owners' chunks) that the quantisation changed, "
                      "i.e. not on their class's grid; float32 additions of partial sums that "
                      "rounded.")
+    lines += ["", hardware_table(results)]
     return "\n".join(lines)
 
 

@@ -475,6 +475,13 @@ class _CommHook:
         seconds; see :mod:`host.ddp_hardware`), or None with the golden models."""
         return None if self._hardware is None else self._hardware.stats()
 
+    @property
+    def hardware_totals(self):
+        """``packets_in``, ``packets_out``, ``bytes_in``, ``bytes_out``, ``resends``,
+        ``seconds`` and ``startup_seconds`` of this rank's hardware path so far, alike for the
+        NIC and the switch (None with the golden models)."""
+        return None if self._hardware is None else self._hardware.totals()
+
     def close(self):
         """Close this rank's hardware (a NIC harness process, sockets); the hook takes no
         calls afterwards. Also done when the hook is garbage collected."""

@@ -4,6 +4,11 @@ Runs :func:`host.accuracy.run_experiment` (a gloo process group on 127.0.0.1; se
 module for the tasks and gradient paths), prints the results table and writes
 ``accuracy.json``, ``accuracy.png`` and ``accuracy.md`` into ``--out``. Needs the ``ddp``
 extra (PyTorch, scikit-learn, matplotlib); torch is imported only when the command runs.
+
+``--backend verilator`` computes the INCEPTIONN rows through every rank's Verilated NIC,
+``--backend udp`` the INCEPTIONN rows through a board's NIC and the LHC row through its
+switch (``--board``/``--key``, or a virtual board started for the run); the report says which
+backend computed each row and how many packets went through the hardware.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ def _positive(text):
 
 
 def add_arguments(parser):
-    from ..accuracy import CODECS, TASKS
+    from ..accuracy import BACKENDS, CODECS, TASKS
 
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 20 steps, small tables (a minute or two)")
@@ -41,6 +46,15 @@ def add_arguments(parser):
                         help="tasks to train (default: all)")
     parser.add_argument("--codecs", nargs="+", choices=list(CODECS), default=list(CODECS),
                         help="gradient paths (default: all)")
+    parser.add_argument("--backend", choices=BACKENDS, default="golden",
+                        help="who computes the compressed rows: golden (NumPy models, default), "
+                             "verilator (every rank's Verilated NIC; LHC stays golden), udp (a "
+                             "board's NIC and switch)")
+    parser.add_argument("--board", metavar="HOST[:PORT_BASE]",
+                        help="udp: the board (default: GRADWIRE_BOARD, else a virtual board "
+                             "started for the run)")
+    parser.add_argument("--key", metavar="HEX",
+                        help="udp: the board's control key (default: GRADWIRE_KEY)")
 
 
 def run(args) -> int:
@@ -51,16 +65,35 @@ def run(args) -> int:
                        f"(pip install -e '.[ddp]', or make setup)")
     from ..accuracy import Settings, results_table, run_experiment, write_outputs
 
+    import os
+
+    from ..driver.udp import ENV_BOARD, ENV_KEY, parse_key
+
+    board = args.board or (os.environ.get(ENV_BOARD) if args.backend == "udp" else None)
+    key_text = args.key or (os.environ.get(ENV_KEY) if board else None)
+    if args.backend != "udp" and (args.board or args.key):
+        raise CliError("--board and --key are for --backend udp")
+    if board and not key_text and any(c == "lhc" for c in args.codecs):
+        raise CliError("the LHC row configures a job on the board's switch: give its control "
+                       f"key (--key or {ENV_KEY})")
+    try:
+        key = parse_key(key_text) if key_text else None
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     overrides = {"world_size": args.world_size, "seed": args.seed,
-                 "tasks": tuple(args.tasks), "codecs": tuple(args.codecs)}
+                 "tasks": tuple(args.tasks), "codecs": tuple(args.codecs),
+                 "backend": args.backend}
     if args.steps is not None:
         overrides.update(digits_steps=args.steps, ncf_steps=args.steps)
     settings = Settings.quick(**overrides) if args.quick else Settings(**overrides)
     if settings.world_size > 32:
         raise CliError("the sketch path supports at most 32 workers")
+    where = {"golden": "the golden models", "verilator": "every rank's Verilated NIC",
+             "udp": f"the board at {board}" if board else "a virtual board"}[args.backend]
     print(f"training {', '.join(settings.tasks)} with {', '.join(settings.codecs)} "
-          f"on {settings.world_size} gloo processes", flush=True)
-    results = run_experiment(settings)
+          f"on {settings.world_size} gloo processes, compressed rows through {where}",
+          flush=True)
+    results = run_experiment(settings, board=board, key=key)
     paths = write_outputs(results, args.out)
     print()
     print(results_table(results))

@@ -287,6 +287,11 @@ def test_the_hooks_count_what_went_through_the_hardware(ranks):
         assert verilator["rx_packets_in"] == verilator["rx_packets_out"] > 0
         assert verilator["tx_cycles"] > 0 and verilator["rx_cycles"] > 0
         assert verilator["resends"] == 0
+        # The gateware's own counters saw every one of them: nothing bypassed the NIC.
+        device = verilator["device_counters"]
+        assert device["tx"]["packets"] == device["tx"]["compressed"] == verilator["tx_packets_in"]
+        assert device["rx"]["packets"] == device["rx"]["decompressed"] == \
+            verilator["rx_packets_in"]
         udp = r["train"][4, "inceptionn-udp"]["stats"]["hardware"]
         assert udp["backend"].startswith("udp")
         # every packet a datagram (one more: the start-up check), resends on top
