@@ -28,6 +28,7 @@ SECTIONS = {
     "nic": "sim.benchmarks.nic",
     "codec_memory": "host.benchmarks.codec_memory",
     "sim_speed": "sim.benchmarks.sim_speed",
+    "ddp_hardware": "host.benchmarks.ddp_hardware",
 }
 
 

@@ -464,12 +464,16 @@ class NicRingCodec(_Backend):
         """The figures every hardware path reports alike: packets and bytes into and out of
         the gateware, resends, seconds in the hardware calls."""
         c, stats = self.counts, self.stats()
-        return {"packets_in": c.tx_packets_in + c.rx_packets_in,
-                "packets_out": c.tx_packets_out + c.rx_packets_out,
-                "bytes_in": c.tx_bytes_in + c.rx_bytes_in,
-                "bytes_out": c.tx_bytes_out + c.rx_bytes_out,
-                "resends": stats.get("resends", 0), "seconds": c.seconds,
-                "startup_seconds": self.startup_seconds}
+        out = {"packets_in": c.tx_packets_in + c.rx_packets_in,
+               "packets_out": c.tx_packets_out + c.rx_packets_out,
+               "bytes_in": c.tx_bytes_in + c.rx_bytes_in,
+               "bytes_out": c.tx_bytes_out + c.rx_bytes_out,
+               "resends": stats.get("resends", 0), "seconds": c.seconds,
+               "startup_seconds": self.startup_seconds}
+        if "tx_cycles" in stats:
+            # simulated clock cycles of the exchanges (idle tails included)
+            out["cycles"] = stats["tx_cycles"] + stats.get("rx_cycles", 0)
+        return out
 
     def close(self) -> None:
         if self._finalizer is not None:
