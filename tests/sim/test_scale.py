@@ -55,3 +55,17 @@ def test_end_to_end_with_32_workers_on_both_paths(tmp_path):
     assert report["lhc"]["exact"] and report["lhc"]["workers"] == 32
     for path in ("inceptionn", "lhc"):
         assert report[path]["compared_with_golden"]["packets"] > 0
+
+
+def test_receive_waits_for_the_decoding_of_an_all_zero_packet():
+    """An all-zero 2048-value packet is 17 beats into the receive path, then 256 clocks of
+    decoding before any beat comes out: the exchange must not end in that quiet time."""
+    from host.driver.nic import NicInterface, open_nic
+
+    x = np.zeros(2048, np.float32)
+    x[-1] = 0.5
+    with open_nic("verilator") as transport:       # checked against the model in lockstep
+        nic = NicInterface(transport)
+        for values in (np.zeros(2048, np.float32), x, np.zeros(1000, np.float32)):
+            back = nic.receive(nic.transmit(values, 10), values.size)
+            assert np.array_equal(bits(back), bits(values))
