@@ -56,7 +56,7 @@ WORKERS = (4, 8, 16, 32)
 VALUES = 1 << 20
 #: The LHC paper's public benchmark: 2^27 values at 95 % sparsity, 8 workers, 6.33x.
 PAPER = {"values": 1 << 27, "density": 0.05, "workers": 8, "speedup": 6.33}
-QUICK = {"values": 1 << 14, "densities": (0.05, 0.5), "workers": (4, 8), "paper_values": 1 << 17}
+QUICK = {"values": 1 << 13, "densities": (0.05, 0.7), "workers": (4, 8), "paper_values": 1 << 16}
 #: The engine of ``make sim`` (``host.driver.switch.open_switch``'s defaults).
 ENGINE = EngineParams(slots=64, lanes=64, max_workers=32, jobs=4)
 SEED = 20240227
