@@ -91,8 +91,10 @@ def test_every_path_gives_the_same_bits_on_nasty_values(case):
     else:   # the largest magnitudes on every one of 32 workers: the int32 headroom
         tensors = [np.full(3000, 1.0e38 if r % 2 else -1.0e38, np.float32) for r in range(32)]
     results = {path: lhc.allreduce(tensors, path=path) for path in lhc.PATHS}
-    for path, (result, _) in results.items():
+    for path, (result, stats) in results.items():
         np.testing.assert_array_equal(bits(result), bits(results["sketch"][0]), err_msg=path)
+        # the same scale on every path: also f = 1 for all-zero tensors without an index
+        assert stats.scale == results["sketch"][1].scale, path
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,6 +148,13 @@ def test_choice_skips_the_schedule_where_bounds_decide_and_ties_go_dense():
     tensors = with_union(rng, np.arange(8 * B), 8 * B, 2)
     _, stats = lhc.allreduce(tensors, path="auto", load=1.0)
     assert (stats.path, stats.predicted_unpeeled, stats.rows) == ("dense", None, 8)
+    # Whole blocks 0 and 1 of 3, 2 rows at load 1: every column peels alike, one block's
+    # worth stays (u = 1024) and 4 r B + 4 u == 4 N exactly: the tie in the exact branch
+    tensors = with_union(rng, np.arange(2 * B), 3 * B, 2)
+    _, stats = lhc.allreduce(tensors, path="auto", load=1.0)
+    _, sketch = lhc.allreduce(tensors, path="sketch", load=1.0)
+    assert (sketch.rows, sketch.unpeeled) == (2, B)
+    assert (stats.path, stats.predicted_unpeeled) == ("dense", B)
     # very sparse: even if nothing peeled the sketch would win
     tensors = with_union(rng, np.arange(0, 64 * B, 997), 64 * B, 2)
     _, stats = lhc.allreduce(tensors, path="auto")
