@@ -187,9 +187,10 @@ def _measure_case(switch, tensors, *, dense=True):
     rounds = {}
     union, e_max, rounds["index"] = switch.round(
         [w.index_words for w in workers], OR, [w.exponent for w in workers])
-    if not np.array_equal(union, lhc.aggregate_index([w.index_words for w in workers])):
-        raise AssertionError("the switch's OR of the index differs from the golden model")
-    e_max = lhc.EXPONENT_ZERO if e_max is None else e_max
+    if not np.array_equal(union, lhc.aggregate_index([w.index_words for w in workers])) \
+            or e_max != lhc.aggregate_exponent([w.exponent for w in workers]):
+        raise AssertionError("the switch's OR of the index (or MAX of the exponents) differs "
+                             "from the golden model")
     plan = lhc.make_plan(union, e_max, n, size)
     auto = lhc.make_plan(union, e_max, n, size, path="auto")
     sketches = [w.sketch_phase(union, e_max, plan) for w in workers]
@@ -208,8 +209,10 @@ def _measure_case(switch, tensors, *, dense=True):
         raise AssertionError("the sketch path through the gateware is not exact")
     if dense:
         flags = [w.index_words.any() for w in workers]
-        _, _, rounds["exponent"] = switch.round(
+        merged, exponent, rounds["exponent"] = switch.round(
             np.array(flags, dtype=np.uint32)[:, None], OR, [w.exponent for w in workers])
+        if merged[0] != any(flags) or exponent != e_max:
+            raise AssertionError("the switch's exponent round differs from the golden model")
         dense_sum, _, rounds["dense"] = switch.round([w.q.view(np.uint32) for w in workers],
                                                      ADD)
         dense_result = lhc.dequantize(dense_sum.view(np.int32), plan.scale)
