@@ -51,7 +51,13 @@ class NicInterface:
         return self.transport.exchange("tx", packets, **options)
 
     def receive(self, packets, n=None, *, offset=0, **options):
-        """Pass wire packets through the RX path (decompressing); return the float32 tensor."""
+        """Pass wire packets through the RX path (decompressing); return the float32 tensor.
+
+        The exchange waits ``idle`` clocks of quiet before it ends; by default long enough
+        for the receive path to decode a whole packet of the most compressible data (it
+        stores and forwards: a 2048-value all-zero packet is 17 beats in and 256 clocks of
+        decoding before its first beat out)."""
+        options.setdefault("idle", -(-self.packet_values // 8) + 64)
         out = self.transport.exchange("rx", packets, **options)
         return inceptionn.packets_to_tensor(out, n, offset=offset)
 
