@@ -237,6 +237,7 @@ def main(argv=None) -> int:
     summary = seed_sweep(args.seed or board.seeds, build)
     (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
+    error = summary["error"]
     ok = error is None and summary["timing_met"]
     if not ok:
         print(f"make bitstream FAILED: {error or 'timing not met'} (logs in {build_dir})",
