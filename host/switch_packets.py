@@ -20,8 +20,10 @@ with zeros) and sent over the job's slot pool as the aggregator protocol says
 
 The network is a simulated clock (an event loop in integer ticks) with an optional
 :class:`FaultInjector` that loses, duplicates and delays (reorders) packets both ways. Its
-one rule, which SwitchML's scheme needs: **every copy of a worker's packet for a slot
-reaches the switch before that worker's next-round packet for the same slot does.** A
+one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
+section 3: a worker reuses a slot with the other version only after it has the result of
+that slot's previous round, one round back, not two): **every copy of a worker's packet for
+a slot reaches the switch before that worker's next-round packet for the same slot does.** A
 stale copy that arrived later would find the worker's seen bit already moved to the other
 version and be folded in as a new contribution, corrupting the slot
 (``tests/host/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'

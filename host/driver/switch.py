@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_params
+from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_limits,
+                                decode_switch_params)
 from contract.tops import TOP_PORTS
 
 from .backends import open_backend
@@ -37,10 +38,14 @@ class SwitchInterface:
     def __init__(self, transport):
         self.transport = transport
         params = decode_switch_params(transport.read(SWITCH_REGISTERS["params"].address))
+        limits = decode_switch_limits(transport.read(SWITCH_REGISTERS["limits"].address))
         self.slots, self.lanes = params["slots"], params["lanes"]
-        if not self.slots or not self.lanes or self.lanes % 8:
-            raise RuntimeError(f"the switch reports {self.slots} slots of {self.lanes} lanes: "
-                               f"is this a gradwire switch?")
+        self.jobs, self.max_workers = limits["jobs"], limits["max_workers"]
+        if not self.slots or not self.lanes or self.lanes % 8 or not self.jobs \
+                or not 1 <= self.max_workers <= 32:
+            raise RuntimeError(f"the switch reports {self.slots} slots of {self.lanes} lanes, "
+                               f"{self.jobs} jobs of up to {self.max_workers} workers: is this "
+                               f"a gradwire switch?")
         self._next_chunk = {}
 
     def configure_job(self, job, workers, slot_base, slot_count):
@@ -49,8 +54,9 @@ class SwitchInterface:
         if not 0 <= slot_base < slot_base + slot_count <= self.slots:
             raise ValueError(f"slots {slot_base}..{slot_base + slot_count - 1} are not inside "
                              f"the switch's pool of {self.slots}")
-        if not 1 <= workers <= 32:
-            raise ValueError(f"workers must be in 1..32, not {workers}")
+        if not 1 <= workers <= self.max_workers:
+            raise ValueError(f"workers must be in 1..{self.max_workers} (the switch's "
+                             f"max_workers), not {workers}")
         self._commit(job, workers=workers, slot_base=slot_base, slot_count=slot_count)
         self._next_chunk[job] = 0
 
@@ -66,8 +72,9 @@ class SwitchInterface:
     def _commit(self, job, **values):
         """Write the job's pending registers, commit them and wait for the engine to take
         them; raise ``ValueError`` if the engine rejects the configuration."""
-        if not 0 <= job < _JOB_REGS.count:
-            raise ValueError(f"job must be in 0..{_JOB_REGS.count - 1}, not {job}")
+        if not 0 <= job < self.jobs:
+            raise ValueError(f"job must be in 0..{self.jobs - 1} (the switch has {self.jobs} "
+                             f"jobs), not {job}")
         for field, value in values.items():
             self.transport.write(_JOB_REGS.address(job, field), value)
         self.transport.write(_JOB_REGS.address(job, "commit"), COMMIT)
@@ -80,7 +87,9 @@ class SwitchInterface:
             raise TransportError(f"the switch is still busy with job {job}'s commit after "
                                  f"{self.slots + _COMMIT_POLLS} status reads")
         if status & JobStatus.REJECTED:
-            raise ValueError(f"the switch rejected job {job}'s configuration {values}")
+            raise ValueError(f"the switch rejected job {job}'s configuration {values} (a "
+                             f"range overlapping another configured job's, or one the engine "
+                             f"cannot hold); the job is now unconfigured")
 
     def counters(self):
         return {name: self.transport.read(address)

@@ -44,23 +44,22 @@ Public entry point: :func:`allreduce`. The building blocks (:func:`worker_expone
 runs one worker's side of the protocol phase by phase, for drivers that carry the phases
 over a real (or simulated) network (``host/switch_packets.py``).
 
-Choices where the spec leaves something open (all deterministic, shared by every worker):
+Points the spec fixes that are easy to get wrong (all deterministic, shared by every worker):
 
-- **The index marks ``x != 0``, not ``q != 0``.** The spec says the bitmap has a bit where
-  ``q != 0``, but ``q`` needs the scale, which needs ``e_max``, which the switch only
-  delivers at the end of phase A, the phase that carries the bitmap. So the bitmap is built
-  from the float values: ``x != 0`` (``-0.0`` counts as zero). Since ``q != 0`` implies
-  ``x != 0`` this is a superset; elements that quantise to 0 sit in ``U`` with value 0 and
-  peel like any other. Results are unaffected; ``union_nnz`` and ``rows`` can be slightly
-  larger than with the literal rule.
-- **All zero.** ``f = 1`` when the merged bitmap is empty (then every value of every
-  worker is ±0; every worker can tell from the bitmap alone).
-- **Scale overflow.** ``float32((2**31 - 1) / (n * 2**e_max))`` is ``inf`` when ``e_max``
-  is very small (all magnitudes below about ``2**-96``, e.g. only denormals). Then the scale
-  is computed with the smallest exponent for which it is finite (:func:`scale_exponent_floor`)
-  instead of ``e_max``: still deterministic, still bounded in int32, just coarser.
-- **Exponent byte range.** ``e_w`` ranges over -126..128; 128 (a magnitude of at least
-  ``2**127``) does not fit the signed exponent byte and is rejected with ValueError.
+- **The index marks ``x != 0``, not ``q != 0``** (``../shared/spec/lhc-sketch.md`` section 3,
+  step 1): ``q`` needs the scale, which needs ``e_max``, which the switch only delivers at
+  the end of phase A, the phase that carries the bitmap. So the bitmap is built from the
+  float values (``-0.0`` counts as zero). Elements that quantise to 0 sit in ``U`` with
+  value 0 and peel like any other.
+- **All zero** (section 2): ``f = 1`` when the merged bitmap is empty (then every value of
+  every worker is ±0; every worker can tell from the bitmap alone).
+- **The exponent clamp** (section 2): ``float32((2**31 - 1) / (n * 2**e_max))`` is ``inf``
+  when ``e_max`` is very small (all magnitudes below about ``2**-96``, e.g. only denormals).
+  Then the scale is computed with the smallest exponent for which it is finite
+  (:func:`scale_exponent_floor`) instead of ``e_max``: still bounded in int32, just coarser.
+- **Refused values** (section 2): ``e_w`` ranges over -126..128; 128 (a magnitude of at
+  least ``2**127``) does not fit the header's signed exponent byte, and NaN and Inf have no
+  integer form: all three are refused with a clear ValueError, never sent.
 - **Row count.** ``r = max(r_min, math.ceil(max_column / load))`` evaluated in Python
   floating point (so ``ceil(7 / 0.7) == 11``: 0.7 is not exact in binary).
 - **Rounds** counts the peeling rounds that peeled at least one element (the final round
@@ -126,6 +125,7 @@ def as_gradient(tensor, *, name: str = "tensor") -> np.ndarray:
         with np.errstate(over="ignore"):
             array = array.astype(np.float32)
     flat = np.ascontiguousarray(array).reshape(-1)
+    # lhc-sketch.md section 2: NaN and Inf are refused with a clear error, never sent
     bad = (flat.view(np.uint32) & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
     if bad.any():
         where = np.flatnonzero(bad)
@@ -153,7 +153,7 @@ def _exponent_of(flat: np.ndarray) -> int:
         return EXPONENT_ZERO
     magnitude_bits = int((flat.view(np.uint32) & np.uint32(0x7FFFFFFF)).max())
     exponent = (magnitude_bits >> 23) - 126
-    if exponent > 127:
+    if exponent > 127:      # lhc-sketch.md section 2: abs(x) >= 2^127 is refused
         raise ValueError(f"max |x| = {np.uint32(magnitude_bits).view(np.float32)!r} is at "
                          f"least 2**127: its exponent {exponent} does not fit the signed "
                          f"exponent byte")
@@ -176,7 +176,8 @@ def _unclamped_scale(exponent: int, n_workers: int) -> np.float32:
 
 @functools.lru_cache(maxsize=None)
 def scale_exponent_floor(n_workers: int) -> int:
-    """Smallest exponent for which ``float32((2**31-1) / (n * 2**e))`` is finite."""
+    """Smallest exponent for which ``float32((2**31-1) / (n * 2**e))`` is finite: the clamp
+    of ``../shared/spec/lhc-sketch.md`` section 2 for tensors of denormals only."""
     _check_workers(n_workers)
     exponent = -128
     while not np.isfinite(_unclamped_scale(exponent, n_workers)):

