@@ -118,13 +118,18 @@ def parse_nextpnr_log(log_text):
 
 
 def critical_path_lines(log_text, limit=40):
-    """The last critical-path listing of a nextpnr log (for the summary when timing fails)."""
+    """The critical path of a nextpnr log (for the summary when timing fails): the last
+    register-to-register report of a clock (``for clock ... (posedge -> posedge)``), which
+    is what sets the clock's Fmax; the cross-domain reports nextpnr prints after it (to and
+    from unconstrained pins) do not. Falls back on the last report of any kind."""
     lines = log_text.splitlines()
     starts = [i for i, line in enumerate(lines) if "Critical path report" in line]
     if not starts:
         return []
-    path = [lines[starts[-1]]]
-    for line in lines[starts[-1] + 1:]:
+    own_clock = [i for i in starts if "Critical path report for clock" in lines[i]]
+    start = (own_clock or starts)[-1]
+    path = [lines[start]]
+    for line in lines[start + 1:]:
         if "Critical path report" in line or "Max frequency" in line or not line.strip():
             break
         path.append(line.rstrip())
@@ -133,7 +138,7 @@ def critical_path_lines(log_text, limit=40):
 
 def seed_sweep(seeds, build):
     """Run ``build(seed)`` (which returns a build summary) for each seed in turn until one
-    meets timing or a build fails for another reason; the last summary, with every attempt
+    meets timing or a build fails before routing; the last summary, with every attempt
     in ``seeds_tried``.
 
     Fmax is a placement lottery on a full chip (the same netlist placed at 122-131 MHz over
@@ -146,8 +151,10 @@ def seed_sweep(seeds, build):
                       "timing_met": summary["timing_met"],
                       "build_seconds": summary["build_seconds"]})
         summary["seeds_tried"] = tried
-        error = summary.get("error")
-        if summary["timing_met"] or (error and "nextpnr" not in error):
+        # nextpnr exits non-zero when routed timing fails, so an error with an Fmax in the
+        # summary is the lottery (try the next seed); an error without one is not.
+        routed = bool(summary.get("fmax"))
+        if summary["timing_met"] or (summary.get("error") and not routed):
             break
         print(f"seed {seed}: timing not met ({summary['engine_fmax_mhz']} MHz)",
               file=sys.stderr)
