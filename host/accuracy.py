@@ -45,7 +45,8 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["CODECS", "TASKS", "BACKENDS", "Settings", "make_ncf_data", "load_digits_split",
-           "prepare_datasets", "train_in_group", "run_experiment", "results_table", "plot_curves", "write_outputs"]
+           "prepare_datasets", "first_step_gradients", "train_in_group", "run_experiment",
+           "results_table", "plot_curves", "write_outputs"]
 
 #: Gradient paths, in table order: name -> None (plain DDP), ("inceptionn", k,
 #: error_feedback) or ("lhc",).
@@ -449,6 +450,25 @@ def prepare_datasets(settings: Settings) -> dict:
         datasets["ncf"] = make_ncf_data(settings.ncf_users, settings.ncf_items,
                                         settings.ncf_interactions, settings.seed)
     return datasets
+
+
+def first_step_gradients(settings: Settings, datasets: dict, task: str) -> list:
+    """Every rank's flat float32 gradient of ``task``'s first training step, without a
+    process group: the model as every rank builds it (seeded), each rank's own first batch,
+    the parameters in ``model.parameters()`` order (DDP's bucket contents before any
+    averaging). For codec measurements on this experiment's real gradients."""
+    import torch
+
+    out = []
+    for rank in range(settings.world_size):
+        item = _Task(task, settings, datasets[task], rank)
+        torch.manual_seed(settings.seed)
+        net = item.model()
+        inputs, target = next(item.batches())
+        item.loss(net(*inputs), target).backward()
+        out.append(np.concatenate([p.grad.detach().reshape(-1).numpy()
+                                   for p in net.parameters()]).astype(np.float32))
+    return out
 
 
 def run_experiment(settings: Settings, *, board: str | None = None, key=None) -> dict:

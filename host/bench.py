@@ -6,7 +6,8 @@ table and returns JSON-serialisable results. The host software's sections are in
 ``host/benchmarks/``; those that run the gateware are in ``sim/benchmarks/`` and are
 imported by name only when they run (``host`` never imports ``sim``).
 A section with sizes too long for every run takes ``run(quick, large=False)`` too and runs
-them only with ``--large``. ``--only NAME`` (repeatable) runs some sections alone.
+them only with ``--large``; one that writes files (plots) takes ``out_dir`` and puts them
+beside the JSON results. ``--only NAME`` (repeatable) runs some sections alone.
 """
 from __future__ import annotations
 
@@ -28,6 +29,8 @@ SECTIONS = {
     "nic": "sim.benchmarks.nic",
     "codec_memory": "host.benchmarks.codec_memory",
     "sim_speed": "sim.benchmarks.sim_speed",
+    "aggregation": "sim.benchmarks.aggregation",
+    "inceptionn_comm": "sim.benchmarks.inceptionn_comm",
     "ddp_hardware": "host.benchmarks.ddp_hardware",
 }
 
@@ -47,8 +50,10 @@ def main(argv=None) -> int:
     for name in args.only or SECTIONS:
         print(f"\n=== {name} ===", flush=True)
         run = importlib.import_module(SECTIONS[name]).run
-        options = {"large": True} if args.large and "large" in inspect.signature(run).parameters \
-            else {}
+        parameters = inspect.signature(run).parameters
+        options = {"large": True} if args.large and "large" in parameters else {}
+        if "out_dir" in parameters:         # sections that write files (plots) beside the JSON
+            options["out_dir"] = Path(args.out).parent
         results[name] = run(quick=args.quick, **options)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,10 @@ bit, the arithmetic of the gateware.
     keeps what the codec dropped for the next step; see :class:`InceptionnHook`.
 
 :class:`LhcHook`
-    Lossless homomorphic compression (the in-network sketch path): the workers' exponents
+    Lossless homomorphic compression (the in-network path), by default with the path chosen
+    per bucket (``path="auto"``): after the index phase a bucket whose sketch would send
+    more bytes than a dense int32 all-reduce goes dense instead (same result bits). On the
+    sketch path the workers' exponents
     are MAX-reduced, the index bitmaps OR-reduced, the int32 count sketches SUM-reduced
     (exact modulo 2^32: summed as int64, then wrapped), every worker peels the summed
     sketch with the golden decoder, and one more SUM all-reduce carries the exact quantised
@@ -41,9 +44,9 @@ float32 sum (bit-identical on all ranks), then one float32 division by the world
 (IEEE division, correctly rounded, hence the same bits on every rank).
 
 Every rank must call with the same number of values (and the same parameters: ``k``, or
-``load`` and ``r_min``), and the sketch path needs finite gradients. Before any data moves,
-one small all-gather of these numbers and of each rank's "input accepted" flag
-(3 or 4 int64 words per rank) lets every rank raise the *same*
+``load``, ``r_min`` and ``path``), and the sketch path needs finite gradients. Before any
+data moves, one small all-gather of these numbers and of each rank's "input accepted" flag
+(3 or 5 int64 words per rank) lets every rank raise the *same*
 ``ValueError``, naming the ranks and what differs or which rank's input was refused (its own
 message), instead of one rank failing and its peers hanging, dying inside gloo or
 returning sums of different lengths.
@@ -56,7 +59,7 @@ exactly, chunk by chunk). Message framing is not counted in ``bytes_sent`` but r
 ``control_bytes``: the 8-byte length word that precedes every compressed INCEPTIONN chunk
 (in hardware the packet header's ``count``), plus the preflight all-gather: ``8 * words *
 (N - 1)`` bytes per rank and call (every other rank receives this rank's words once): 3
-words for the ring (72 bytes with 4 ranks), 4 for the sketch (96 bytes).
+words for the ring (72 bytes with 4 ranks), 5 for the sketch (120 bytes).
 """
 # No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the
 # hook's annotations and accepts only the real objects, not strings.
@@ -706,7 +709,13 @@ class _GlooSwitch:
     def start(self, group, rank, world, to_global):
         pass
 
-    def index(self, words, exponent):
+    def index(self, words, exponent, *, dense=False):
+        if dense:
+            # A forced dense all-reduce's phase A: MAX of (exponent, holds a non-zero); MAX
+            # of 0/1 is their OR, one collective instead of two.
+            head = torch.tensor([exponent, int(words[0])], dtype=torch.int32)
+            dist.all_reduce(head, op=dist.ReduceOp.MAX, group=self.group)
+            return np.array([head[1].item()], dtype=np.uint32), int(head[0].item())
         index = torch.from_numpy(words.view(np.int32).copy())
         dist.all_reduce(index, op=dist.ReduceOp.BOR, group=self.group)
         e_max = torch.tensor([exponent], dtype=torch.int32)
@@ -721,20 +730,26 @@ class _GlooSwitch:
 
 
 def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
-                  switch=None):
+                  path: str = "sketch", switch=None):
     """Sum ``values`` over the ranks of ``group`` through the lossless homomorphic sketch.
 
     Every rank calls it with its own finite float32 vector of the same length and the same
-    ``load`` and ``r_min``; a preflight all-gather checks that first and raises the same
-    ``ValueError`` on every rank if not, or if any rank's vector is refused (NaN/Inf, a
-    magnitude of 2^127 or more). Then the phases run as collectives, each standing for one
-    switch operation:
+    ``load``, ``r_min`` and ``path``; a preflight all-gather checks that first and raises
+    the same ``ValueError`` on every rank if not, or if any rank's vector is refused
+    (NaN/Inf, a magnitude of 2^127 or more). Then the phases run as collectives, each
+    standing for one switch operation:
 
     A. ``all_reduce(BOR)`` of the index bitmap (as int32 words: OR does not care about the
        sign) and ``all_reduce(MAX)`` of the worker exponent;
     B. ``all_reduce(SUM)`` of the int32 count sketch, computed in int64 and wrapped;
     C. when peeling left elements (the same set on every rank), ``all_reduce(SUM)`` of their
        exact quantised values, wrapped the same way.
+
+    ``path="auto"`` decides after A, identically on every rank
+    (:func:`host.golden.lhc.choose_path`), whether B and C run or one ``all_reduce(SUM)``
+    of all quantised values instead (a dense int32 all-reduce); ``path="dense"`` skips the
+    index: A is one ``all_reduce(MAX)`` of (exponent, holds a non-zero), then the dense
+    round. The result bits are the same on every path.
 
     Each rank runs :class:`host.golden.lhc.LhcWorker`, so the result is bit for bit
     :func:`host.golden.lhc.allreduce` of the ranks' vectors. With ``switch`` (a hook's
@@ -746,11 +761,12 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
     total : numpy.ndarray
         float32 ``dequantize(sum_w quantize(x_w, f), f)``, identical on every rank.
     stats : CallStats
-        ``bytes_sent`` = index + sketch + fallback bytes of one worker (the int32 wire
-        format; the exponent travels in the packet header); ``details`` holds
-        :class:`host.golden.lhc.LhcStats` as a dict (rows, union size, unpeeled, ...,
-        ``dense_bytes`` = 4 bytes per value, what a dense in-network int32 all-reduce sends).
-        ``path_seconds`` is the three phases (gloo collectives, or the switch's rounds);
+        ``bytes_sent`` = index + sketch + fallback bytes of one worker, or index + dense
+        round on the dense path (the int32 wire format; the exponent travels in the packet
+        header); ``details`` holds :class:`host.golden.lhc.LhcStats` as a dict (path, rows,
+        union size, unpeeled, ..., ``dense_bytes`` = 4 bytes per value, what a dense
+        in-network int32 all-reduce sends).
+        ``path_seconds`` is the phases (gloo collectives, or the switch's rounds);
         ``hardware`` the switch worker's packets, resends and bytes in this call.
 
     Raises
@@ -771,34 +787,43 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
     group, rank, world, to_global = _group_info(group)
     # Arguments first (the caller's, raised here); then this rank's data, which every rank
     # must hear about.
-    _lhc.LhcWorker(np.zeros(0, dtype=np.float32), world, load=load, r_min=r_min)
+    _lhc.LhcWorker(np.zeros(0, dtype=np.float32), world, load=load, r_min=r_min, path=path)
     worker, problem = None, None
     try:
         worker = _lhc.LhcWorker(values.reshape(-1), world, load=load, r_min=r_min,
-                                name="its gradient")
+                                name="its gradient", path=path)
     except ValueError as exc:
         problem = str(exc)
     preflight = _preflight(group, world, to_global, "LHC sketch all-reduce", values.size,
-                           [("load", float(load)), ("r_min", int(r_min))], problem)
+                           [("load", float(load)), ("r_min", int(r_min)),
+                            (_PATH_PARAMETER, _lhc.PATHS.index(path))], problem)
     switch = _GlooSwitch(group) if switch is None else switch
     switch.start(group, rank, world, to_global)
     before = switch.worker.stats.as_dict() if switch.hardware else None
     path_started = time.perf_counter()
+    summed = None
     try:
-        # Phase A: index OR, exponent MAX.
-        union, e_max = switch.index(worker.index_words, worker.exponent)
-        # Phase B: sketch SUM.
-        sketch_sum = switch.add(worker.sketch_phase(union, e_max), "sketch")
-        # Phase C: exact fallback for what peeling could not recover (same set on every rank).
-        fallback = worker.fallback_phase(sketch_sum)
-        fallback_sum = switch.add(fallback, "fallback") if fallback.size else fallback
+        # Phase A: index OR and exponent MAX (a forced dense all-reduce: no index, one word
+        # that says whether any worker holds a non-zero value).
+        merged, e_max = switch.index(worker.phase_a_words, worker.exponent,
+                                     dense=path == "dense")
+        if worker.plan_phase(merged, e_max) == "dense":
+            # One dense int32 SUM of every quantised value (the same choice on every rank).
+            summed = switch.add(worker.dense_phase(merged, e_max, worker.plan), "dense round")
+        else:
+            # Phase B: sketch SUM.
+            sketch_sum = switch.add(worker.sketch_phase(merged, e_max, worker.plan), "sketch")
+            # Phase C: exact fallback for what peeling could not recover (same set
+            # everywhere).
+            fallback = worker.fallback_phase(sketch_sum)
+            summed = switch.add(fallback, "fallback") if fallback.size else fallback
     except Exception as exc:
         if not switch.hardware:
             raise
         switch.fail(exc)              # raised on every rank by finish()
     path_seconds = time.perf_counter() - path_started
     status = switch.finish(group, world, to_global)
-    total, lhc_stats = worker.finish(fallback_sum)
+    total, lhc_stats = worker.finish(summed)
     details = lhc_stats.as_dict()
     details["world_size"] = world
     hardware = {}
@@ -814,11 +839,22 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
     return total.reshape(-1), stats
 
 
+#: How the preflight names the path parameter (its word is the index in ``lhc.PATHS``).
+_PATH_PARAMETER = "path (0 sketch, 1 dense, 2 auto)"
+
+
 class LhcHook(_CommHook):
     """DDP hook: lossless homomorphic sketch all-reduce (exact sum of the quantised values).
 
     Parameters
     ----------
+    path : {"auto", "sketch", "dense"}
+        ``"auto"`` (default): every bucket goes as the sketch or as a dense int32
+        all-reduce, whichever sends fewer bytes once the index phase has shown its union
+        density (:func:`host.golden.lhc.choose_path`; the same choice on every rank; never
+        more than the index phase, 1 bit per value, above a dense all-reduce). The
+        result bits are the same either way. ``"sketch"`` / ``"dense"`` force one path.
+        Each call's ``details["path"]`` says which one the bucket took.
     load : float
         Target non-zeros per sketch cell (default 0.7).
     r_min : int
@@ -849,13 +885,15 @@ class LhcHook(_CommHook):
     """
 
     def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
-                 history: int = DEFAULT_HISTORY, backend: str = "golden", board=None,
-                 key=None, job: int = 0, slot_base: int = 0, slot_count=None, timeout=None):
+                 history: int = DEFAULT_HISTORY, path: str = "auto", backend: str = "golden",
+                 board=None, key=None, job: int = 0, slot_base: int = 0, slot_count=None,
+                 timeout=None):
         super().__init__(history)
-        # Reject a bad load / r_min now rather than in the middle of a backward pass.
-        _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min)
+        # Reject a bad load / r_min / path now rather than in the middle of a backward pass.
+        _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min, path=path)
         self.load = float(load)
         self.r_min = int(r_min)
+        self.path = path
         check_backend("LhcHook", backend, LHC_BACKENDS)
         if backend == "golden":
             defaults = dict(board=None, key=None, job=0, slot_base=0, slot_count=None,
@@ -885,13 +923,13 @@ class LhcHook(_CommHook):
                                    slot_count=slot_count, timeout=timeout)
 
     def __repr__(self):
-        text = f"LhcHook(load={self.load}, r_min={self.r_min}"
+        text = f"LhcHook(load={self.load}, r_min={self.r_min}, path={self.path!r}"
         if self._hardware is not None:
             text += f", backend={self.backend!r}"
         return text + ")"
 
     def _allreduce_sum(self, values, group):
-        return lhc_allreduce(values, group, load=self.load, r_min=self.r_min,
+        return lhc_allreduce(values, group, load=self.load, r_min=self.r_min, path=self.path,
                              switch=self._hardware)
 
 

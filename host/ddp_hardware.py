@@ -525,8 +525,9 @@ class UdpSwitch(_Backend):
     """The LHC phases through a board's switch (:class:`~host.driver.udp_worker.
     UdpSwitchWorker` on every rank): the interface :func:`host.ddp.lhc_allreduce` calls.
 
-    ``index(words, exponent)`` is phase A (OR of the index bitmap, MAX of the exponent in the
-    packets' headers), ``add(values, name)`` phases B and C (wrap-around int32 SUM).
+    ``index(words, exponent)`` is phase A (OR of the index bitmap, or of the dense path's
+    one non-zero word, MAX of the exponent in the packets' headers), ``add(values, name)``
+    phases B and C or the dense round (wrap-around int32 SUM).
     """
 
     def __init__(self, who: str, settings, *, job=0, slot_base=0, slot_count=None,
@@ -602,8 +603,10 @@ class UdpSwitch(_Backend):
         finally:
             control.close()
 
-    def index(self, words, exponent):
-        vector, e_max = self._aggregate(words, PacketType.AGG_OR32, exponent, "the index")
+    def index(self, words, exponent, *, dense=False):
+        # A forced dense all-reduce ORs its one "holds a non-zero" word in the same round.
+        vector, e_max = self._aggregate(words, PacketType.AGG_OR32, exponent,
+                                        "the non-zero flag" if dense else "the index")
         return vector, (exponent if e_max is None else e_max)
 
     def add(self, values, name):

@@ -3,7 +3,8 @@
 ::
 
     python -m hdl.board.build --board ecpix5|versa|colorlight [--engine nic|switch|all|none]
-                        [--freq MHZ] [--seed N] [--router router1|router2] [--build-dir DIR]
+                        [--freq MHZ] [--seed N[,N...]] [--router router1|router2]
+                        [--build-dir DIR]
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.top`). The tools are the YoWASP builds in the project's virtualenv
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
-           "parse_yosys_cells", "parse_nextpnr_log", "main"]
+           "parse_yosys_cells", "parse_nextpnr_log", "seed_sweep", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -117,17 +118,59 @@ def parse_nextpnr_log(log_text):
 
 
 def critical_path_lines(log_text, limit=40):
-    """The last critical-path listing of a nextpnr log (for the summary when timing fails)."""
+    """The critical path of a nextpnr log (for the summary when timing fails): the last
+    register-to-register report of a clock (``for clock ... (posedge -> posedge)``), which
+    is what sets the clock's Fmax; the cross-domain reports nextpnr prints after it (to and
+    from unconstrained pins) do not. Falls back on the last report of any kind."""
     lines = log_text.splitlines()
     starts = [i for i, line in enumerate(lines) if "Critical path report" in line]
     if not starts:
         return []
-    path = [lines[starts[-1]]]
-    for line in lines[starts[-1] + 1:]:
+    own_clock = [i for i in starts if "Critical path report for clock" in lines[i]]
+    start = (own_clock or starts)[-1]
+    path = [lines[start]]
+    for line in lines[start + 1:]:
         if "Critical path report" in line or "Max frequency" in line or not line.strip():
             break
         path.append(line.rstrip())
     return path[:limit]
+
+
+def seed_sweep(seeds, build):
+    """Run ``build(seed)`` (which returns a build summary) for each seed in turn until one
+    meets timing or a build fails before routing; the last summary, with every attempt
+    in ``seeds_tried``.
+
+    Fmax is a placement lottery on a full chip (the same netlist placed at 122-131 MHz over
+    nextpnr seeds), so a board lists the seeds to try, the one that met last first.
+    """
+    tried = []
+    for seed in seeds:
+        summary = build(seed)
+        tried.append({"seed": seed, "engine_fmax_mhz": summary["engine_fmax_mhz"],
+                      "timing_met": summary["timing_met"],
+                      "build_seconds": summary["build_seconds"]})
+        summary["seeds_tried"] = tried
+        # nextpnr exits non-zero when routed timing fails, so an error with an Fmax in the
+        # summary is the lottery (try the next seed); an error without one is not.
+        routed = bool(summary.get("fmax"))
+        if summary["timing_met"] or (summary.get("error") and not routed):
+            break
+        print(f"seed {seed}: timing not met ({summary['engine_fmax_mhz']} MHz)",
+              file=sys.stderr)
+    return summary
+
+
+def _seeds(text):
+    """``"3"`` or ``"2,1,3"`` -> a tuple of seeds (argparse type)."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed or a comma-separated list "
+                                         f"of seeds") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds are non-negative integers")
+    return seeds
 
 
 def _arguments(argv, boards):
@@ -138,7 +181,10 @@ def _arguments(argv, boards):
                         "alone (Fmax of that engine), or none (board bring-up: PLL + report)")
     p.add_argument("--freq", type=float, default=None,
                    help="engine clock in MHz (default: the board's engine_mhz)")
-    p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    p.add_argument("--seed", type=_seeds, default=None,
+                   help="nextpnr placement seed, or seeds to try in order (1,2,3): the "
+                        "first that meets timing is kept (default: the board's `seeds` in "
+                        "constraints/boards.toml, else 1)")
     p.add_argument("--router", default="router1", choices=["router1", "router2"],
                    help="nextpnr router: router1 (default) converges on every build here "
                         "(the whole ECPIX-5 top in about 16 minutes); router2 is faster when "
@@ -178,24 +224,27 @@ def main(argv=None) -> int:
     print(f"building {name} for {board.name} ({board.part}): engines "
           f"{', '.join(engines) or 'none'} at {top.engine_mhz:g} MHz into {build_dir}",
           file=sys.stderr)
-    started = time.monotonic()
-    error = None
-    try:
-        # No `src` attributes: they hold absolute paths, so the netlist (and with it
-        # nextpnr's placement and the Fmax) would depend on where the repository is.
-        # Without them a build is the same on every machine with the pinned tools.
-        platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
-                       emit_src=False,
-                       nextpnr_opts=f"--report report.json --seed {args.seed} "
-                                    f"--router {args.router} {' '.join(PLACER_OPTS)}",
-                       add_preferences=board.preferences)
-    except subprocess.CalledProcessError as e:
-        error = f"{e.cmd} exited with status {e.returncode}"
-    seconds = time.monotonic() - started
+    def build(seed):
+        started = time.monotonic()
+        error = None
+        try:
+            # No `src` attributes: they hold absolute paths, so the netlist (and with it
+            # nextpnr's placement and the Fmax) would depend on where the repository is.
+            # Without them a build is the same on every machine with the pinned tools.
+            platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
+                           emit_src=False,
+                           nextpnr_opts=f"--report report.json --seed {seed} "
+                                        f"--router {args.router} {' '.join(PLACER_OPTS)}",
+                           add_preferences=board.preferences)
+        except subprocess.CalledProcessError as e:
+            error = f"{e.cmd} exited with status {e.returncode}"
+        return _summary(build_dir, name, board, engines, left_out, top,
+                        time.monotonic() - started, args, error, seed)
 
-    summary = _summary(build_dir, name, board, engines, left_out, top, seconds, args, error)
+    summary = seed_sweep(args.seed or board.seeds, build)
     (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     print(json.dumps(summary, indent=2))
+    error = summary["error"]
     ok = error is None and summary["timing_met"]
     if not ok:
         print(f"make bitstream FAILED: {error or 'timing not met'} (logs in {build_dir})",
@@ -203,7 +252,7 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
-def _summary(build_dir, name, board, engines, left_out, top, seconds, args, error):
+def _summary(build_dir, name, board, engines, left_out, top, seconds, args, error, seed):
     log_path = build_dir / f"{name}.tim"
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     report_path = build_dir / "report.json"
@@ -241,7 +290,7 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
                                                      "MULT18X18D", "TRELLIS_DPR16X4")
                         if k in yosys_cells},
         "build_seconds": round(seconds, 1),
-        "nextpnr_seed": args.seed,
+        "nextpnr_seed": seed,
         "nextpnr_router": args.router,
         "files": {kind: str(build_dir / f"{name}.{kind}") for kind in ("bit", "svf")
                   if (build_dir / f"{name}.{kind}").exists()},

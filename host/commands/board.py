@@ -23,11 +23,8 @@ import argparse
 import json
 import os
 import signal
-import sys
 import time
 
-import numpy as np
-from tqdm import tqdm
 
 from contract.counters import AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from contract.header import Header, PacketType
@@ -47,7 +44,6 @@ _SERVICE_NAMES = {Service.NIC_TX: "NIC transmit path", Service.NIC_RX: "NIC rece
 _JOB_REGS = SWITCH_REGISTERS["job"]
 _TABLE = NET_REGISTERS["worker"]
 #: values per progress step of compress / decompress
-_CHUNK_VALUES = 1 << 18
 
 
 # -- arguments ---------------------------------------------------------------------------
@@ -538,7 +534,6 @@ def _rates(values, packets, seconds, transport, service):
 
 def _compress(args):
     from . import codec
-    from ..container import write_container
     from ..driver.nic import NicInterface
     from ..golden import inceptionn as inc
 
@@ -546,9 +541,6 @@ def _compress(args):
         k = inc.check_k(args.k)
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    tensor, note = codec._load_tensor(args.input, args.cast)
-    if note:
-        print(f"gradwire board compress: note: {note}", file=sys.stderr)
     transport, settings = _open(args, region="nic", need_key=False)
     try:
         _require_service(transport, settings, args, Service.NIC_TX)
@@ -557,31 +549,21 @@ def _compress(args):
             raise CliError(f"--packet-values must be in 1..{transport.max_packet_values} at an "
                            f"MTU of {transport.mtu} (jumbo frames: --mtu 9000)")
         nic = NicInterface(transport, packet_values=per_packet)
-        flat = tensor.reshape(-1)
-        n = flat.size
-        images = []
-        step = max(1, _CHUNK_VALUES // per_packet) * per_packet
+
+        def encode(chunk, base):
+            try:
+                return nic.transmit(chunk, k, seq=base // per_packet, offset=base)
+            except TransportError as exc:
+                raise CliError(f"{exc}") from None
+
         started = time.perf_counter()
-        with tqdm(total=n, desc="compress", unit="val", unit_scale=True, file=sys.stderr,
-                  leave=False) as bar:
-            for base in range(0, n, step):
-                chunk = np.ascontiguousarray(flat[base:base + step])
-                try:
-                    packets = nic.transmit(chunk, k, seq=base // per_packet, offset=base)
-                except TransportError as exc:
-                    raise CliError(f"{exc}") from None
-                images.extend(p.to_bytes() for p in packets)
-                bar.update(chunk.size)
+        header, source, _, _ = codec.compress_file(
+            args.input, args.output, k=k, packet_values=per_packet, cast=args.cast,
+            encode=encode, command="board compress")
         elapsed = time.perf_counter() - started
     finally:
         transport.close()
-    temporary = f"{args.output}.part"
-    try:
-        header = write_container(temporary, images, k=k, shape=tensor.shape,
-                                 packet_values=per_packet)
-        os.replace(temporary, args.output)
-    except OSError as exc:
-        raise CliError(f"{args.output}: cannot write: {exc.strerror or exc}") from None
+    n = source.size
     payload = header.packets_bytes - 32 * header.packet_count
     print(f"{args.input} -> {args.output} through the board at {_where(settings)}")
     print(f"  values      {n:,} float32 in {header.packet_count:,} INC_F32 packets of <= "
@@ -595,44 +577,34 @@ def _compress(args):
 def _decompress(args):
     from . import codec
     from ..driver.nic import NicInterface
-    from ..golden import inceptionn as inc
 
-    container = codec._read_gwz(args.input)
-    h = container.header
     transport, settings = _open(args, region="nic", need_key=False)
     try:
         _require_service(transport, settings, args, Service.NIC_RX)
-        if h.packet_values > transport.max_packet_values:
-            raise CliError(f"{args.input} holds packets of {h.packet_values} values; an MTU of "
-                           f"{transport.mtu} carries {transport.max_packet_values} at most "
-                           f"(jumbo frames: --mtu 9000)")
-        nic = NicInterface(transport, packet_values=h.packet_values)
-        out = np.empty(h.value_count, dtype=np.float32)
-        step = max(1, _CHUNK_VALUES // h.packet_values)
+        nic = None
+
+        def check(h):
+            nonlocal nic
+            if h.packet_values > transport.max_packet_values:
+                raise CliError(f"{args.input} holds packets of {h.packet_values} values; an "
+                               f"MTU of {transport.mtu} carries {transport.max_packet_values} "
+                               f"at most (jumbo frames: --mtu 9000)")
+            nic = NicInterface(transport, packet_values=h.packet_values)
+
+        def decode(packets, count, base):
+            try:
+                return nic.receive(packets, count, offset=base)
+            except TransportError as exc:
+                raise CliError(f"{exc} (the receive path drops a malformed packet without "
+                               f"a reply: `gradwire info {args.input}` checks the file)") \
+                    from None
+
         started = time.perf_counter()
-        with tqdm(total=h.value_count, desc="decompress", unit="val", unit_scale=True,
-                  file=sys.stderr, leave=False) as bar:
-            for first in range(0, h.packet_count, step):
-                images = container.images[first:first + step]
-                try:
-                    packets = [Packet.from_bytes(image) for image in images]
-                except ValueError as exc:
-                    raise CliError(f"{args.input}: packet {first}..: {exc}") from None
-                base = first * h.packet_values
-                count = min(h.value_count - base, len(images) * h.packet_values)
-                try:
-                    out[base:base + count] = nic.receive(packets, count, offset=base)
-                except TransportError as exc:
-                    raise CliError(f"{exc} (the receive path drops a malformed packet without "
-                                   f"a reply: `gradwire info {args.input}` checks the file)") \
-                        from None
-                except inc.ReassemblyError as exc:
-                    raise CliError(f"{args.input}: {exc}") from None
-                bar.update(count)
+        h = codec.decompress_file(args.input, args.output, decode=decode, check=check,
+                                  command="board decompress")
         elapsed = time.perf_counter() - started
     finally:
         transport.close()
-    codec._write_npy(args.output, out.reshape(h.shape))
     print(f"{args.input} -> {args.output} through the board at {_where(settings)}: "
           f"{h.value_count:,} float32 values, shape {h.shape}, k={h.k}")
     print(_rates(h.value_count, h.packet_count, elapsed, transport, Service.NIC_RX))

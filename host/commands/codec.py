@@ -282,33 +282,82 @@ def _ratio(raw, compressed):
 
 # -- commands ----------------------------------------------------------------------------
 
-def run_compress(args) -> int:
-    source = _NpyInput(args.input, args.cast)
-    _check_output(args.input, args.output)
+def _software_encode(k, per_packet):
+    def encode(chunk, base):
+        return inc.tensor_to_packets(chunk, k, compress=True, packet_values=per_packet,
+                                     seq=base // per_packet, offset=base)
+    return encode
+
+
+def _software_decode(packets, count, base):
+    return inc.packets_to_tensor(packets, count, offset=base)
+
+
+def compress_file(input_path, output_path, *, k, packet_values, cast=False, encode=None,
+                  command="compress"):
+    """Compress a ``.npy`` file into a ``.gwz`` container, a chunk at a time: the output is
+    refused if it is the input, written next to itself and renamed into place when complete
+    (nothing is left behind on a failure). ``encode(chunk, base) -> packets`` turns the
+    float32 values from index ``base`` into ``INC_F32`` packets (default: the golden codec;
+    ``gradwire board compress`` passes the board's NIC).
+
+    Returns ``(container header, source, class counts, max error)``."""
+    source = _NpyInput(input_path, cast)
+    _check_output(input_path, output_path)
     if source.note:
-        print(f"gradwire compress: note: {source.note}", file=sys.stderr)
-    k, per_packet = args.k, args.packet_values
+        print(f"gradwire {command}: note: {source.note}", file=sys.stderr)
+    encode = encode or _software_encode(k, packet_values)
     n = source.size
     if n >= 2 ** 32:
-        raise CliError(f"{args.input}: {n} values; a packet offset is 32 bits")
+        raise CliError(f"{input_path}: {n} values; a packet offset is 32 bits")
     tag_counts, max_error = np.zeros(4, dtype=np.int64), 0.0
-    step = _chunk_packets(per_packet) * per_packet
-    with _replacing(args.output) as f:
+    step = _chunk_packets(packet_values) * packet_values
+    with _replacing(output_path) as f:
         try:
-            writer = ContainerWriter(f, k=k, shape=source.shape, packet_values=per_packet)
+            writer = ContainerWriter(f, k=k, shape=source.shape, packet_values=packet_values)
         except ContainerError as exc:
-            raise CliError(f"{args.input}: {exc}") from None
-        with _progress(n, "compress") as bar:
+            raise CliError(f"{input_path}: {exc}") from None
+        with _progress(n, command) as bar:
             for base, chunk in source.chunks(step):
-                packets = inc.tensor_to_packets(chunk, k, compress=True,
-                                                packet_values=per_packet,
-                                                seq=base // per_packet, offset=base)
-                writer.write([p.to_bytes() for p in packets])
+                writer.write([p.to_bytes() for p in encode(chunk, base)])
                 tag_counts += np.bincount(inc.classify(chunk, k), minlength=4)
                 max_error = max(max_error, _max_error(chunk, k))
                 bar.update(chunk.size)
         header = writer.finish()
+    return header, source, tag_counts, max_error
 
+
+def decompress_file(input_path, output_path, *, decode=None, check=None,
+                    command="decompress"):
+    """Decompress a ``.gwz`` container into a ``.npy`` file, a chunk of packets at a time,
+    with the same output guarantees as :func:`compress_file`. ``decode(packets, count,
+    base) -> float32 values`` (default: the golden codec); ``check(header)`` may refuse the
+    container (raising :class:`CliError`) before anything is written. Returns the header."""
+    decode = decode or _software_decode
+    _check_output(input_path, output_path)
+    with _open_gwz(input_path) as reader:
+        h = reader.header
+        if check is not None:
+            check(h)
+        with _replacing(output_path) as f:
+            _write_npy_header(f, h.shape)
+            for first, packets in _packet_chunks(reader, input_path, command):
+                base = first * h.packet_values
+                count = sum(p.header.count for p in packets)
+                try:
+                    values = decode(packets, count, base)
+                except inc.ReassemblyError as exc:
+                    raise CliError(f"{input_path}: packets {first}..{first + len(packets) - 1}"
+                                   f": {exc}") from None
+                f.write(values.astype("<f4", copy=False).data)
+    return h
+
+
+def run_compress(args) -> int:
+    k, per_packet = args.k, args.packet_values
+    header, source, tag_counts, max_error = compress_file(
+        args.input, args.output, k=k, packet_values=per_packet, cast=args.cast)
+    n = source.size
     payload = header.packets_bytes - HEADER_BYTES * header.packet_count
     input_bytes = os.path.getsize(args.input)
     bound = 2.0 ** -k
@@ -326,19 +375,7 @@ def run_compress(args) -> int:
 
 
 def run_decompress(args) -> int:
-    _check_output(args.input, args.output)
-    with _open_gwz(args.input) as reader, _replacing(args.output) as f:
-        h = reader.header
-        _write_npy_header(f, h.shape)
-        for first, packets in _packet_chunks(reader, args.input, "decompress"):
-            base = first * h.packet_values
-            count = sum(p.header.count for p in packets)
-            try:
-                values = inc.packets_to_tensor(packets, count, offset=base)
-            except inc.ReassemblyError as exc:
-                raise CliError(f"{args.input}: packets {first}..{first + len(packets) - 1}: "
-                               f"{exc}") from None
-            f.write(values.astype("<f4", copy=False).data)
+    h = decompress_file(args.input, args.output)
     print(f"{args.input} -> {args.output}: {h.value_count:,} float32 values, "
           f"shape {h.shape}, k={h.k}")
     return 0

@@ -33,6 +33,10 @@ def add_arguments(p):
                    help="udp: IP MTU of the path to the board (default 1500; 9000: jumbo)")
     p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
                    help="run only this path (repeatable; default both)")
+    p.add_argument("--lhc-path", choices=("auto", "sketch", "dense"), default="auto",
+                   help="how each tensor of the in-network path travels: the cheaper of the "
+                        "sketch and a dense int32 all-reduce, chosen after the index phase "
+                        "(auto, the default), or always one of them")
     p.add_argument("--size", choices=("default", "large", "small"), default="default",
                    help="model sizes: default 1.3M parameters over both paths, large 11.5M, "
                         "small a quick smoke run")
@@ -69,7 +73,8 @@ def run(args):
         report = e2e.run(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
                          backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),
                          out_dir=args.out, waves=waves, progress=progress, board=args.board,
-                         size=args.size, backend_options=backend_options)
+                         size=args.size, backend_options=backend_options,
+                         lhc_path=args.lhc_path)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except TransportError as exc:          # a board that went away, a mismatch

@@ -36,7 +36,8 @@ import typing
 
 import numpy as np
 
-from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, Header, PacketType
+from contract.header import (K_MAX, K_MIN, LANES, MAGIC, NIC_MAX_COUNT, VERSION, Flags, Header,
+                             PacketType)
 from contract.packet import Packet
 
 __all__ = [
@@ -53,7 +54,7 @@ __all__ = [
 #: The paper's operating point: error bound 2^-10.
 K_DEFAULT = 10
 #: Default largest ``count`` the receive engine accepts (its output buffer holds this many).
-MAX_COUNT = 2048
+MAX_COUNT = NIC_MAX_COUNT
 #: Bits of the per-block tag vector (2 bits for each of the 8 lanes).
 TAG_VECTOR_BITS = 16
 #: The four classes (2-bit tags) of section 2.
@@ -948,7 +949,9 @@ def nic_tx(packet):
     ``cause`` is the ``NIC_TX_COUNTERS`` name the packet is counted under, besides
     ``"packets"`` (each packet has exactly one): ``"compressed"``, ``"length_mismatch"``
     (compressed anyway: the payload's own words are encoded, the header keeps its ``count``),
-    ``"bad_k"`` (passed through untouched) or ``"bypassed"``.
+    ``"bad_k"`` (passed through untouched), ``"too_large"`` (``count`` above
+    :data:`MAX_COUNT`, which no receive path decompresses: passed through untouched, spec
+    section 4) or ``"bypassed"``.
     """
     h = packet.header
     if not (h.magic == MAGIC and h.version == VERSION and h.type == PacketType.RAW_F32
@@ -956,6 +959,8 @@ def nic_tx(packet):
         return packet, "bypassed"
     if not K_MIN <= h.k <= K_MAX:
         return packet, "bad_k"
+    if h.count > MAX_COUNT:
+        return packet, "too_large"
     words = np.frombuffer(packet.payload, dtype="<u4")
     out = Packet(h.replace(type=PacketType.INC_F32), encode(words, h.k))
     return out, "compressed" if words.size == h.count else "length_mismatch"

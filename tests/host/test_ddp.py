@@ -301,8 +301,57 @@ def _feedback_rebuild(rank):
             "grads": {name: p.grad.detach().clone().numpy() for name, p in net.named_parameters()}}
 
 
+class _MixedNet(torch.nn.Module):
+    """An embedding table (a batch touches a few rows: a sparse gradient) and a linear layer
+    (a dense gradient), each its own bucket once DDP rebuilds them."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = torch.nn.Embedding(4096, 16)
+        self.fc = torch.nn.Linear(16, 2048)
+
+    def forward(self, rows):
+        return self.fc(self.table(rows)).pow(2).mean()
+
+
+def _ddp_mixed_paths(rank):
+    """LhcHook() (path "auto" by default) on a model with a sparse and a dense parameter:
+    every call's input, output and chosen path."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = DistributedDataParallel(_MixedNet(), bucket_cap_mb=1e-6)
+    hook = ddp.LhcHook()
+    recorder = _RecordingHook(hook)
+    model.register_comm_hook(state=None, hook=recorder)
+    generator = torch.Generator().manual_seed(200 + rank)
+    for _ in range(2):                       # the second iteration runs on rebuilt buckets
+        model.zero_grad()
+        model(torch.randint(0, 4096, (6,), generator=generator)).backward()
+    return {"records": recorder.records, "paths": [c.details["path"] for c in hook.calls],
+            "repr": repr(hook)}
+
+
+def _lhc_path_cases():
+    """name -> per-rank vectors, for every path of lhc_allreduce."""
+    rng = np.random.default_rng(12)
+    dense = [rng.standard_normal(20000).astype(np.float32) * 0.01 for _ in range(WORLD)]
+    sparse = []
+    for _ in range(WORLD):
+        x = np.zeros(50000, np.float32)
+        hot = rng.choice(50000, 300, replace=False)
+        x[hot] = rng.standard_normal(300).astype(np.float32)
+        sparse.append(x)
+    return {"dense": dense, "sparse": sparse, "zeros": [np.zeros(9, np.float32)] * WORLD,
+            "empty": [np.zeros(0, np.float32)] * WORLD}
+
+
 def _rank_main(rank, world, ring_cases, lhc_cases, accuracy_data):
-    out = {"ring": {}, "lhc": {}, "ddp": {}, "train": {}}
+    out = {"ring": {}, "lhc": {}, "ddp": {}, "train": {}, "lhc_paths": {}}
+    for name, vectors in _lhc_path_cases().items():
+        for path in lhc.PATHS:
+            out["lhc_paths"][name, path] = ddp.lhc_allreduce(vectors[rank], path=path)
+    out["ddp"]["lhc_mixed"] = _ddp_mixed_paths(rank)
     out["accuracy"] = accuracy.train_in_group(rank, world, ACCURACY_SETTINGS, accuracy_data)
     for name, vectors in ring_cases.items():
         for k in K_VALUES:
@@ -511,6 +560,9 @@ def test_ring_rejects_bad_arguments():
         ddp.LhcHook(load=0)
     with pytest.raises(ValueError):
         ddp.LhcHook(r_min=0)
+    with pytest.raises(ValueError, match="path"):
+        ddp.LhcHook(path="sparse")
+    assert ddp.LhcHook().path == "auto" and ddp.LhcHook(path="dense").path == "dense"
     with pytest.raises(TypeError):
         ddp.InceptionnHook(k=10, error_feedback=1)
     assert repr(ddp.InceptionnHook(6, error_feedback=True)) == \
@@ -551,6 +603,56 @@ def test_lhc_fallback_round_was_exercised(group_run):
     sparse = group_run["ranks"][0]["lhc"]["sparse20000"][1]
     # Sparse gradients are what the sketch is for: far fewer bytes than a dense ring.
     assert sparse.bytes_sent * 2 < sparse.dense_ring_bytes
+
+
+def test_lhc_every_path_equals_golden_and_auto_picks_by_density(group_run):
+    """Sketch, dense and auto through the collectives: each bit for bit the golden model's
+    allreduce with that path (result and statistics), the same bits on every path; auto
+    sends the dense tensor densely and the sparse one as a sketch."""
+    cases = _lhc_path_cases()
+    for (name, path), _ in group_run["ranks"][0]["lhc_paths"].items():
+        totals = [rank["lhc_paths"][name, path][0] for rank in group_run["ranks"]]
+        _same_on_every_rank(totals)
+        expected, golden_stats = lhc.allreduce(cases[name], path=path)
+        np.testing.assert_array_equal(_bits(totals[0]), _bits(expected), err_msg=name)
+        sketch_total, _ = lhc.allreduce(cases[name])
+        np.testing.assert_array_equal(_bits(totals[0]), _bits(sketch_total), err_msg=name)
+        for rank in group_run["ranks"]:
+            stats = rank["lhc_paths"][name, path][1]
+            assert stats.details == {**golden_stats.as_dict(), "world_size": WORLD}, name
+            assert stats.bytes_sent == golden_stats.total_bytes
+    first = group_run["ranks"][0]["lhc_paths"]
+    assert first["dense", "auto"][1].details["path"] == "dense"
+    assert first["sparse", "auto"][1].details["path"] == "sketch"
+    assert first["dense", "dense"][1].details["path"] == "dense"
+    assert first["sparse", "sketch"][1].details["path"] == "sketch"
+    # auto never sends more than the index phase above a dense all-reduce
+    for name in cases:
+        n = cases[name][0].size
+        assert first[name, "auto"][1].bytes_sent <= 4 * n + lhc.n_blocks(n) * lhc.B // 8
+        assert first[name, "auto"][1].bytes_sent <= first[name, "sketch"][1].bytes_sent
+
+
+def test_lhc_hook_chooses_the_path_per_bucket(group_run):
+    """LhcHook() defaults to path "auto": the embedding table's sparse bucket goes as a
+    sketch, the linear layer's dense ones go dense, every output bit for bit the golden
+    allreduce (with path "auto", and also the forced sketch) divided by the world size."""
+    runs = [rank["ddp"]["lhc_mixed"] for rank in group_run["ranks"]]
+    assert runs[0]["repr"] == "LhcHook(load=0.7, r_min=1, path='auto')"
+    records = [run["records"] for run in runs]
+    seen = {}
+    for call_index, calls in enumerate(zip(*records)):
+        inputs = [c[1] for c in calls]
+        _same_on_every_rank([c[2] for c in calls])
+        expected, stats = lhc.allreduce(inputs, path="auto")
+        sketch, _ = lhc.allreduce(inputs, path="sketch")
+        np.testing.assert_array_equal(_bits(expected), _bits(sketch))
+        np.testing.assert_array_equal(_bits(calls[0][2]), _bits(expected / np.float32(WORLD)))
+        assert {run["paths"][call_index] for run in runs} == {stats.path}
+        seen.setdefault(inputs[0].size, set()).add(stats.path)
+    table, weight = 4096 * 16, 16 * 2048
+    assert seen[table] == {"sketch"}, seen
+    assert seen[weight] == {"dense"}, seen
 
 
 # ---------------------------------------------------------------------------------------

@@ -56,6 +56,10 @@ def _lhc_load(rank):
     return ddp.lhc_allreduce(np.ones(100, np.float32), load=0.5 if rank == 0 else 0.7)
 
 
+def _lhc_path(rank):
+    return ddp.lhc_allreduce(np.ones(100, np.float32), path="dense" if rank == 1 else "auto")
+
+
 def _ddp_lhc_nan(rank):
     """A real DDP model whose input on rank 1 holds a NaN: the error comes out of
     ``backward()`` on every rank."""
@@ -73,7 +77,7 @@ def _ddp_lhc_nan(rank):
 CASES = {
     "ring_lengths": _ring_lengths, "ring_k": _ring_k,
     "lhc_lengths_2999": _lhc_lengths(2999), "lhc_lengths_2000": _lhc_lengths(2000),
-    "lhc_nan": _lhc_nan, "lhc_huge": _lhc_huge, "lhc_load": _lhc_load,
+    "lhc_nan": _lhc_nan, "lhc_huge": _lhc_huge, "lhc_load": _lhc_load, "lhc_path": _lhc_path,
     "ddp_lhc_nan": _ddp_lhc_nan,
 }
 
@@ -138,6 +142,13 @@ def test_lhc_huge_value_on_one_rank_is_reported_by_every_rank(ranks):
 def test_lhc_load_differs(ranks):
     message = _same_error_everywhere(ranks, "lhc_load")
     assert "load=0.5 on rank(s) 0; load=0.7 on rank(s) 1, 2" in message
+
+
+def test_lhc_path_differs(ranks):
+    """Ranks on different paths would run different collectives (a hang): refused first."""
+    message = _same_error_everywhere(ranks, "lhc_path")
+    assert "path (0 sketch, 1 dense, 2 auto)=2 on rank(s) 0, 2; " \
+           "path (0 sketch, 1 dense, 2 auto)=1 on rank(s) 1" in message
 
 
 def test_ddp_lhc_hook_nan_raises_from_backward_on_every_rank(ranks):
