@@ -829,8 +829,13 @@ def test_accuracy_pipeline(group_run, tmp_path):
     assert paths["png"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     table = paths["md"].read_text()
     ring_runs = [r for r in runs if r["codec"].startswith("inceptionn")]
+    # the results, the ring's rounding, and who computed every row (all golden here)
     assert sum(line.startswith("| ") for line in table.splitlines()) == \
-        2 + len(runs) + len(ring_runs)
+        3 + 2 * len(runs) + len(ring_runs)
+    computed_by = [line.split(" | ")[2:4] for line in table.splitlines()
+                   if line.startswith("| ") and " | - | " in line]
+    assert sorted(computed_by) == sorted(
+        [["gloo" if r["codec"] == "fp32" else "golden", "-"] for r in runs])
     assert {"inceptionn-k6-ef", "inceptionn-k8-ef", "inceptionn-k10-ef"} <= \
         {r["codec"] for r in ring_runs}
 
