@@ -431,7 +431,7 @@ def test_hook_arguments_are_checked_where_the_caller_sees_them(monkeypatch):
     monkeypatch.setenv("GRADWIRE_BOARD", "127.0.0.1:40000")
     monkeypatch.setenv("GRADWIRE_KEY", "abc")
     hook = ddp.LhcHook(backend="udp")
-    assert hook.backend == "udp" and repr(hook) == "LhcHook(load=0.7, r_min=1, backend='udp')"
+    assert hook.backend == "udp" and repr(hook) == "LhcHook(load=0.7, r_min=1, path='auto', backend='udp')"
     assert repr(ddp.InceptionnHook(8, backend="verilator")) == \
         "InceptionnHook(k=8, backend='verilator')"
     assert ddp.InceptionnHook().backend == "golden" and ddp.InceptionnHook().hardware_stats is None
