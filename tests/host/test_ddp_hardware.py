@@ -11,7 +11,7 @@ One 4-process gloo group on 127.0.0.1 does all the distributed work, with one vi
   run's, bit for bit;
 * ring and sketch all-reduces of nasty values (NaN payloads, infinities, denormals, -0.0,
   every class boundary) and of sizes 1 to 5000 through the hardware, against the golden
-  functions;
+  functions, the sketch also on its dense and per-tensor paths;
 * a backend that cannot start (a Verilator build that fails, no board at the address, a
   wrong key), a NIC harness killed in the middle of a run, a switch worker that stops,
   bucket lengths that differ: every rank raises the same error, nobody hangs, nothing falls
@@ -164,6 +164,12 @@ def _rank_main(rank, world, board, key, dead_base):
                                     ddp.inceptionn_ring_allreduce(x, K, codec=nic._hardware)[0])
         out["direct"]["lhc", n] = (ddp.lhc_allreduce(x)[0],
                                    ddp.lhc_allreduce(x, switch=switch._hardware)[0])
+        # The per-tensor paths: forced dense (phase A is one non-zero word) and the choice.
+        for path in ("dense", "auto"):
+            golden, golden_stats = ddp.lhc_allreduce(x, path=path)
+            hardware, hardware_stats = ddp.lhc_allreduce(x, path=path, switch=switch._hardware)
+            out["direct"][f"lhc-{path}", n] = (golden, hardware, golden_stats.details["path"],
+                                               hardware_stats.details["path"])
     # A load far above 1: peeling stalls and the fallback round goes through the switch too.
     x = np.random.default_rng(rank).standard_normal(3000).astype(np.float32)
     golden, golden_stats = ddp.lhc_allreduce(x, load=6.0)
@@ -316,6 +322,10 @@ def test_nasty_values_and_every_size_match_the_golden_functions(ranks):
         for key, (golden, hardware) in ((key, v[:2]) for key, v in r["direct"].items()
                                         if key != "fallback" and key != "after-lengths"):
             np.testing.assert_array_equal(_bits(hardware), _bits(golden), err_msg=str(key))
+        for n in (1, 3, 5, 4096, 5000):
+            assert r["direct"]["lhc-dense", n][2:] == ("dense", "dense")
+            golden_path, hardware_path = r["direct"]["lhc-auto", n][2:]
+            assert golden_path == hardware_path, n
         golden, hardware, unpeeled, per_call = r["direct"]["fallback"]
         np.testing.assert_array_equal(_bits(hardware), _bits(golden))
         assert unpeeled > 0                        # the fallback round ran, on the switch
