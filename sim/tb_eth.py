@@ -209,6 +209,7 @@ async def udp_round_trip(dut):
     sim_ns, wall = get_sim_time("ns") - start_ns, time.perf_counter() - start_wall
     counts = bench.counters()
     assert int(dut.echoed.value) == len(sizes) and int(dut.echo_dropped.value) == 0
+    assert int(dut.rx_contract_violations.value) == 0
     assert sum(v for k, v in counts.items() if k != "arp_miss") == 0, counts
     assert bench.arp_requests == 1 and not bench.bad_frames
     speed = {"sys_cycles": sim_ns * 1000 / SYS_PS, "wall_s": wall,
@@ -269,4 +270,5 @@ async def drops(dut):
         good = payload(rng.randint(1, 200))
         await bench.round_trip(good, sport=rng.randint(1024, 65535))
     assert int(dut.echo_dropped.value) == sum(cause in flagged for cause, _, _ in cases)
+    assert int(dut.rx_contract_violations.value) == 0
     assert bench.arp_requests == 1 and not bench.bad_frames
