@@ -370,9 +370,10 @@ class GradwireLiteEthCore(LiteXModule):
 
         # sys: everything after the RGMII receive CDC and before the transmit CDC.
         self.cd_sys = ClockDomain()
+        sys_reset = platform.request("sys_reset")
         self.comb += [
             self.cd_sys.clk.eq(platform.request("sys_clock")),
-            self.cd_sys.rst.eq(platform.request("sys_reset")),
+            self.cd_sys.rst.eq(sys_reset),
         ]
 
         self.ethphy = phy = LiteEthPHYRGMII(
@@ -381,6 +382,10 @@ class GradwireLiteEthCore(LiteXModule):
             with_hw_init_reset=False,
             tx_delay=cfg["tx_delay_ns"] * 1e-9,
             rx_delay=cfg["rx_delay_ns"] * 1e-9)
+        # LiteEth resets its RGMII domains from a CSR that nothing writes in a standalone
+        # core; sys_reset takes its place, so that both sides of every clock-crossing FIFO
+        # are reset together (a one-sided reset would replay stale words onto the wire).
+        self.comb += phy.crg._reset.storage.eq(sys_reset)
         self.mac = mac = FilteringMAC(phy, mac_address, max_frame=cfg["max_frame"], dw=dw)
         self.arp = arp = LiteEthARP(mac, mac_address, ip_address, cfg["sys_clk_hz"],
                                     entries=cfg["arp_entries"], dw=dw)
