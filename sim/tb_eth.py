@@ -131,8 +131,10 @@ class EthBench:
         assert udp.len == 8 + len(request_payload)
         assert ip.len == 28 + len(request_payload)
         got = bytes(udp.payload)[:len(request_payload)]
-        assert got == request_payload, (
-            f"payload differs at byte {next(i for i, (a, b) in enumerate(zip(got, request_payload)) if a != b) if len(got) == len(request_payload) else len(got)}")
+        if got != request_payload:
+            where = next((i for i, (a, b) in enumerate(zip(got, request_payload)) if a != b),
+                         min(len(got), len(request_payload)))
+            raise AssertionError(f"{len(request_payload)}-byte payload differs from byte {where}")
 
     async def round_trip(self, payload, **kwargs):
         sport = kwargs.get("sport", 40000)

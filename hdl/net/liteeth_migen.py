@@ -27,8 +27,10 @@ ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with four changes that
   datagram with its destination port and dispatches (and counts closed ports) itself.
 
 Every drop the core makes is reported by a one-cycle ``ev_*`` strobe in the sys domain (see
-:data:`EVENTS`), exactly one strobe per dropped frame or datagram; a datagram handed out
-with ``error`` set has already been counted by one of them.
+:data:`hdl.net.liteeth.EVENTS`), by the layer that decided; a datagram handed out with
+``error`` set has already been counted by one of them. A frame with a bad FCS is always
+counted by ``rx_fcs``, and also by the layer that dropped it for its header before its end
+(the FCS is only known then).
 """
 from __future__ import annotations
 
