@@ -29,7 +29,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bitstream,ddp]'
+	$(PY) -m pip install --quiet -e '.[test,bitstream,ddp,net]'
 	@touch $@
 
 test: $(STAMP)
