@@ -110,6 +110,6 @@ class EthEchoTop(wiring.Component):
 @functools.lru_cache(maxsize=None)
 def echo_top_sources(board="ecpix5"):
     """(Verilog of the top, extra Verilog files) for :func:`sim.runner.run_cocotb`."""
-    from sim.runner import export_verilog
+    from hdl.export import export_verilog
     core = generate(load_network_config(board))
     return export_verilog(EthEchoTop(core), TOP), (core.verilog_path, MODELS)

@@ -6,7 +6,7 @@ crossing really crosses), the transmit clock coming back from the design. Frames
 and parsed with scapy. A host coroutine answers the board's ARP requests, as a real host
 would; every other frame the board sends is queued for the test to check.
 
-Launched from ``tests/test_eth_cocotb.py``; parameters through :func:`sim.runner.test_params`.
+Launched from ``tests/hdl/net/test_eth_echo.py``; parameters through :func:`sim.runner.test_params`.
 """
 from __future__ import annotations
 
