@@ -5,7 +5,8 @@ at address ``i``) and, for drop causes, the **priority**: a packet that is bad i
 ways is counted once, under the first cause in this order that applies.
 """
 
-__all__ = ["NIC_TX_COUNTERS", "NIC_RX_COUNTERS", "AGG_DROP_CAUSES", "AGG_COUNTERS"]
+__all__ = ["NIC_TX_COUNTERS", "NIC_RX_COUNTERS", "AGG_DROP_CAUSES", "AGG_COUNTERS",
+           "NET_CORE_DROPS", "NET_COUNTERS"]
 
 #: NIC transmit path (compressor).
 NIC_TX_COUNTERS = (
@@ -47,3 +48,37 @@ AGG_COUNTERS = (
     "results_unicast",    # results re-sent to one worker (retransmission of a complete slot)
     "retransmit_dropped", # retransmission while the slot is still incomplete: dropped
 ) + tuple(f"drop_{cause}" for cause in AGG_DROP_CAUSES)
+
+#: Network front end (``../shared/spec/network.md``): frames and datagrams the Ethernet/IP/UDP
+#: core drops before the front end sees them (each counted by exactly one cause).
+NET_CORE_DROPS = (
+    "rx_fcs",             # bad frame check sequence
+    "rx_runt",            # frame shorter than 64 bytes
+    "rx_oversize",        # frame longer than 9018 bytes
+    "rx_mac",             # for another MAC address (not broadcast)
+    "rx_ethertype",       # neither IPv4 nor ARP
+    "ip_address",         # IPv4 packet for another address
+    "ip_fragment",        # IPv4 fragment
+    "ip_header",          # IPv4 options or a bad header length
+    "ip_checksum",        # bad IPv4 header checksum
+    "ip_protocol",        # neither UDP nor ICMP
+    "udp_checksum",       # wrong non-zero UDP checksum
+    "udp_length",         # UDP length disagrees with the IP length
+)
+
+#: Every network counter, in register order: datagrams per service, then drop causes.
+NET_COUNTERS = (
+    "nic_tx_in", "nic_tx_out",        # datagrams to / replies from each service
+    "nic_rx_in", "nic_rx_out",
+    "switch_in", "switch_out",
+    "ctrl_in", "ctrl_out",
+    "arp_miss",           # a reply waited for an ARP exchange (its destination not cached)
+    "arp_unreachable",    # a reply dropped: its destination never answered ARP
+) + NET_CORE_DROPS + (
+    "drop_closed_port",   # datagram to a port no service listens on
+    "drop_bad_source",    # AGG datagram whose source is not the (job, worker) table entry
+    "drop_bad_key",       # CTRL packet with a wrong control key (no reply)
+    "drop_bad_ctrl",      # CTRL packet malformed (count 0 or above 64, length, op)
+    "drop_service_full",  # datagram dropped whole: its service's input buffer was full
+    "drop_reply_full",    # reply dropped whole: the output path to the wire was full
+)

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 __all__ = [
     "MAGIC", "VERSION", "HEADER_BYTES", "BEAT_BYTES", "LANES", "K_MIN", "K_MAX",
-    "WORKER_MULTICAST",
+    "WORKER_MULTICAST", "NIC_MAX_COUNT",
     "PacketType", "Flags", "Field", "HEADER_FIELDS", "HeaderError", "Header",
 ]
 
@@ -31,6 +31,10 @@ LANES = 8
 K_MIN, K_MAX = 1, 15
 #: Worker number of a multicast result.
 WORKER_MULTICAST = 0xFF
+#: Largest ``count`` of a packet the NIC compresses or decompresses
+#: (``../shared/spec/inceptionn-format.md`` section 4: 8 KiB of fp32 and the header fit one
+#: 9000-byte jumbo frame).
+NIC_MAX_COUNT = 2048
 
 
 class PacketType(enum.IntEnum):

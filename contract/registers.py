@@ -26,11 +26,12 @@ import dataclasses
 import enum
 from typing import Iterator
 
-from .counters import AGG_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from .counters import AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
 
 __all__ = [
     "ADDRESS_BITS", "DATA_BITS", "Access", "Register", "RegisterArray", "CounterBlock",
     "RegisterMap", "Decoded", "COMMIT", "JobStatus", "NIC_REGISTERS", "SWITCH_REGISTERS",
+    "NET_REGISTERS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "REGISTER_MAPS", "markdown_table", "switch_params_word", "decode_switch_params",
 ]
 
@@ -288,8 +289,31 @@ SWITCH_REGISTERS = RegisterMap("switch", [
                                         "bits 16-31"),
 ])
 
-#: Every top's map, by the top's name.
-REGISTER_MAPS = {"nic": NIC_REGISTERS, "switch": SWITCH_REGISTERS}
+#: The worker table's geometry in the address map: entry ``job * MAX_WORKERS_IN_TABLE +
+#: worker``. A board holds entries for its switch's ``jobs`` and ``max_workers`` only.
+MAX_JOBS_IN_TABLE = 64
+MAX_WORKERS_IN_TABLE = 32
+
+#: The network front end's own registers (16-bit local addresses, region ``net``).
+NET_REGISTERS = RegisterMap("net", [
+    CounterBlock("counter", 0x000, NET_COUNTERS, "network front end counter"),
+    Register("mac_high", 0x100, Access.R, "the board's MAC address, bits 47-32", width=16),
+    Register("mac_low", 0x101, Access.R, "the board's MAC address, bits 31-0"),
+    Register("ip", 0x102, Access.R, "the board's IPv4 address (a.b.c.d as a << 24 | ...)"),
+    Register("port_base", 0x103, Access.R, "UDP port of the first service", width=16),
+    Register("services", 0x104, Access.R,
+             "services this bitstream serves: bit i = the service at port_base + i", width=4),
+    Register("link", 0x105, Access.R, "bit 0: the PHY reports a link", width=1),
+    RegisterArray("worker", 0x1000, 2, MAX_JOBS_IN_TABLE * MAX_WORKERS_IN_TABLE, (
+        Register("ip", 0, Access.RW, "IPv4 address where the worker receives results"),
+        Register("port", 1, Access.RW,
+                 "UDP port where the worker receives results (0: no worker)", width=16),
+    ), f"the aggregator's worker table, entry job * {MAX_WORKERS_IN_TABLE} + worker"),
+])
+
+#: Every map, by name: the engine tops' and the network front end's (``contract.network``
+#: puts all three into the one address space of ``CTRL`` packets).
+REGISTER_MAPS = {"nic": NIC_REGISTERS, "switch": SWITCH_REGISTERS, "net": NET_REGISTERS}
 
 
 def markdown_table(register_map: RegisterMap) -> str:
@@ -301,5 +325,5 @@ def markdown_table(register_map: RegisterMap) -> str:
 
 
 if __name__ == "__main__":
-    for top, register_map in REGISTER_MAPS.items():
-        print(f"### `{top}_top`\n\n{markdown_table(register_map)}\n")
+    for name, register_map in REGISTER_MAPS.items():
+        print(f"`{name}`:\n\n{markdown_table(register_map)}\n")

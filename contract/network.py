@@ -1,0 +1,135 @@
+"""The network contract (``../shared/spec/network.md``): addresses, one UDP port per service,
+the ``CTRL`` packet, and the one address map that ``CTRL`` packets read and write.
+
+Everything the board's network front end (``hdl/net/``), the host's UDP transport, the
+virtual board and the tests share about the network is declared here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import enum
+import ipaddress
+
+from .header import HEADER_BYTES, NIC_MAX_COUNT
+from .registers import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
+                        SWITCH_REGISTERS, RegisterMap)
+
+__all__ = [
+    "DEFAULT_MAC", "DEFAULT_IP", "PORT_BASE", "Service", "SERVICE_OFFSETS", "service_ports",
+    "MTU_DEFAULT", "MTU_JUMBO", "IP_UDP_HEADER_BYTES", "NIC_VALUES_PER_MTU", "nic_values_for_mtu",
+    "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
+    "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
+    "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
+    "mac_to_int", "ip_to_int",
+]
+
+#: The board's addresses unless the bitstream is built with others (spec section 1).
+DEFAULT_MAC = "02:47:57:00:00:01"
+DEFAULT_IP = "192.168.77.2"
+
+#: The first of the four service ports (spec section 2).
+PORT_BASE = 47570
+
+
+class Service(enum.Enum):
+    """The board's services, one UDP port each (``PORT_BASE + offset``)."""
+    NIC_TX = "nic_tx"     #: NIC transmit path (compressor): one packet in, the TX output back
+    NIC_RX = "nic_rx"     #: NIC receive path (decompressor): nothing back for a dropped one
+    SWITCH = "switch"     #: switch aggregator: results to the job's workers
+    CTRL = "ctrl"         #: control: one ``CTRL`` packet, its reply back
+
+
+SERVICE_OFFSETS = {Service.NIC_TX: 0, Service.NIC_RX: 1, Service.SWITCH: 2, Service.CTRL: 3}
+
+
+def service_ports(port_base: int = PORT_BASE) -> dict[Service, int]:
+    """The UDP port of every service for a board serving from ``port_base``."""
+    if not 1 <= port_base <= 0xFFFF - 3:
+        raise ValueError(f"port_base {port_base} leaves no room for four ports below 65536")
+    return {service: port_base + offset for service, offset in SERVICE_OFFSETS.items()}
+
+
+#: IP MTUs: standard Ethernet, and the jumbo frames the board accepts (9018-byte frames).
+MTU_DEFAULT = 1500
+MTU_JUMBO = 9000
+#: IPv4 (no options) and UDP headers inside the MTU.
+IP_UDP_HEADER_BYTES = 20 + 8
+
+
+def nic_values_for_mtu(mtu: int) -> int:
+    """Most fp32 values a NIC packet (32-byte header, payload) carries in one datagram of an
+    ``mtu``-byte IP packet, capped at the NIC's maximum of 2048 (spec section 2)."""
+    values = (mtu - IP_UDP_HEADER_BYTES - HEADER_BYTES) // 4
+    if values < 8:
+        raise ValueError(f"an MTU of {mtu} bytes leaves no room for a NIC packet")
+    return min(values, NIC_MAX_COUNT)
+
+
+#: 360 at the standard MTU (spec section 2: (1472 - 32) / 4).
+NIC_VALUES_PER_MTU = nic_values_for_mtu(MTU_DEFAULT)
+
+
+class CtrlOp(enum.IntEnum):
+    """``op`` byte of a ``CTRL`` packet (header offset 4, where other types have ``k``)."""
+    READ = 0
+    WRITE = 1
+
+
+#: Byte offsets of the ``CTRL`` fields in the 32-byte header (spec section 4).
+CTRL_OP_OFFSET = 4
+CTRL_COUNT_OFFSET = 8
+CTRL_SEQ_OFFSET = 16
+CTRL_KEY_OFFSET = 24
+CTRL_KEY_BYTES = 8
+#: (address, value) pairs per ``CTRL`` packet, 1..64.
+CTRL_MAX_PAIRS = 64
+
+@dataclasses.dataclass(frozen=True)
+class Region:
+    """One register map in the network address space: ``address = index << 16 | local``."""
+    name: str
+    index: int
+    registers: RegisterMap
+
+
+#: The one address map ``CTRL`` packets use (32-bit addresses).
+NETWORK_REGIONS = (
+    Region("nic", 0, NIC_REGISTERS),
+    Region("switch", 1, SWITCH_REGISTERS),
+    Region("net", 2, NET_REGISTERS),
+)
+_REGIONS_BY_NAME = {r.name: r for r in NETWORK_REGIONS}
+_REGIONS_BY_INDEX = {r.index: r for r in NETWORK_REGIONS}
+
+
+def network_address(region: str, local: int) -> int:
+    """The 32-bit ``CTRL`` address of ``local`` in ``region`` (``"nic"``, ``"switch"``,
+    ``"net"``)."""
+    if region not in _REGIONS_BY_NAME:
+        raise KeyError(f"no region {region!r} (regions: {', '.join(_REGIONS_BY_NAME)})")
+    if not 0 <= local <= 0xFFFF:
+        raise ValueError(f"local address {local:#x} does not fit 16 bits")
+    return _REGIONS_BY_NAME[region].index << 16 | local
+
+
+def decode_network_address(address: int):
+    """``(region, local address)`` of a 32-bit ``CTRL`` address, or ``None`` outside every
+    region (the board reads such an address as 0 and ignores writes to it)."""
+    region = _REGIONS_BY_INDEX.get(address >> 16)
+    return None if region is None else (region, address & 0xFFFF)
+
+
+def mac_to_int(mac: str) -> int:
+    """``"02:47:57:00:00:01"`` as a 48-bit integer (first byte most significant)."""
+    parts = mac.split(":")
+    if len(parts) != 6 or not all(len(p) == 2 for p in parts):
+        raise ValueError(f"{mac!r} is not a MAC address like 02:47:57:00:00:01")
+    try:
+        return int("".join(parts), 16)
+    except ValueError:
+        raise ValueError(f"{mac!r} is not a MAC address like 02:47:57:00:00:01") from None
+
+
+def ip_to_int(ip: str) -> int:
+    """``"192.168.77.2"`` as a 32-bit integer (first byte most significant)."""
+    return int(ipaddress.IPv4Address(ip))
