@@ -250,7 +250,7 @@ async def drops(dut):
         ("rx_oversize", bench.udp(payload(9000 - 28 + 1)), {}),
     ]
     bad_ip = bench.udp(payload())
-    bad_ip[IP].chksum = IP(bytes(bad_ip[IP])).chksum ^ 0x0101
+    bad_ip[IP].chksum = IP(bytes(bad_ip[IP])).chksum ^ 0x8001
     cases.append(("ip_checksum", bad_ip, {}))
     bad_udp = bench.udp(payload(64))
     bad_udp[UDP].chksum = (Ether(bytes(bad_udp))[UDP].chksum ^ 0x8000) or 1
