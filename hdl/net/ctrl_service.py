@@ -115,6 +115,7 @@ class CtrlService(wiring.Component):
                                                   << flags_offset))
 
         writing = Signal()
+        refused = Signal()
         pairs_left = Signal(range(CTRL_MAX_PAIRS + 1))
         pair = Signal(range(PAIRS_PER_BEAT))
         out_data = Signal(DATA_BITS)     # the beat being answered, values replaced
@@ -126,24 +127,26 @@ class CtrlService(wiring.Component):
         with m.FSM():
             with m.State("HEADER"):
                 with m.If(i.valid):
+                    m.d.sync += [out_data.eq(reply_header), refused.eq(~well_formed),
+                                 writing.eq(op == CtrlOp.WRITE), pairs_left.eq(count[:7])]
                     with m.If(~is_ctrl | ~key_ok):
                         m.d.sync += [self.events.bad_ctrl.eq(~is_ctrl),
                                      self.events.bad_key.eq(is_ctrl),
                                      self.events.no_reply.eq(1)]
                         m.next = "DRAIN"
                     with m.Else():
-                        m.d.comb += [o.valid.eq(1), o.p.data.eq(reply_header),
-                                     o.p.keep.eq((1 << (DATA_BITS // 8)) - 1),
-                                     o.p.last.eq(~well_formed)]
-                        with m.If(o.ready):
-                            m.d.sync += [writing.eq(op == CtrlOp.WRITE),
-                                         pairs_left.eq(count[:7])]
-                            with m.If(well_formed):
-                                m.d.comb += i.ready.eq(1)
-                                m.next = "PAIR_START"
-                            with m.Else():
-                                m.d.sync += self.events.bad_ctrl.eq(1)
-                                m.next = "DRAIN"
+                        m.next = "REPLY_HEADER"
+            with m.State("REPLY_HEADER"):
+                # The header beat answers from a register, a clock after the request came.
+                m.d.comb += [o.valid.eq(1), o.p.data.eq(out_data),
+                             o.p.keep.eq((1 << (DATA_BITS // 8)) - 1), o.p.last.eq(refused)]
+                with m.If(o.ready):
+                    with m.If(refused):
+                        m.d.sync += self.events.bad_ctrl.eq(1)
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.d.comb += i.ready.eq(1)
+                        m.next = "PAIR_START"
             with m.State("DRAIN"):
                 # the rest of a request that gets no (more) answer; `last` ends it
                 m.d.comb += i.ready.eq(1)

@@ -30,7 +30,8 @@ class OneInFlight(wiring.Component):
     o : Out(stream.Signature(ServiceBeat))
         To the engine: a request's first beat waits until the previous request is done.
     reply : Out(ReplyTag)
-        The request in flight's reply address (valid from the clock after its first beat).
+        The reply address of the request in flight, valid from the clock after its first
+        beat is offered to the engine until its output is done.
     output_done : In(1)
         The engine's output's last beat is taken (the request produced its output).
     dropped : In(1)
@@ -64,15 +65,17 @@ class OneInFlight(wiring.Component):
         taken = i.valid & i.ready
         input_now = input_done | (taken & i.p.last)
         result_now = result_done | self.output_done | self.dropped
-        with m.If(taken & i.p.first):
+        # The reply address is loaded while a first beat waits at the gate (nothing is in
+        # flight then), so it is there from the clock after the request is first offered,
+        # even for an engine that answers in the clock it takes the request.
+        with m.If(i.valid & i.p.first & ~self.busy):
             m.d.sync += [
-                self.busy.eq(1),
                 self.reply.ip_address.eq(i.p.meta.ip_address),
                 self.reply.src_port.eq(i.p.meta.dst_port),
                 self.reply.dst_port.eq(i.p.meta.src_port),
-                input_done.eq(i.p.last),
-                result_done.eq(0),
             ]
+        with m.If(taken & i.p.first):
+            m.d.sync += [self.busy.eq(1), input_done.eq(i.p.last), result_done.eq(0)]
         with m.Elif(self.busy):
             with m.If(input_now & result_now):
                 m.d.sync += [self.busy.eq(0), input_done.eq(0), result_done.eq(0)]
