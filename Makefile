@@ -5,8 +5,10 @@
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
-#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, ENGINE=all | nic |
-#                    switch | none, ROUTER=router1 | router2), into build/bitstream/
+#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=network |
+#                    selftest, ENGINE=all | nic | switch | none (selftest), ROUTER=router1 |
+#                    router2; network top: MAC=..., IP=..., KEY=<hex> (default random, in
+#                    the build's summary.json only, mode 0600)), into build/bitstream/
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
 
@@ -16,6 +18,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.gradwire-installed
 BOARD   ?= ecpix5
 ENGINE  ?= all
+TOP     ?= network
 PYTEST_ARGS ?=
 
 export AMARANTH_USE_YOSYS := builtin
@@ -48,7 +51,10 @@ accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy
 
 bitstream: $(STAMP)
-	$(PY) -m hdl.board.build --board $(BOARD) --engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER))
+	@# the key goes through the environment (not echoed, not in the process list)
+	@GRADWIRE_KEY='$(KEY)' $(PY) -m hdl.board.build --board $(BOARD) --top $(TOP) \
+		--engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER)) $(if $(MAC),--mac $(MAC)) \
+		$(if $(IP),--ip $(IP))
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

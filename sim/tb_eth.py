@@ -27,7 +27,6 @@ from scapy.packet import Raw
 from hdl.net.liteeth import EVENTS, load_network_config
 from sim.runner import test_params
 
-SYS_PS = 8000          # LiteEth sys clock: 125 MHz, the configuration's sys_clk_hz
 RGMII_PS = 8004        # the PHY's receive clock, 500 ppm slow: the phases drift through
 HOST_MAC = "02:00:00:00:00:10"
 HOST_IP = "192.168.77.10"
@@ -49,8 +48,9 @@ class EthBench:
         self.config = load_network_config(board)
         self.board_mac = self.config.mac_address
         self.board_ip = self.config.ip_address
-        cocotb.start_soon(Clock(dut.clk, SYS_PS, unit="ps").start())
-        cocotb.start_soon(Clock(dut.rgmii_rx_clk, RGMII_PS, unit="ps").start())
+        # LiteEth's sys clock runs at the configuration's sys_clk_hz (its ARP timers count it)
+        self.sys_ps = round(1e12 / self.config.sys_clk_hz)
+        self.start_clocks()
         self.source = RgmiiSource(dut.rgmii_rx_data, dut.rgmii_rx_ctl, dut.rgmii_rx_clk)
         self.sink = RgmiiSink(dut.rgmii_tx_data, dut.rgmii_tx_ctl, dut.rgmii_tx_clk)
         for model in (self.source, self.sink):
@@ -58,7 +58,13 @@ class EthBench:
         self.frames = Queue()
         self.arp_requests = 0
         self.bad_frames = []
+        #: the hosts on the wire: IP -> MAC (each answers ARP for its own address)
+        self.hosts = {HOST_IP: HOST_MAC}
         cocotb.start_soon(self._host())
+
+    def start_clocks(self):
+        cocotb.start_soon(Clock(self.dut.clk, self.sys_ps, unit="ps").start())
+        cocotb.start_soon(Clock(self.dut.rgmii_rx_clk, RGMII_PS, unit="ps").start())
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -74,16 +80,17 @@ class EthBench:
                 self.bad_frames.append(bytes(frame.get_payload(strip_fcs=False)))
                 continue
             packet = Ether(bytes(frame.get_payload()))
-            if ARP in packet and packet[ARP].op == 1 and packet[ARP].pdst == HOST_IP:
+            if ARP in packet and packet[ARP].op == 1 and packet[ARP].pdst in self.hosts:
                 arp = packet[ARP]
+                mac = self.hosts[arp.pdst]
                 assert packet.dst == BROADCAST and packet.src == self.board_mac, packet.summary()
                 assert arp.hwsrc == self.board_mac and arp.psrc == self.board_ip, arp.summary()
                 self.arp_requests += 1
-                await self.send(Ether(dst=self.board_mac, src=HOST_MAC) /
-                                ARP(op=2, hwsrc=HOST_MAC, psrc=HOST_IP,
+                await self.send(Ether(dst=self.board_mac, src=mac) /
+                                ARP(op=2, hwsrc=mac, psrc=arp.pdst,
                                     hwdst=self.board_mac, pdst=self.board_ip))
             else:
-                await self.frames.put((packet, len(frame.get_payload())))
+                await self.frames.put((packet, frame))
 
     async def send(self, packet, *, corrupt_fcs=False, pad=True):
         """Send one frame (scapy packet) into the board; FCS computed unless corrupted."""
@@ -107,13 +114,14 @@ class EthBench:
         return {name: int(getattr(self.dut, f"count_{name}").value) for name in EVENTS}
 
     def udp(self, payload, *, sport=40000, dport=47570, dst_ip=None, dst_mac=None,
-            checksum=True, ip_options=None, flags=0, frag=0):
-        ip = IP(src=HOST_IP, dst=dst_ip or self.board_ip, flags=flags, frag=frag,
+            checksum=True, ip_options=None, flags=0, frag=0, src_ip=HOST_IP):
+        ip = IP(src=src_ip, dst=dst_ip or self.board_ip, flags=flags, frag=frag,
                 **({"options": ip_options} if ip_options is not None else {}))
         udp = UDP(sport=sport, dport=dport)
         if not checksum:
             udp.chksum = 0
-        return Ether(dst=dst_mac or self.board_mac, src=HOST_MAC) / ip / udp / Raw(payload)
+        src_mac = self.hosts.get(src_ip, HOST_MAC)
+        return Ether(dst=dst_mac or self.board_mac, src=src_mac) / ip / udp / Raw(payload)
 
     def check_udp_reply(self, reply, request_payload, *, sport, dport):
         """A datagram from the board back to the host, payload byte for byte."""
@@ -214,8 +222,8 @@ async def udp_round_trip(dut):
     assert int(dut.rx_contract_violations.value) == 0
     assert sum(v for k, v in counts.items() if k != "arp_miss") == 0, counts
     assert bench.arp_requests == 1 and not bench.bad_frames
-    speed = {"sys_cycles": sim_ns * 1000 / SYS_PS, "wall_s": wall,
-             "cycles_per_s": sim_ns * 1000 / SYS_PS / wall, "datagrams": len(sizes),
+    speed = {"sys_cycles": sim_ns * 1000 / bench.sys_ps, "wall_s": wall,
+             "cycles_per_s": sim_ns * 1000 / bench.sys_ps / wall, "datagrams": len(sizes),
              "bytes": sum(sizes)}
     dut._log.warning("simulation speed: %.0f sys cycles/s (%d cycles in %.1f s)",
                      speed["cycles_per_s"], speed["sys_cycles"], wall)

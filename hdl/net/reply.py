@@ -75,7 +75,12 @@ class OneInFlight(wiring.Component):
                 self.reply.dst_port.eq(i.p.meta.src_port),
             ]
         with m.If(taken & i.p.first):
-            m.d.sync += [self.busy.eq(1), input_done.eq(i.p.last), result_done.eq(0)]
+            # An engine may decide as it takes the first beat (the control service drops a
+            # request with a wrong key then): its strobe counts for this request.
+            first_result = self.output_done | self.dropped
+            with m.If(~(i.p.last & first_result)):
+                m.d.sync += self.busy.eq(1)
+            m.d.sync += [input_done.eq(i.p.last), result_done.eq(first_result)]
         with m.Elif(self.busy):
             with m.If(input_now & result_now):
                 m.d.sync += [self.busy.eq(0), input_done.eq(0), result_done.eq(0)]

@@ -7,10 +7,10 @@
 
 Clocks: the design has two domains, ``sync`` (the engines and the front end) and ``eth``
 (LiteEth's user side; its frequency is the configuration's ``sys_clk_hz``, which LiteEth's
-ARP timers count). A board top makes both from one PLL (:mod:`hdl.board.network`); the
-simulation top (``make verilog``: ``network_top.v`` beside ``liteeth_core.v``) has them as
-ports ``clk``/``rst`` and ``eth_clk``/``eth_rst``, and the PHY's receive clock on the RGMII
-pins. Why two domains: :mod:`hdl.net.cdc`.
+ARP timers count), which comes in on the ports ``eth_clk``/``eth_rst``. A board top makes
+both from one PLL (:mod:`hdl.board.network`); the simulation top (``make verilog``:
+``network_top.v`` beside ``liteeth_core.v``) has them as ports ``clk``/``rst`` and
+``eth_clk``/``eth_rst``, and the PHY's receive clock on the RGMII pins. Why two domains: :mod:`hdl.net.cdc`.
 
 The engines are the very tops that ``make verilog`` exports (``nic_top``, ``switch_top``),
 unchanged; the NIC top's receive-path drop strobes are tapped (not changed) for the
@@ -18,7 +18,7 @@ front end's one-request-in-flight rule (:mod:`hdl.net.reply`).
 """
 from __future__ import annotations
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -107,6 +107,9 @@ class NetworkTop(wiring.Component):
 
     Members
     -------
+    eth_clk, eth_rst : In(1)
+        The ``eth`` domain's clock and synchronous reset (a domain of this top's own: the
+        exported top's ports are then in a fixed order).
     status : Out(FrontEndStatus)
         Activity and drop strobes (for LEDs).
     link : Out(1)
@@ -132,6 +135,8 @@ class NetworkTop(wiring.Component):
             switch="switch" in engines, jobs=self.switch_params["jobs"],
             max_workers=self.switch_params["max_workers"], sizes=sizes)
         super().__init__({
+            "eth_clk": In(1),
+            "eth_rst": In(1),
             "status": Out(FrontEndStatus),
             "link": Out(1),
             "counters": Out(self.front_end.signature.members["counters"].shape),
@@ -148,6 +153,8 @@ class NetworkTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        m.domains.eth = ClockDomain("eth", local=True)
+        m.d.comb += [ClockSignal("eth").eq(self.eth_clk), ResetSignal("eth").eq(self.eth_rst)]
         m.submodules.eth = eth = LiteEthCore(self.core, domain="eth", rgmii=self._rgmii)
         m.submodules.crossing = crossing = EthCrossing(eth_domain="eth", domain="sync")
         m.submodules.front_end = front = self.front_end

@@ -29,7 +29,7 @@ def platform_of(board):
 @pytest.mark.parametrize("board", BOARDS)
 def test_config_matches_spec_and_board(board):
     import inspect
-    from hdl.aggregator import Aggregator
+    from hdl.switch.aggregator import Aggregator
     config = load_network_config(board)
     assert config.mac_address == "02:47:57:00:00:01" and config.ip_address == "192.168.77.2"
     assert dict(config.udp_ports) == {"nic_tx": 47570, "nic_rx": 47571, "switch": 47572,

@@ -65,28 +65,47 @@ def test_one_in_flight_pairs_every_reply_with_its_request(seed):
     assert replies == [(src, src, 47571, 0x0A000002) for src, _, drop in requests if not drop]
 
 
-def test_drop_before_the_request_has_all_gone_in():
-    """A drop strobe at the header beat (the decompressor's bad header) must not let the
-    next request in before the dropped one's remaining beats have entered."""
+@pytest.mark.parametrize("when", ["after_first", "with_first", "with_single"])
+def test_drop_strobe_early_or_with_the_first_beat(when):
+    """A drop strobe after the header beat (the decompressor's bad header) must not let the
+    next request in before the dropped one's remaining beats have entered; one that comes
+    in the very clock the first beat is taken (the control service's wrong key) counts for
+    that request, also for a one-beat request."""
     rng = random.Random(3)
     dut = OneInFlight()
+    first_len = 1 if when == "with_single" else 5
     order = []
 
     async def producer(ctx):
-        await send_items(ctx, dut.i, service_beats(5, 1) + service_beats(2, 2), rng)
+        items = service_beats(first_len, 1) + service_beats(2, 2) + service_beats(1, 3)
+        ctx.set(dut.i.valid, 1)
+        for _ in range(50):          # bounded: a lost strobe shuts the gate for good
+            ctx.set(dut.i.p, items[0])
+            _, _, ready = await ctx.tick().sample(dut.i.ready)
+            if ready:
+                items.pop(0)
+                if not items:
+                    break
+        ctx.set(dut.i.valid, 0)
 
     async def engine(ctx):
         ctx.set(dut.o.ready, 1)
-        for cycle in range(40):
+        for cycle in range(60):
+            if when != "after_first":
+                ctx.set(dut.dropped, ctx.get(dut.o.valid) and ctx.get(dut.o.p.first)
+                        and ctx.get(dut.o.p.meta.src_port) == 1)
             _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.p)
-            ctx.set(dut.dropped, 0)
+            if when == "after_first":
+                ctx.set(dut.dropped, 0)
             if valid:
                 order.append((int(p.meta.src_port), int(p.first)))
-                if int(p.meta.src_port) == 1 and p.first:
+                if when == "after_first" and int(p.meta.src_port) == 1 and p.first:
                     ctx.set(dut.dropped, 1)
+            # requests 2 and 3 are answered as soon as their last beat is in
+            ctx.set(dut.output_done, bool(valid and p.last and int(p.meta.src_port) > 1))
 
     run(dut, producer, engine)
-    assert [src for src, _ in order] == [1] * 5 + [2] * 2
+    assert [src for src, _ in order] == [1] * first_len + [2] * 2 + [3], order
 
 
 class FanOutBench(wiring.Component):
