@@ -62,9 +62,11 @@ class OneInFlight(wiring.Component):
         ]
         input_done = Signal()
         result_done = Signal()
+        early = Signal()      # the engine answered a request it has not taken yet
         taken = i.valid & i.ready
+        strobe = self.output_done | self.dropped
         input_now = input_done | (taken & i.p.last)
-        result_now = result_done | self.output_done | self.dropped
+        result_now = result_done | strobe
         # The reply address is loaded while a first beat waits at the gate (nothing is in
         # flight then), so it is there from the clock after the request is first offered,
         # even for an engine that answers in the clock it takes the request.
@@ -75,17 +77,20 @@ class OneInFlight(wiring.Component):
                 self.reply.dst_port.eq(i.p.meta.src_port),
             ]
         with m.If(taken & i.p.first):
-            # An engine may decide as it takes the first beat (the control service drops a
-            # request with a wrong key then): its strobe counts for this request.
-            first_result = self.output_done | self.dropped
+            # An engine may decide before it takes a request's first beat or as it takes
+            # it (the control service answers a refused request, or drops one with a wrong
+            # key, from its header beat): such a strobe counts for this request.
+            first_result = early | strobe
             with m.If(~(i.p.last & first_result)):
                 m.d.sync += self.busy.eq(1)
-            m.d.sync += [input_done.eq(i.p.last), result_done.eq(first_result)]
+            m.d.sync += [input_done.eq(i.p.last), result_done.eq(first_result), early.eq(0)]
         with m.Elif(self.busy):
             with m.If(input_now & result_now):
                 m.d.sync += [self.busy.eq(0), input_done.eq(0), result_done.eq(0)]
             with m.Else():
                 m.d.sync += [input_done.eq(input_now), result_done.eq(result_now)]
+        with m.Elif(i.valid & i.p.first & strobe):
+            m.d.sync += early.eq(1)
         return m
 
 

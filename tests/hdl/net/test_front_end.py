@@ -218,6 +218,21 @@ def test_requests_replies_and_counters():
         c3 = counters(ctx, dut)
         assert delta(c2, c3) == {"ctrl_in": 3, "ctrl_out": 2, "drop_bad_key": 1}
 
+        # a refused request (count says 2, one pair): the header back with ERROR, then the
+        # service goes on
+        host.sent.clear()
+        host.datagram(ctrl_request(CtrlOp.WRITE, [(network_address("switch", 1), 5)],
+                                   count=2, key=KEY), PORTS[Service.CTRL], sport=42003)
+        host.ctrl(CtrlOp.READ, [(network_address("switch", 1), 0)], sport=42004)
+        await host.wait(ctx)
+        assert [to for to, _ in host.sent] == [reply_to(42003, Service.CTRL),
+                                               reply_to(42004, Service.CTRL)]
+        refused, answered = host.sent[0][1], host.sent[1][1]
+        assert len(refused) == 32 and refused[3] & 0b110 == 0b110
+        assert struct.unpack_from("<II", answered, 32)[1] == 0xCAFE
+        assert delta(c3, counters(ctx, dut)) == {"ctrl_in": 2, "ctrl_out": 2,
+                                                 "drop_bad_ctrl": 1}
+
     run(dut, bench, background=(host.rx, host.tx))
 
 

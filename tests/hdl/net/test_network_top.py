@@ -44,4 +44,6 @@ def test_line_rate(tmp_path):
     report = tmp_path / "line_rate.json"
     run("line_rate", seed=6, per_service=6, report_file=str(report))
     figures = json.loads(report.read_text())
-    assert figures["datagrams"] == 24
+    for service in ("nic_tx", "nic_rx", "switch", "ctrl"):
+        assert figures[service]["datagrams"] == 6
+    assert figures["mixed"]["datagrams"] == 24

@@ -65,12 +65,13 @@ def test_one_in_flight_pairs_every_reply_with_its_request(seed):
     assert replies == [(src, src, 47571, 0x0A000002) for src, _, drop in requests if not drop]
 
 
-@pytest.mark.parametrize("when", ["after_first", "with_first", "with_single"])
+@pytest.mark.parametrize("when", ["after_first", "with_first", "with_single", "before_first"])
 def test_drop_strobe_early_or_with_the_first_beat(when):
     """A drop strobe after the header beat (the decompressor's bad header) must not let the
     next request in before the dropped one's remaining beats have entered; one that comes
     in the very clock the first beat is taken (the control service's wrong key) counts for
-    that request, also for a one-beat request."""
+    that request, also for a one-beat request, and so does one that comes while the first
+    beat still waits to be taken (the control service's ERROR reply)."""
     rng = random.Random(3)
     dut = OneInFlight()
     first_len = 1 if when == "with_single" else 5
@@ -90,8 +91,17 @@ def test_drop_strobe_early_or_with_the_first_beat(when):
 
     async def engine(ctx):
         ctx.set(dut.o.ready, 1)
+        if when == "before_first":
+            # answer request 1 while its first beat waits, then take it
+            ctx.set(dut.o.ready, 0)
+            await ctx.tick().until(dut.o.valid)
+            ctx.set(dut.dropped, 1)
+            await ctx.tick()
+            ctx.set(dut.dropped, 0)
+            await ctx.tick()
+            ctx.set(dut.o.ready, 1)
         for cycle in range(60):
-            if when != "after_first":
+            if when in ("with_first", "with_single"):
                 ctx.set(dut.dropped, ctx.get(dut.o.valid) and ctx.get(dut.o.p.first)
                         and ctx.get(dut.o.p.meta.src_port) == 1)
             _, _, valid, p = await ctx.tick().sample(dut.o.valid, dut.o.p)
