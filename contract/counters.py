@@ -15,6 +15,7 @@ NIC_TX_COUNTERS = (
     "bypassed",           # packets passed through untouched
     "bad_k",              # RAW_F32 + COMPRESS with k outside 1..15: passed through untouched
     "length_mismatch",    # compressed packet whose payload word count differs from `count`
+    "too_large",          # RAW_F32 + COMPRESS with count above NIC_MAX_COUNT: passed through
 )
 
 #: NIC receive path (decompressor). Drop causes in priority order after the first two.
@@ -36,8 +37,10 @@ AGG_DROP_CAUSES = (
     "unconfigured_job",   # job number not configured (or beyond the engine's job count)
     "bad_worker",         # worker >= the job's worker count
     "bad_slot",           # slot outside the job's slot range
+    "bad_slot_version",   # slot_version other than 0 or 1
     "bad_count",          # count != P
-    "bad_length",         # payload not exactly P words (early or late tlast)
+    "bad_length",         # payload not exactly P words (early or late tlast), or a beat
+                          # other than the last whose tkeep is not all ones
     "mixed_op",           # ADD and OR mixed on one (slot, version) within a round
 )
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import operator
+import struct
 from typing import NamedTuple
 
 __all__ = [
@@ -42,6 +44,7 @@ class PacketType(enum.IntEnum):
     INC_F32 = 1
     AGG_ADD_I32 = 2
     AGG_OR32 = 3
+    CTRL = 4          # control over the network (``../shared/spec/network.md`` section 4)
 
 
 class Flags(enum.IntFlag):
@@ -92,6 +95,16 @@ assert all(a.offset + a.size == b.offset for a, b in zip(HEADER_FIELDS, HEADER_F
 
 _FIELDS_BY_NAME = {f.name: f for f in HEADER_FIELDS}
 _RESERVED = ("reserved0", "reserved1")
+_CODES = {(1, False): "B", (1, True): "b", (2, False): "H", (4, False): "I", (8, False): "Q"}
+#: The header as one struct: parse() and the fast path of pack() (pack() falls back to its
+#: field loop, which names the offending field, for anything the struct cannot take).
+_STRUCT = struct.Struct("<" + "".join("x" * f.size if f.name in _RESERVED
+                                      else _CODES[f.size, f.signed] for f in HEADER_FIELDS))
+_PACKED_NAMES = tuple(f.name for f in HEADER_FIELDS if f.name not in _RESERVED)
+_PACKED_VALUES = operator.attrgetter(*_PACKED_NAMES)
+#: field types the fast path takes as they are (anything else goes through the checks)
+_PLAIN_INTS = frozenset({int, PacketType, Flags})
+assert _STRUCT.size == HEADER_BYTES
 
 
 class HeaderError(ValueError):
@@ -135,6 +148,12 @@ class Header:
 
     def pack(self) -> bytes:
         """The 32 header bytes. Raises :class:`HeaderError` if a field does not fit."""
+        values = _PACKED_VALUES(self)
+        if _PLAIN_INTS.issuperset(map(type, values)):
+            try:
+                return _STRUCT.pack(*values)
+            except struct.error:
+                pass   # out of range: the loop below names the field
         out = bytearray(HEADER_BYTES)
         for f in HEADER_FIELDS:
             if f.name in _RESERVED:
@@ -157,13 +176,14 @@ class Header:
         data = bytes(data)
         if len(data) < HEADER_BYTES:
             raise HeaderError("length", f"a header is {HEADER_BYTES} bytes, got {len(data)}")
-        values = {}
-        for f in HEADER_FIELDS:
-            if f.name in _RESERVED:
-                continue
-            values[f.name] = int.from_bytes(data[f.offset:f.offset + f.size], "little",
-                                            signed=f.signed)
-        return cls(**values)
+        values = zip(_PACKED_NAMES, _STRUCT.unpack_from(data))
+        if cls is Header:
+            # What the dataclass __init__ would store, without its 13 frozen setattr calls
+            # (packets come back from the gateware by the thousand).
+            header = object.__new__(cls)
+            header.__dict__.update(values)
+            return header
+        return cls(**dict(values))
 
     def to_int(self) -> int:
         """The header beat's 256-bit ``tdata`` as an integer."""

@@ -33,6 +33,7 @@ __all__ = [
     "RegisterMap", "Decoded", "COMMIT", "JobStatus", "NIC_REGISTERS", "SWITCH_REGISTERS",
     "NET_REGISTERS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "REGISTER_MAPS", "markdown_table", "switch_params_word", "decode_switch_params",
+    "switch_limits_word", "decode_switch_limits",
 ]
 
 ADDRESS_BITS = 16
@@ -268,6 +269,18 @@ def decode_switch_params(word: int) -> dict[str, int]:
     return {"slots": word & 0xFFFF, "lanes": word >> 16 & 0xFFFF}
 
 
+def switch_limits_word(*, jobs: int, max_workers: int) -> int:
+    """The switch's read-only ``limits`` register: ``jobs | max_workers << 16``."""
+    if not (0 < jobs < 1 << 16 and 0 < max_workers < 1 << 16):
+        raise ValueError(f"jobs {jobs} and max_workers {max_workers} must each fit 16 bits")
+    return jobs | max_workers << 16
+
+
+def decode_switch_limits(word: int) -> dict[str, int]:
+    """``{"jobs", "max_workers"}`` from the ``limits`` register."""
+    return {"jobs": word & 0xFFFF, "max_workers": word >> 16 & 0xFFFF}
+
+
 NIC_REGISTERS = RegisterMap("nic", [
     CounterBlock("tx", 0x000, NIC_TX_COUNTERS, "transmit path (compressor) counter"),
     CounterBlock("rx", 0x100, NIC_RX_COUNTERS, "receive path (decompressor) counter"),
@@ -281,10 +294,14 @@ SWITCH_REGISTERS = RegisterMap("switch", [
         Register("slot_count", 2, Access.RW, "slots of the job, pending until a commit"),
         Register("commit", 3, Access.RW,
                  f"write {COMMIT}: apply the pending values and clear the job's slots (other "
-                 f"values: nothing); read: status, bit 0 busy, bit 1 last commit rejected",
+                 f"values: nothing); read: status, bit 0 busy, bit 1 last commit rejected (a "
+                 f"range beyond the pool or overlapping another job's; always, for a job "
+                 f"beyond the engine's)",
                  volatile=JobStatus.BUSY),
     ), "the engine serves its first `jobs`"),
     CounterBlock("counter", 0x100, AGG_COUNTERS, "aggregator counter"),
+    Register("limits", 0x1FE, Access.R, "engine limits: jobs in bits 0-15, max_workers in "
+                                        "bits 16-31"),
     Register("params", 0x1FF, Access.R, "engine parameters: slots in bits 0-15, lanes P in "
                                         "bits 16-31"),
 ])

@@ -13,7 +13,12 @@
   communication hooks get dense buckets.)
 
 Gradient paths: ``fp32`` (DDP's own all-reduce, uncompressed), ``inceptionn-k6/8/10``
-(:class:`host.ddp.InceptionnHook`) and ``lhc`` (:class:`host.ddp.LhcHook`).
+(:class:`host.ddp.InceptionnHook`), the same with error feedback ``inceptionn-k6/8/10-ef``
+(``InceptionnHook(k, error_feedback=True)``) and ``lhc`` (:class:`host.ddp.LhcHook`).
+The INCEPTIONN rows also report how often the ring's hops changed a value
+(``ring_offgrid_fraction``: values of the partial sums a rank sent, and of its owned chunk,
+that were not on their class's grid) and how often a float32 addition of the partial sums
+rounded (``ring_rounded_fraction``), summed over ranks and steps.
 
 Bytes per step are per rank, payload only, as counted by the hooks; the fp32 row is what a
 plain ring all-reduce of the same gradients sends (``host.ddp.dense_ring_bytes``). Results
@@ -31,14 +36,18 @@ from pathlib import Path
 import numpy as np
 
 __all__ = ["CODECS", "TASKS", "Settings", "make_ncf_data", "load_digits_split",
-           "prepare_datasets", "train_in_group", "run_experiment", "results_table", "plot_curves", "write_outputs"]
+           "prepare_datasets", "first_step_gradients", "train_in_group", "run_experiment", "results_table", "plot_curves", "write_outputs"]
 
-#: Gradient paths, in table order: name -> None (plain DDP) or ("inceptionn", k) / ("lhc",).
+#: Gradient paths, in table order: name -> None (plain DDP), ("inceptionn", k,
+#: error_feedback) or ("lhc",).
 CODECS = {
     "fp32": None,
-    "inceptionn-k6": ("inceptionn", 6),
-    "inceptionn-k8": ("inceptionn", 8),
-    "inceptionn-k10": ("inceptionn", 10),
+    "inceptionn-k6": ("inceptionn", 6, False),
+    "inceptionn-k6-ef": ("inceptionn", 6, True),
+    "inceptionn-k8": ("inceptionn", 8, False),
+    "inceptionn-k8-ef": ("inceptionn", 8, True),
+    "inceptionn-k10": ("inceptionn", 10, False),
+    "inceptionn-k10-ef": ("inceptionn", 10, True),
     "lhc": ("lhc",),
 }
 TASKS = ("digits", "ncf")
@@ -179,7 +188,7 @@ def _make_hook(codec):
     if spec is None:
         return None
     if spec[0] == "inceptionn":
-        return ddp.InceptionnHook(k=spec[1])
+        return ddp.InceptionnHook(k=spec[1], error_feedback=spec[2])
     return ddp.LhcHook()
 
 
@@ -310,6 +319,10 @@ def _train_one(task, codec, world):
         result.update(bytes_per_step=hook.bytes_sent / task.steps,
                       dense_ring_bytes_per_step=hook.dense_ring_bytes / task.steps,
                       control_bytes_per_step=hook.control_bytes / task.steps)
+        if CODECS[codec][0] == "inceptionn":
+            # Sums over every call of this rank (the experiment's hooks keep all calls).
+            for key in ("quantised_values", "offgrid_values", "added_values", "rounded_adds"):
+                result[f"ring_{key}"] = int(sum(call.details[key] for call in hook.calls))
         if codec == "lhc":
             for call in hook.calls:
                 lhc_rows.append(call.details["rows"])
@@ -338,10 +351,24 @@ def train_in_group(rank: int, world: int, settings: Settings, datasets: dict) ->
                 total = torch.tensor([float(result[key])], dtype=torch.float64)
                 dist.all_reduce(total)
                 result[key] = float(total.item()) / world
+            if "ring_quantised_values" in result:
+                keys = ("ring_quantised_values", "ring_offgrid_values", "ring_added_values",
+                        "ring_rounded_adds")
+                counts = torch.tensor([result[key] for key in keys], dtype=torch.int64)
+                dist.all_reduce(counts)             # all ranks' hops
+                result.update(zip(keys, counts.tolist()))
+                result["ring_offgrid_fraction"] = \
+                    result["ring_offgrid_values"] / max(result["ring_quantised_values"], 1)
+                result["ring_rounded_fraction"] = \
+                    result["ring_rounded_adds"] / max(result["ring_added_values"], 1)
             if rank == 0:
-                print(f"  {name:6s} {codec:15s} metric {result['final_metric']:.4f}  "
+                ring = ""
+                if "ring_offgrid_fraction" in result:
+                    ring = (f"  off-grid {result['ring_offgrid_fraction']:.2e}"
+                            f"  rounded {result['ring_rounded_fraction']:.2e}")
+                print(f"  {name:6s} {codec:18s} metric {result['final_metric']:.4f}  "
                       f"test loss {result['final_test_loss']:.4f}  "
-                      f"{result['bytes_per_step']:10.0f} B/step/rank  "
+                      f"{result['bytes_per_step']:10.0f} B/step/rank{ring}  "
                       f"({result['train_seconds']:.1f} s)", flush=True)
             results.append(result)
     return results
@@ -356,6 +383,25 @@ def prepare_datasets(settings: Settings) -> dict:
         datasets["ncf"] = make_ncf_data(settings.ncf_users, settings.ncf_items,
                                         settings.ncf_interactions, settings.seed)
     return datasets
+
+
+def first_step_gradients(settings: Settings, datasets: dict, task: str) -> list:
+    """Every rank's flat float32 gradient of ``task``'s first training step, without a
+    process group: the model as every rank builds it (seeded), each rank's own first batch,
+    the parameters in ``model.parameters()`` order (DDP's bucket contents before any
+    averaging). For codec measurements on this experiment's real gradients."""
+    import torch
+
+    out = []
+    for rank in range(settings.world_size):
+        item = _Task(task, settings, datasets[task], rank)
+        torch.manual_seed(settings.seed)
+        net = item.model()
+        inputs, target = next(item.batches())
+        item.loss(net(*inputs), target).backward()
+        out.append(np.concatenate([p.grad.detach().reshape(-1).numpy()
+                                   for p in net.parameters()]).astype(np.float32))
+    return out
 
 
 def run_experiment(settings: Settings) -> dict:
@@ -400,6 +446,25 @@ def results_table(results: dict) -> str:
     lines.append(f"{s['world_size']} gloo processes, seed {s['seed']}; bytes are payload bytes "
                  f"per rank per step (mean over ranks and steps); \"vs fp32 ring\" = bytes "
                  f"of a plain fp32 ring all-reduce of the same buckets / bytes sent.")
+    ring_runs = [run for run in results["runs"] if "ring_offgrid_fraction" in run]
+    if ring_runs:
+        lines += [
+            "",
+            "| task | gradients | hop values the codec changed | float32 adds that rounded |",
+            "|---|---|---|---|",
+        ]
+        for run in ring_runs:
+            lines.append(
+                f"| {run['task']} | {run['codec']} "
+                f"| {run['ring_offgrid_values']:,} of {run['ring_quantised_values']:,} "
+                f"({run['ring_offgrid_fraction']:.2e}) "
+                f"| {run['ring_rounded_adds']:,} of {run['ring_added_values']:,} "
+                f"({run['ring_rounded_fraction']:.2e}) |")
+        lines.append("")
+        lines.append("INCEPTIONN ring, all ranks and steps: values of the reduce-scatter's "
+                     "partial sums (and of the owners' chunks) that the quantisation changed, "
+                     "i.e. not on their class's grid; float32 additions of partial sums that "
+                     "rounded.")
     return "\n".join(lines)
 
 
@@ -419,7 +484,13 @@ def plot_curves(results: dict, path) -> None:
             window = max(1, min(10, loss.size // 10))
             smooth = np.convolve(loss, np.ones(window) / window, mode="valid")
             # LHC is lossless up to int32 quantisation: it lies on top of fp32, so dash it.
-            style = {"linestyle": "--"} if run["codec"] == "lhc" else {}
+            # Error feedback: the colour of the same k without it, dash-dotted.
+            base = run["codec"].removesuffix("-ef")
+            style = {"color": f"C{list(CODECS).index(base) if base in CODECS else 0}"}
+            if run["codec"] == "lhc":
+                style["linestyle"] = "--"
+            elif run["codec"].endswith("-ef"):
+                style["linestyle"] = "-."
             loss_ax.plot(np.arange(window, loss.size + 1), smooth, label=run["codec"], **style)
             steps, metric, _ = zip(*run["evals"])
             metric_ax.plot(steps, metric, marker="o", markersize=3, label=run["codec"], **style)

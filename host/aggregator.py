@@ -17,7 +17,8 @@ uses the absolute pool slots ``[slot_base, slot_base + slot_count)``. Configurin
 state of those slots (both versions: lanes, exponent, count, op, seen bits).
 :meth:`AggregatorModel.clear_job` makes a job unconfigured (and resets its slots too, which
 nobody can observe). The model rejects bad arguments and a range overlapping another
-configured job's with ValueError (the hardware does not check overlaps).
+configured job's with ValueError; through the control registers the same configurations
+are refused as the hardware refuses them (``JobStatus.REJECTED``, the job unconfigured).
 
 Per data packet
 ---------------
@@ -29,19 +30,20 @@ Checks, in this priority order; the first that applies drops the whole packet, i
 3. ``unconfigured_job``: job >= ``jobs`` or the job is not configured;
 4. ``bad_worker``: worker >= the job's worker count n (so 0xFF too);
 5. ``bad_slot``: slot (absolute pool index) outside the job's range;
-6. ``bad_count``: the header's count != P;
-7. ``bad_length``: payload not exactly 4*P bytes (early or late tlast; a byte image that is
-   not a whole number of 32-bit words is a length error too). A byte image shorter than the
-   32-byte header counts as ``bad_length`` whatever its content;
-8. ``mixed_op``: a new contribution whose op differs from the op of a round in progress on
+6. ``bad_slot_version``: slot_version other than 0 or 1;
+7. ``bad_count``: the header's count != P;
+8. ``bad_length``: payload not exactly 4*P bytes (early or late tlast; a byte image that is
+   not a whole number of 32-bit words is a length error too), or a beat other than the
+   last whose tkeep is not all ones (:meth:`AggregatorModel.process_beats`). A byte image
+   shorter than the 32-byte header counts as ``bad_length`` whatever its content;
+9. ``mixed_op``: a new contribution whose op differs from the op of a round in progress on
    that (slot, version).
 
 Every packet in counts in ``packets`` (dropped or not). Counters are 32-bit and wrap, like
 the hardware's.
 
-Then, with ``v = slot_version & 1`` (the contract does not define versions above 1; the
-model uses bit 0, like a gateware that indexes its state with one bit) and state per
-(slot, v): lanes[P] (u32), exponent (s8), count (0..n), op, seen bitmap::
+Then, with ``v = slot_version`` (0 or 1) and state per (slot, v): lanes[P] (u32),
+exponent (s8), count (0..n), op, seen bitmap::
 
     if not seen[slot][v][w]:                       # new contribution
         if count not in (0, n) and op != packet op:  -> drop_mixed_op (no change)
@@ -79,7 +81,8 @@ import numpy as np
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
 from contract.header import HEADER_BYTES, MAGIC, VERSION, WORKER_MULTICAST, Flags, Header, PacketType
 from contract.packet import Packet
-from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
+from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, switch_limits_word,
+                                switch_params_word)
 
 __all__ = ["AggregatorModel", "JobConfig", "AGG_OPS", "model_transport"]
 
@@ -231,9 +234,11 @@ class AggregatorModel:
             return self.counters[decoded.counter] & _COUNTER_MASK
         if decoded.entry is SWITCH_REGISTERS["params"]:
             return switch_params_word(slots=self.slots, lanes=self.lanes)
+        if decoded.entry is SWITCH_REGISTERS["limits"]:
+            return switch_limits_word(jobs=self.jobs, max_workers=self.max_workers)
         job = decoded.index
-        if job >= self.jobs:
-            return 0
+        if job >= self.jobs:    # every commit to a job beyond the engine's is refused
+            return JobStatus.REJECTED if decoded.register.name == "commit" else 0
         if decoded.register.name == "commit":
             return JobStatus.REJECTED if self._rejected[job] else 0
         return self._staged[job][decoded.register.name]
@@ -243,12 +248,34 @@ class AggregatorModel:
     def process(self, packet: Packet | bytes | bytearray | memoryview) -> list[Packet]:
         """Feed one packet; return the 0 or 1 packets the engine emits for it."""
         data = packet.to_bytes() if isinstance(packet, Packet) else bytes(packet)
+        return self._process(data, whole_beats=True)
+
+    def process_beats(self, beats) -> list[Packet]:
+        """Feed one packet given as its AXI-Stream beats ``(data, keep, last)`` (``data`` an
+        int or 32 bytes); return what the engine emits.
+
+        As in the gateware, the header is the first beat's whole ``tdata`` (unless it is the
+        only beat: then its kept bytes, fewer than 32 being a ``bad_length``), the payload
+        the bytes the later beats keep, and a beat other than the last whose ``tkeep`` is
+        not all ones makes the packet a ``bad_length`` (after the header's causes).
+        """
+        image, whole = bytearray(), True
+        beats = list(beats)
+        for i, (beat, keep, last) in enumerate(beats):
+            raw = beat.to_bytes(32, "little") if isinstance(beat, int) else bytes(beat)
+            kept = i == 0 and len(beats) > 1
+            image += raw if kept else bytes(raw[j] for j in range(32) if keep >> j & 1)
+            if i < len(beats) - 1 and keep != (1 << 32) - 1:
+                whole = False
+        return self._process(bytes(image), whole_beats=whole)
+
+    def _process(self, data: bytes, *, whole_beats: bool) -> list[Packet]:
         self._bump("packets")
         if len(data) < HEADER_BYTES:
             return self._drop("bad_length")
         header = Header.parse(data[:HEADER_BYTES])
         payload = data[HEADER_BYTES:]
-        cause = self._check(header, len(payload))
+        cause = self._check(header, len(payload) if whole_beats else -1)
         if cause is not None:
             return self._drop(cause)
         return self._fold(header, payload)
@@ -269,6 +296,8 @@ class AggregatorModel:
             return "bad_worker"
         if header.slot not in config.slot_range:
             return "bad_slot"
+        if header.slot_version not in (0, 1):
+            return "bad_slot_version"
         if header.count != self.lanes:
             return "bad_count"
         if payload_bytes != 4 * self.lanes:
@@ -277,7 +306,7 @@ class AggregatorModel:
 
     def _fold(self, header: Header, payload: bytes) -> list[Packet]:
         n = self._configs[header.job].workers
-        slot, v, w = header.slot, header.slot_version & 1, header.worker
+        slot, v, w = header.slot, header.slot_version, header.worker
         bit = 1 << w
         count = int(self._count[slot, v])
         if not self._seen[slot, v] & bit:                       # new contribution

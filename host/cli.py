@@ -18,6 +18,8 @@ COMMANDS = {
     "info": ("codec", "describe a .gwz compressed file"),
     "sim": ("sim", "run the whole system end to end (golden models or Verilated gateware)"),
     "accuracy": ("accuracy", "train with the compressed DDP gradient hooks and compare with fp32"),
+    "board": ("board", "talk to a board over UDP (status, ping, configure-job, compress, "
+                       "decompress), or serve a virtual one"),
 }
 
 

@@ -20,8 +20,10 @@ with zeros) and sent over the job's slot pool as the aggregator protocol says
 
 The network is a simulated clock (an event loop in integer ticks) with an optional
 :class:`FaultInjector` that loses, duplicates and delays (reorders) packets both ways. Its
-one rule, which SwitchML's scheme needs: **every copy of a worker's packet for a slot
-reaches the switch before that worker's next-round packet for the same slot does.** A
+one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
+section 3: a worker reuses a slot with the other version only after it has the result of
+that slot's previous round, one round back, not two): **every copy of a worker's packet for
+a slot reaches the switch before that worker's next-round packet for the same slot does.** A
 stale copy that arrived later would find the worker's seen bit already moved to the other
 version and be folded in as a new contribution, corrupting the slot
 (``tests/host/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'
@@ -33,10 +35,18 @@ order and returns what it emits (e.g. :func:`host.aggregator.model_transport`, o
 hardware driver's ``lambda ps: transport.exchange("agg", ps)``). Configuring the job on the
 switch is the caller's business.
 
+Several jobs can run at once over one transport (:func:`run_jobs`,
+:func:`allreduce_jobs_over_transport`): every worker of every job is an endpoint of the same
+simulated clock, their packets meet in the same exchanges, and results are routed by the
+header's ``job``. The jobs must have distinct job numbers and disjoint slot ranges (what
+the switch's control interface enforces).
+
 Entry points: :func:`run_allreduce_packets` (LHC all-reduce through an
 :class:`~host.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
-any transport), :func:`aggregate_phase` (one OR/ADD vector per worker), and the lower-level
-:func:`make_packets` / :func:`collect_results` / :func:`run_protocols`.
+any transport; ``path`` = "sketch", "dense" or "auto" as in
+:func:`host.golden.lhc.allreduce`), :func:`allreduce_jobs_over_transport` (several at
+once), :func:`aggregate_phase` (one OR/ADD vector per worker), and the lower-level
+:func:`make_packets` / :func:`collect_results` / :func:`run_protocols` / :func:`run_jobs`.
 """
 from __future__ import annotations
 
@@ -55,8 +65,9 @@ from contract.packet import Packet
 
 __all__ = [
     "ProtocolError", "Phase", "make_packets", "collect_results", "chunk_slot", "FaultInjector",
-    "PacketStats", "run_protocols", "aggregate_phase", "lhc_protocol",
-    "allreduce_over_transport", "run_allreduce_packets", "DEFAULT_TIMEOUT",
+    "PacketStats", "JobSpec", "run_protocols", "run_jobs", "aggregate_phase", "lhc_protocol",
+    "allreduce_over_transport", "allreduce_jobs_over_transport", "run_allreduce_packets",
+    "DEFAULT_TIMEOUT",
 ]
 
 Transport = Callable[[list], list]
@@ -403,6 +414,18 @@ class _Endpoint:
 _TO_SWITCH, _TO_WORKER, _TIMEOUT = 0, 1, 2
 
 
+@dataclasses.dataclass(frozen=True)
+class JobSpec:
+    """One job of a concurrent run (:func:`run_jobs`): a protocol generator per worker, the
+    job number and its slot pool (absolute slots ``[slot_base, slot_base + slot_count)``),
+    and the chunk number its message starts at."""
+    protocols: Sequence
+    job: int = 0
+    slot_base: int = 0
+    slot_count: int = 1
+    first_chunk: int = 0
+
+
 def run_protocols(protocols: Sequence[Generator], transport: Transport, *, job: int = 0,
                   slot_base: int = 0, slot_count: int, lanes: int,
                   fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
@@ -421,47 +444,98 @@ def run_protocols(protocols: Sequence[Generator], transport: Transport, *, job: 
         Each worker's protocol return value.
     stats : PacketStats
     """
-    n = len(protocols)
-    if not 1 <= n <= 32:
-        raise ValueError(f"1..32 workers, got {n}")
-    _check_layout(PacketType.AGG_ADD_I32, job, 0, slot_base, slot_count, lanes)
+    ((results, stats),) = run_jobs(
+        [JobSpec(list(protocols), job=job, slot_base=slot_base, slot_count=slot_count,
+                 first_chunk=first_chunk)],
+        transport, lanes=lanes, fault=fault, timeout=timeout, max_ticks=max_ticks)
+    return results, stats
+
+
+def _check_jobs(jobs, lanes):
+    if not jobs:
+        raise ValueError("no job to run")
+    seen = {}
+    for spec in jobs:
+        n = len(spec.protocols)
+        if not 1 <= n <= 32:
+            raise ValueError(f"job {spec.job}: 1..32 workers, got {n}")
+        _check_layout(PacketType.AGG_ADD_I32, spec.job, 0, spec.slot_base, spec.slot_count,
+                      lanes)
+        if spec.job in seen:
+            raise ValueError(f"job {spec.job} appears twice in one run")
+        for other in seen.values():
+            if spec.slot_base < other.slot_base + other.slot_count \
+                    and other.slot_base < spec.slot_base + spec.slot_count:
+                raise ValueError(f"jobs {other.job} and {spec.job} share slots: their ranges "
+                                 f"must be disjoint")
+        seen[spec.job] = spec
+
+
+def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
+             fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
+             max_ticks: int = 10_000_000):
+    """Run several jobs' worker protocols at once over one ``transport`` and one clock.
+
+    Every worker of every job is an endpoint of the same event loop, so the jobs' packets
+    share the exchanges (the switch sees them interleaved); results go to the job named in
+    their header. Per job as :func:`run_protocols`.
+
+    Returns
+    -------
+    list of ``(results, PacketStats)``, one per job, in the order of ``jobs``; a job's
+    ``stats.ticks`` is the tick its last worker finished.
+    """
+    jobs = list(jobs)
+    _check_jobs(jobs, lanes)
     if int(timeout) != timeout or timeout < 1:
         raise ValueError(f"timeout must be a positive number of ticks, got {timeout!r}")
     fault = fault if fault is not None else _NoFaults()
-    stats = PacketStats(workers=n, lanes=lanes, slot_count=slot_count)
-    endpoints = [_Endpoint(w, iter(proto), job=job, slot_base=slot_base, slot_count=slot_count,
-                           lanes=lanes, first_chunk=first_chunk, stats=stats)
-                 for w, proto in enumerate(protocols)]
+    by_job = {spec.job: j for j, spec in enumerate(jobs)}
+    stats = [PacketStats(workers=len(spec.protocols), lanes=lanes, slot_count=spec.slot_count)
+             for spec in jobs]
+    endpoints = [[_Endpoint(w, iter(proto), job=spec.job, slot_base=spec.slot_base,
+                            slot_count=spec.slot_count, lanes=lanes,
+                            first_chunk=spec.first_chunk, stats=stats[j])
+                  for w, proto in enumerate(spec.protocols)] for j, spec in enumerate(jobs)]
+    finished = [None] * len(jobs)
     packet_bytes = 32 + 4 * lanes
     events = []
     order = itertools.count()
 
-    def transmit(w, packet, now, attempt):
+    def transmit(j, w, packet, now, attempt):
         for t in fault.to_switch(packet, now):
             heapq.heappush(events, (t, next(order), _TO_SWITCH, packet))
-        heapq.heappush(events, (now + timeout, next(order), _TIMEOUT, (w, packet.header.seq,
-                                                                        attempt)))
-        name = endpoints[w].phase["phase"].name
+        heapq.heappush(events, (now + timeout, next(order), _TIMEOUT,
+                                (j, w, packet.header.seq, attempt)))
         if w == 0:
-            stats.wire_bytes_per_worker[name] = \
-                stats.wire_bytes_per_worker.get(name, 0) + packet_bytes
+            name = endpoints[j][w].phase["phase"].name
+            per_worker = stats[j].wire_bytes_per_worker
+            per_worker[name] = per_worker.get(name, 0) + packet_bytes
 
-    def send_new(w, packets, now):
+    def send_new(j, w, packets, now):
         for packet in packets:
-            stats.packets_sent += 1
-            transmit(w, packet, now, 0)
+            stats[j].packets_sent += 1
+            transmit(j, w, packet, now, 0)
 
-    for w, endpoint in enumerate(endpoints):
-        send_new(w, endpoint.start(), 0)
+    def note_finished(now):
+        for j, job_endpoints in enumerate(endpoints):
+            if finished[j] is None and all(e.finished for e in job_endpoints):
+                finished[j] = now
+
+    for j, job_endpoints in enumerate(endpoints):
+        for w, endpoint in enumerate(job_endpoints):
+            send_new(j, w, endpoint.start(), 0)
+    note_finished(0)
     now = 0
-    while not all(e.finished for e in endpoints):
+    while not all(e.finished for job_endpoints in endpoints for e in job_endpoints):
         if not events:
             raise ProtocolError("deadlock: nothing in flight but workers unfinished")
         now = events[0][0]
         if now > max_ticks:
-            waiting = {e.worker: sorted(e.outstanding)[:5] for e in endpoints if e.outstanding}
+            waiting = {(e.job, e.worker): sorted(e.outstanding)[:5]
+                       for job_endpoints in endpoints for e in job_endpoints if e.outstanding}
             raise ProtocolError(f"no completion after {max_ticks} ticks; outstanding chunks "
-                                f"(first few per worker): {waiting}")
+                                f"(first few per job and worker): {waiting}")
         batch, deliveries, timeouts = [], [], []
         while events and events[0][0] == now:
             _, _, kind, item = heapq.heappop(events)
@@ -470,37 +544,48 @@ def run_protocols(protocols: Sequence[Generator], transport: Transport, *, job: 
         if batch:
             for out in transport(batch):
                 h = out.header
+                j = by_job.get(h.job)
+                if j is None:
+                    raise ProtocolError(f"result for a job that is not running: {out}")
+                n = len(endpoints[j])
                 if h.worker == 0xFF:
-                    stats.results_multicast += 1
+                    stats[j].results_multicast += 1
                     targets = range(n)
                 elif h.worker < n:
-                    stats.results_unicast += 1
+                    stats[j].results_unicast += 1
                     targets = (h.worker,)
                 else:
                     raise ProtocolError(f"result for unknown worker: {out}")
                 for w in targets:
                     for t in fault.to_worker(out, w, now):
-                        heapq.heappush(events, (t, next(order), _TO_WORKER, (w, out)))
-        for w, packet in deliveries:
-            accepted, following = endpoints[w].on_result(packet)
+                        heapq.heappush(events, (t, next(order), _TO_WORKER, (j, w, out)))
+        for j, w, packet in deliveries:
+            accepted, following = endpoints[j][w].on_result(packet)
             if accepted:
-                stats.results_accepted += 1
+                stats[j].results_accepted += 1
             else:
-                stats.results_ignored += 1
-            send_new(w, following, now)
-        for w, seq, attempt in timeouts:
-            packet = endpoints[w].resend(seq, attempt)
+                stats[j].results_ignored += 1
+            send_new(j, w, following, now)
+        for j, w, seq, attempt in timeouts:
+            packet = endpoints[j][w].resend(seq, attempt)
             if packet is not None:
-                stats.resends += 1
-                transmit(w, packet, now, attempt + 1)
-    logs = {tuple(e.phase_log) for e in endpoints}
-    if len(logs) != 1:
-        raise ProtocolError(f"workers disagree on phase sizes: {sorted(logs)}")
-    stats.ticks = now
-    stats.next_chunk = endpoints[0].next_chunk
-    stats.lost, stats.duplicated = fault.lost, fault.duplicated
-    stats.delayed, stats.held_back = fault.delayed, fault.held_back
-    return [e.result for e in endpoints], stats
+                stats[j].resends += 1
+                transmit(j, w, packet, now, attempt + 1)
+        note_finished(now)
+    out = []
+    for j, job_endpoints in enumerate(endpoints):
+        logs = {tuple(e.phase_log) for e in job_endpoints}
+        if len(logs) != 1:
+            raise ProtocolError(f"job {jobs[j].job}: workers disagree on phase sizes: "
+                                f"{sorted(logs)}")
+        s = stats[j]
+        s.ticks = finished[j] if finished[j] is not None else now
+        s.next_chunk = job_endpoints[0].next_chunk
+        # The fault injector is shared: its totals are the whole run's.
+        s.lost, s.duplicated = fault.lost, fault.duplicated
+        s.delayed, s.held_back = fault.delayed, fault.held_back
+        out.append(([e.result for e in job_endpoints], s))
+    return out
 
 
 def aggregate_phase(vectors: Sequence, transport: Transport, *, op, exponents=None,
@@ -530,57 +615,108 @@ def aggregate_phase(vectors: Sequence, transport: Transport, *, op, exponents=No
 # the LHC all-reduce over packets
 
 def lhc_protocol(worker: lhc.LhcWorker):
-    """One worker's LHC all-reduce as a protocol generator (phases index, sketch, fallback).
+    """One worker's LHC all-reduce as a protocol generator.
 
-    Returns ``(result, LhcStats)`` like :meth:`host.golden.lhc.LhcWorker.finish`.
+    Phases by the worker's ``path``: "sketch": index, sketch, fallback; "dense": exponent
+    (one word) and dense; "auto": index, then dense or sketch and fallback as the plan
+    chose (:func:`host.golden.lhc.choose_path`). Returns ``(result, LhcStats)`` like
+    :meth:`host.golden.lhc.LhcWorker.finish`.
     """
-    union, e_max = yield Phase("index", PacketType.AGG_OR32, worker.index_words,
-                               worker.exponent)
+    first = "exponent" if worker.path == "dense" else "index"
+    merged, e_max = yield Phase(first, PacketType.AGG_OR32, worker.phase_a_words,
+                                worker.exponent)
     if e_max is None:            # empty tensor: no index chunks, so nothing was aggregated
         e_max = lhc.EXPONENT_ZERO
-    sketch = worker.sketch_phase(union, e_max)
+    if worker.plan_phase(merged, e_max) == "dense":
+        dense = worker.dense_phase(merged, e_max, worker.plan)
+        dense_sum, _ = yield Phase("dense", PacketType.AGG_ADD_I32, dense.view(np.uint32))
+        return worker.finish(dense_sum.view(np.int32))
+    sketch = worker.sketch_phase(merged, e_max, worker.plan)
     sketch_sum, _ = yield Phase("sketch", PacketType.AGG_ADD_I32, sketch.view(np.uint32))
     fallback = worker.fallback_phase(sketch_sum.view(np.int32))
     fallback_sum, _ = yield Phase("fallback", PacketType.AGG_ADD_I32, fallback.view(np.uint32))
     return worker.finish(fallback_sum.view(np.int32))
 
 
+def _lhc_workers(tensors, *, load, r_min, path):
+    tensors = list(tensors)
+    lhc._check_workers(len(tensors))
+    shapes = {np.shape(t) for t in tensors}
+    if len(shapes) != 1:
+        raise ValueError(f"all workers' tensors must have the same shape, got {sorted(shapes)}")
+    return [lhc.LhcWorker(t, len(tensors), load=load, r_min=r_min, path=path,
+                          name=f"worker {w}'s tensor") for w, t in enumerate(tensors)]
+
+
+def _agreed_result(results, packet_stats, what="worker"):
+    result, lhc_stats = results[0]
+    for w, (other, other_stats) in enumerate(results[1:], 1):
+        if not np.array_equal(other.view(np.uint32), result.view(np.uint32)) \
+                or other_stats != lhc_stats:
+            raise ProtocolError(f"{what} {w} decoded a different result than {what} 0")
+    return result, {"lhc": lhc_stats, "packets": packet_stats}
+
+
 def allreduce_over_transport(tensors, transport: Transport, *, slot_count: int, lanes: int,
                              job: int = 0, slot_base: int = 0,
                              load: float = lhc.DEFAULT_LOAD, r_min: int = 1,
-                             fault: FaultInjector | None = None,
+                             path: str = "sketch", fault: FaultInjector | None = None,
                              timeout: int = DEFAULT_TIMEOUT, first_chunk: int = 0,
                              max_ticks: int = 10_000_000):
     """LHC all-reduce of ``tensors`` (one per worker) through a switch behind ``transport``.
 
     The job must already be configured on the switch with ``len(tensors)`` workers and the
     slot range ``[slot_base, slot_base + slot_count)``, with slot state fresh or continuing
-    from a previous message whose ``next_chunk`` is passed as ``first_chunk``.
+    from a previous message whose ``next_chunk`` is passed as ``first_chunk``. ``path``:
+    "sketch" (default), "dense" or "auto" (:func:`host.golden.lhc.allreduce`).
 
     Returns
     -------
     result : numpy.ndarray of float32
-        Bit for bit what :func:`host.golden.lhc.allreduce` gives.
+        Bit for bit what :func:`host.golden.lhc.allreduce` gives (with the same ``path``,
+        and in fact on every path).
     stats : dict
         ``{"lhc": LhcStats, "packets": PacketStats}``.
     """
-    tensors = list(tensors)
-    lhc._check_workers(len(tensors))
-    shapes = {np.shape(t) for t in tensors}
-    if len(shapes) != 1:
-        raise ValueError(f"all workers' tensors must have the same shape, got {sorted(shapes)}")
-    workers = [lhc.LhcWorker(t, len(tensors), load=load, r_min=r_min,
-                             name=f"worker {w}'s tensor") for w, t in enumerate(tensors)]
+    workers = _lhc_workers(tensors, load=load, r_min=r_min, path=path)
     results, packet_stats = run_protocols(
         [lhc_protocol(w) for w in workers], transport, job=job, slot_base=slot_base,
         slot_count=slot_count, lanes=lanes, fault=fault, timeout=timeout,
         first_chunk=first_chunk, max_ticks=max_ticks)
-    result, lhc_stats = results[0]
-    for w, (other, other_stats) in enumerate(results[1:], 1):
-        if not np.array_equal(other.view(np.uint32), result.view(np.uint32)) \
-                or other_stats != lhc_stats:
-            raise ProtocolError(f"worker {w} decoded a different result than worker 0")
-    return result, {"lhc": lhc_stats, "packets": packet_stats}
+    return _agreed_result(results, packet_stats)
+
+
+def allreduce_jobs_over_transport(requests: Sequence[dict], transport: Transport, *,
+                                  lanes: int, fault: FaultInjector | None = None,
+                                  timeout: int = DEFAULT_TIMEOUT,
+                                  max_ticks: int = 10_000_000):
+    """Several LHC all-reduces at once, each its own job, through one switch.
+
+    Each request is a dict with ``tensors`` (one per worker of that job), ``job``,
+    ``slot_base``, ``slot_count`` and optionally ``first_chunk``, ``load``, ``r_min`` and
+    ``path`` (defaults as :func:`allreduce_over_transport`). Every job must be configured on
+    the switch already (its workers, its slot range; ranges disjoint).
+
+    Returns
+    -------
+    list of ``(result, {"lhc": LhcStats, "packets": PacketStats})``, in request order.
+    """
+    specs, known = [], {"tensors", "job", "slot_base", "slot_count", "first_chunk", "load",
+                        "r_min", "path"}
+    for request in requests:
+        unknown = set(request) - known
+        if unknown:
+            raise ValueError(f"unknown request fields {sorted(unknown)}")
+        workers = _lhc_workers(request["tensors"], load=request.get("load", lhc.DEFAULT_LOAD),
+                               r_min=request.get("r_min", 1),
+                               path=request.get("path", "sketch"))
+        specs.append(JobSpec([lhc_protocol(w) for w in workers], job=request["job"],
+                             slot_base=request["slot_base"], slot_count=request["slot_count"],
+                             first_chunk=request.get("first_chunk", 0)))
+    runs = run_jobs(specs, transport, lanes=lanes, fault=fault, timeout=timeout,
+                    max_ticks=max_ticks)
+    return [_agreed_result(results, packet_stats, what=f"job {spec.job}: worker")
+            for spec, (results, packet_stats) in zip(specs, runs)]
 
 
 def run_allreduce_packets(tensors, model: AggregatorModel, *, job: int = 0,

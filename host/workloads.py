@@ -40,6 +40,15 @@ class _FlatParams:
             return views[name]
         raise AttributeError(name)
 
+    def layout(self) -> dict:
+        """``{name: (start, stop)}``: where each parameter tensor sits in ``params`` (and in
+        every flat gradient), in order."""
+        out, start = {}, 0
+        for name, view in self._views.items():
+            out[name] = (start, start + view.size)
+            start += view.size
+        return out
+
     def _flatten(self, grads):
         return np.concatenate([grads[name].astype(np.float32).ravel() for name in self._views])
 

@@ -1,14 +1,27 @@
 """The whole system, end to end: what ``make sim`` and ``gradwire sim`` run.
 
-N workers train two small NumPy models (``host.workloads``) on data they generate. After
-every training step their gradients are all-reduced over the two network paths:
+N workers train two NumPy models (``host.workloads``; 1.3M parameters in total by
+default, 11.5M with ``size="large"``) on data they generate. After every training step
+their gradients are all-reduced over the two network paths:
 
 1. **INCEPTIONN ring** (dense MLP): reduce-scatter then all-gather, every hop through the
    NIC transmit (compressor) and receive (decompressor) gateware.
-2. **In-network LHC** (sparse NCF-like recommender): index phase (OR), sketch phase (ADD)
-   and the fallback round through the switch aggregator gateware, decoded on the hosts.
+2. **In-network LHC** (sparse NCF-like recommender): index phase (OR), then per tensor
+   either the sketch phase (ADD) and the fallback round, decoded on the hosts, or a dense
+   int32 round, whichever sends fewer bytes (``lhc_path="auto"``, the default; see
+   ``host.golden.lhc.choose_path``), through the switch aggregator gateware. Each of the
+   model's tensors is its own job, all of them on the switch at once.
 
-With ``backend="verilator"`` every packet that leaves a gateware block is compared byte for
+2 to 32 workers (``workers``): the ring has N hops per phase and its result is checked
+against the exact per-element bound (``host.ring.ring_sum_error_bound``: N 2^-k plus the
+float32 rounding of the partial sums); the switch's worker bitmaps are 32 bits wide.
+
+With ``backend="udp"`` every packet crosses real UDP sockets on 127.0.0.1 to a virtual
+board (``host.board``, golden backend) through ``host.driver.udp.UdpTransport``, optionally
+with faults on the board's wire (``backend_options={"fault_rate": ...}``); the report then
+counts the resends. With ``backend="verilator"`` (the compiled harness, ``sim/harness``) or
+``"cocotb"`` (the cocotb bridge, same cycles) every packet that leaves a gateware block is
+compared byte for
 byte with the reference model's packet as the system runs (``LockstepTransport``), and the
 counters read back over the control port must match too; any difference stops the run.
 The report (JSON and a readable table) has bytes on the wire against dense fp32,
@@ -56,25 +69,42 @@ def _engine_report(stats, mhz):
     return d
 
 
+def _network(transport):
+    """What a network transport's traffic cost (datagrams, resends, ...), else None."""
+    stats = getattr(getattr(transport, "device", transport), "network_stats", None)
+    return stats() if stats else None
+
+
 def _bits_equal(a, b):
     return np.array_equal(np.asarray(a, np.float32).view(np.uint32),
                           np.asarray(b, np.float32).view(np.uint32))
 
 
-#: model sizes: the default scenario, and a small one for the test suite
+#: model sizes: the default scenario (1.31M parameters over both paths), a large one
+#: (11.5M) and a small one for the test suite
 SIZES = {
-    "default": {"mlp": dict(hidden=256), "ncf": dict(users=2048, items=1024)},
+    "default": {"mlp": dict(inputs=512, hidden=1000),
+                "ncf": dict(users=8192, items=4096, dim=64, batch=128)},
+    "large": {"mlp": dict(inputs=2048, hidden=2500),
+              "ncf": dict(users=65536, items=32768, dim=64, batch=512)},
     "small": {"mlp": dict(inputs=16, hidden=32), "ncf": dict(users=128, items=64, dim=8)},
 }
 
 
-def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default"):
+def _build_info(transport):
+    """How the gateware model behind ``transport`` was built (compiled harness only)."""
+    build = getattr(getattr(transport, "device", transport), "build", None)
+    return build.as_dict() if build is not None else None
+
+
+def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default",
+                   backend_options=None):
     from host.driver.nic import NicInterface, open_nic
-    from host.ring import ring_allreduce, ring_error_bound
+    from host.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
     from host.workloads import DenseMLP
 
     model = DenseMLP(seed=seed, **SIZES[size]["mlp"])
-    transport = open_nic(backend, check=True, waves=waves)
+    transport = open_nic(backend, check=True, waves=waves, **(backend_options or {}))
     try:
         nic = NicInterface(transport)
         totals = {"wire_bytes": 0, "raw_bytes": 0, "packets": 0, "class_counts": [0] * 4}
@@ -89,12 +119,14 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
                                                      steps * hops)))
             identical = all(_bits_equal(r, results[0]) for r in results)
             exact = np.sum(np.array(grads, dtype=np.float64), axis=0)
-            err = float(np.max(np.abs(results[0].astype(np.float64) - exact)))
-            # float32 adds round too: allow N ulps of the largest partial sum on top.
-            slack = workers * float(np.spacing(np.float32(np.max(np.abs(exact)) * 2)))
-            bound = ring_error_bound(workers, k)
-            steps_out.append({"step": step, "max_error": err, "bound": bound,
-                              "within_bound": err < bound + slack, "identical": identical})
+            error = np.abs(results[0].astype(np.float64) - exact)
+            # The exact bound per element: N 2^-k plus the float32 rounding of the sums.
+            bound = ring_sum_error_bound(grads, k)
+            steps_out.append({"step": step, "max_error": float(error.max()),
+                              "bound": ring_error_bound(workers, k),
+                              "max_error_over_bound": float(np.max(error / bound)),
+                              "within_bound": bool(np.all(error < bound)),
+                              "identical": identical})
             for key in ("wire_bytes", "raw_bytes", "packets"):
                 totals[key] += getattr(stats, key)
             totals["class_counts"] = [a + b for a, b in zip(totals["class_counts"],
@@ -109,6 +141,7 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
             "within_error_bound": all(s["within_bound"] for s in steps_out),
             "max_error": max(s["max_error"] for s in steps_out),
             "error_bound": ring_error_bound(workers, k),
+            "max_error_over_bound": max(s["max_error_over_bound"] for s in steps_out),
             "wire_bytes": totals["wire_bytes"], "dense_fp32_bytes": totals["raw_bytes"],
             "compression_ratio": totals["raw_bytes"] / max(totals["wire_bytes"], 1),
             "packets": totals["packets"],
@@ -118,18 +151,46 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
         }
         if hasattr(transport, "compared"):
             report["compared_with_golden"] = dict(transport.compared)
+        if _build_info(transport):
+            report["build"] = _build_info(transport)
+        if _network(transport):
+            report["network"] = _network(transport)
         return report, transport.stats
     finally:
         transport.close()
 
 
-def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
+#: Jobs the switch of ``open_switch`` serves at once (its ``jobs`` parameter).
+SWITCH_JOBS = 4
+#: Per-tensor statistics summed over tensors into each step's entry.
+_SUMMED = ("union_nnz", "peeled", "unpeeled", "packets_sent", "resends", "results_unicast")
+
+
+def _allreduce_tensors(switch, grads, layout, path):
+    """All-reduce every tensor of ``layout`` as its own job, up to SWITCH_JOBS at once;
+    returns the flat result and ``{name: stats}``."""
+    result = np.empty_like(grads[0])
+    per_tensor = {}
+    names = list(layout)
+    for first in range(0, len(names), SWITCH_JOBS):
+        group = names[first:first + SWITCH_JOBS]
+        runs = switch.allreduce_jobs([[g[slice(*layout[name])] for g in grads]
+                                      for name in group], path=path)
+        for name, (part, stats) in zip(group, runs):
+            result[slice(*layout[name])] = part
+            per_tensor[name] = stats
+    return result, per_tensor
+
+
+def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
+            backend_options=None, lhc_path="auto"):
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
     from host.workloads import NcfModel
 
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
-    transport = open_switch(backend, check=True, waves=waves)
+    layout = model.layout()
+    transport = open_switch(backend, check=True, waves=waves, **(backend_options or {}))
     try:
         switch = SwitchInterface(transport)
         steps_out = []
@@ -137,21 +198,29 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
         loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
         for step in range(steps):
             grads = [model.gradient(w, step) for w in range(workers)]
-            result, stats = switch.allreduce(grads, job=0)
-            want, _ = lhc.allreduce(grads)
+            result, per_tensor = _allreduce_tensors(switch, grads, layout, lhc_path)
+            want = np.concatenate([lhc.allreduce([g[slice(*layout[name])] for g in grads],
+                                                 path=lhc_path)[0] for name in layout])
+            tensors = {name: {k: v for k, v in stats.items()
+                              if np.isscalar(v) or v is None}
+                       for name, stats in per_tensor.items()}
             steps_out.append({"step": step, "exact": _bits_equal(result, want),
                               "density": float(np.mean(np.any(np.array(grads) != 0, axis=0))),
-                              **{k: v for k, v in stats.items() if np.isscalar(v)}})
-            for key, value in stats.items():
-                if key.endswith("bytes") and np.isscalar(value):
-                    totals[key] = totals.get(key, 0) + int(value)
+                              "tensors": tensors,
+                              **{k: sum(t[k] or 0 for t in tensors.values()) for k in _SUMMED}})
+            for stats in per_tensor.values():
+                for key, value in stats.items():
+                    if key.endswith("bytes") and np.isscalar(value):
+                        totals[key] = totals.get(key, 0) + int(value)
             model.apply(result / np.float32(workers), lr=5.0)
             if progress:
                 progress("lhc", step + 1, steps)
         loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
         report = {
             "model": f"NcfModel ({model.params.size} parameters)",
-            "workers": workers, "steps": steps, "per_step": steps_out,
+            "workers": workers, "steps": steps, "path": lhc_path,
+            "tensors": {name: b - a for name, (a, b) in layout.items()},
+            "per_step": steps_out,
             "exact": all(s["exact"] for s in steps_out),
             "totals": totals,
             "loss_before": float(loss_before), "loss_after": float(loss_after),
@@ -159,35 +228,49 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default"):
         }
         if hasattr(transport, "compared"):
             report["compared_with_golden"] = dict(transport.compared)
+        if _build_info(transport):
+            report["build"] = _build_info(transport)
+        if _network(transport):
+            report["network"] = _network(transport)
         return report, transport.stats
     finally:
         transport.close()
 
 
-def run(*, workers=4, k=10, steps=2, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
-        out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default"):
+def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
+        out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default",
+        backend_options=None, lhc_path="auto"):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
-    report dict. ``report["ok"]`` is True when both paths are bit-exact."""
+    report dict. ``report["ok"]`` is True when both paths are bit-exact. ``backend_options``
+    go to the backend (``"udp"``: ``host.driver.udp.open_top``); ``lhc_path`` ("auto",
+    "sketch" or "dense") is how each of the LHC model's tensors travels."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
+    from host.golden.lhc import PATHS
+    if lhc_path not in PATHS:
+        raise ValueError(f"lhc_path must be one of {', '.join(PATHS)}, not {lhc_path!r}")
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive integer, not {steps!r}")
     mhz, clock_source = clock_mhz(board)
     report = {"backend": backend, "workers": workers, "seed": seed,
               "clock_mhz": mhz, "clock_source": clock_source, "engines": {}}
+    if backend_options:
+        report["backend_options"] = dict(backend_options)
     started = time.perf_counter()
     if "inceptionn" in paths:
         report["inceptionn"], stats = run_inceptionn(workers=workers, k=k, steps=steps,
                                                      seed=seed, backend=backend, waves=waves,
-                                                     progress=progress, size=size)
+                                                     progress=progress, size=size,
+                                                     backend_options=backend_options)
         for name, s in stats.items():
             report["engines"][f"nic_{name}"] = _engine_report(s, mhz)
     if "lhc" in paths:
         report["lhc"], stats = run_lhc(workers=workers, steps=steps, seed=seed,
                                        backend=backend, waves=waves, progress=progress,
-                                       size=size)
+                                       size=size, backend_options=backend_options,
+                                       lhc_path=lhc_path)
         for name, s in stats.items():
             report["engines"][f"switch_{name}"] = _engine_report(s, mhz)
     report["seconds"] = round(time.perf_counter() - started, 1)
@@ -214,7 +297,8 @@ def format_report(r):
                   f"  wire bytes          {i['wire_bytes']:>12,}  (dense fp32 {i['dense_fp32_bytes']:,})",
                   f"  compression ratio   {i['compression_ratio']:>12.2f}x",
                   "  value classes       " + "  ".join(f"{t}:{c}" for t, c in i["class_histogram"].items()),
-                  f"  max error           {i['max_error']:>12.3e}  (bound N*2^-k = {i['error_bound']:.3e}) "
+                  f"  max error           {i['max_error']:>12.3e}  (N*2^-k = {i['error_bound']:.3e}; "
+                  f"error / exact bound {i['max_error_over_bound']:.3f}, ring_sum_error_bound) "
                   f"{'OK' if i['within_error_bound'] else 'EXCEEDED'}",
                   f"  identical on all workers: {'yes' if i['bit_identical_on_all_workers'] else 'NO'}",
                   f"  loss {i['loss_before']:.4f} -> {i['loss_after']:.4f}"]
@@ -225,18 +309,47 @@ def format_report(r):
     if "lhc" in r:
         h = r["lhc"]
         last = h["per_step"][-1]
-        lines += ["", f"In-network LHC all-reduce, {h['model']}, {h['steps']} steps",
+        lines += ["", f"In-network LHC all-reduce, {h['model']}, {h['steps']} steps, "
+                      f"{h['workers']} workers, path {h.get('path', 'sketch')} per tensor, "
+                      f"one job per tensor at once",
                   f"  exact (bit for bit vs golden allreduce): {'yes' if h['exact'] else 'NO'}"]
         for key, value in h["totals"].items():
             lines.append(f"  {key:<30} {value:>12,}")
-        for key in ("rows", "union_nnz", "peeled", "unpeeled", "rounds"):
-            if key in last:
-                lines.append(f"  {key:<30} {last[key]:>12} (last step)")
+        if "tensors" in last:
+            lines.append(f"  {'tensor (last step)':<18} {'values':>9} {'union':>7} {'path':>7} "
+                         f"{'rows':>6} {'unpeeled':>8} {'bytes':>10} {'vs dense':>8}")
+            for name, t in last["tensors"].items():
+                union = f"{t['union_nnz'] / t['elements']:.1%}" if t.get("union_nnz") is not None \
+                    else "-"
+                lines.append(f"  {name:<18} {t['elements']:>9,} {union:>7} {t['path']:>7} "
+                             f"{t['rows'] if t['rows'] is not None else '-':>6} "
+                             f"{t['unpeeled']:>8} {t['total_bytes']:>10,} "
+                             f"{t['total_bytes'] / max(t['dense_bytes'], 1):>8.2f}")
         lines.append(f"  loss {h['loss_before']:.4f} -> {h['loss_after']:.4f}")
         if "compared_with_golden" in h:
             c = h["compared_with_golden"]
             lines.append(f"  gateware vs reference model: {c['packets']} packets, {c['bytes']:,} "
                          f"bytes, {c['registers']} counters compared, all identical")
+    networks = {path: r[path]["network"] for path in ("inceptionn", "lhc")
+                if "network" in r.get(path, {})}
+    if networks:
+        lines += ["", "Network (UDP transport to the board; a resend is a datagram sent again "
+                      "after a timeout)",
+                  f"  {'path':<10} {'service':<8} {'requests':>9} {'datagrams':>9} "
+                  f"{'resends':>8} {'discarded':>9} {'rebuilt':>7} {'RTT ms':>7}"]
+        for path, net in networks.items():
+            for service, s in net.items():
+                if service == "wire_faults":
+                    continue
+                rtt = f"{s['srtt_ms']:.2f}" if s.get("srtt_ms") is not None else "-"
+                lines.append(f"  {path:<10} {service:<8} {s['requests']:>9} {s['datagrams']:>9} "
+                             f"{s['resends']:>8} {s['discarded']:>9} {s['rebuilt']:>7} "
+                             f"{rtt:>7}")
+            if "wire_faults" in net:
+                f = net["wire_faults"]
+                lines.append(f"  {path:<10} wire faults (seed {f['seed']}): {f['lost']} lost, "
+                             f"{f['duplicated']} duplicated, {f['delayed']} delayed, "
+                             f"{f['held_back']} held back (window order)")
     if r["engines"]:
         lines += ["", f"Engines (clock {r['clock_mhz']:.1f} MHz: {r['clock_source']})",
                   f"  {'engine':<12} {'in beats':>9} {'out beats':>9} {'cycles':>9} "
@@ -255,6 +368,16 @@ def format_report(r):
         lines.append("  (cycles run from each exchange's first input beat to its last output beat, so "
                      "short exchanges\n   include pipeline fill; the RX path stores and forwards "
                      "whole packets)")
+    cycles = sum(e.get("cycles", 0) for e in r["engines"].values())
+    if cycles:
+        lines.append(f"  simulated {cycles:,} clock cycles in all ({cycles / max(r.get('seconds') or 0, 0.1):,.0f} "
+                     f"per second of the run, golden-model checks included)")
+    builds = [r[path]["build"] for path in ("inceptionn", "lhc") if "build" in r.get(path, {})]
+    if builds:
+        lines += ["", "Verilator builds of the compiled harness (cached by content in build/sim/)"]
+        for b in builds:
+            lines.append(f"  {b['top']:<12} {b['build_seconds']:>7.1f} s"
+                         f"{'  (reused)' if b['cached'] else ''}")
     lines += ["", "RESULT: " + ("both paths bit-exact against the golden model" if r["ok"]
                                 else "MISMATCH (see above)")]
     return "\n".join(lines)

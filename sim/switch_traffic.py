@@ -22,7 +22,8 @@ from contract.header import Header, PacketType
 from contract.packet import Packet
 
 __all__ = ["EngineParams", "NASTY_WORDS", "BAD_CLASSES", "random_payload", "data_packet",
-           "bad_packet", "configure_steps", "protocol_traffic", "hammer_traffic",
+           "bad_packet", "partial_middle_beat", "configure_steps", "protocol_traffic",
+           "hammer_traffic",
            "chaos_traffic"]
 
 OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
@@ -67,7 +68,7 @@ def data_packet(rng, params: EngineParams, *, job, worker, slot, slot_version, o
 #: Every kind of malformed packet of the contract (mixed_op needs slot state: it is made by
 #: the traffic generators, not here).
 BAD_CLASSES = ("magic", "version", "type", "job_beyond", "job_unconfigured", "worker",
-               "slot", "count", "short_payload", "long_payload", "header_only",
+               "slot", "slot_version", "count", "short_payload", "long_payload", "header_only",
                "partial_word", "partial_beat", "tiny", "bad_and_short")
 
 
@@ -97,6 +98,9 @@ def bad_packet(rng, params: EngineParams, kind, *, job, workers, slot_range,
                                params.slots, 0xFFFF) if 0 <= s <= 0xFFFF
                    and s not in slot_range]
         return data_packet(rng, params, **{**good, "slot": rng.choice(outside)})
+    if kind == "slot_version":      # only 0 and 1 exist (aggregator-protocol.md section 2)
+        return data_packet(rng, params, **{**good, "slot_version": rng.choice(
+            [2, 3, rng.randrange(2, 256), 255])})
     if kind == "count":
         return data_packet(rng, params, **good,
                            count=rng.choice([0, P - 1, P + 1, P - 8, P + 8, 0xFFFF_FFFF]))
@@ -119,6 +123,20 @@ def bad_packet(rng, params: EngineParams, kind, *, job, workers, slot_range,
         image = data_packet(rng, params, **{**good, "worker": workers})
         return image[:len(image) - 32]
     raise ValueError(f"unknown bad packet class {kind!r}")
+
+
+def partial_middle_beat(rng, params: EngineParams, *, job, workers, slot_range, version=0):
+    """A packet good in every way but one: a beat other than the last (the header beat, or
+    a payload beat) whose tkeep is not all ones, as ``(data, keep, last)`` beats. Its bytes
+    are all there (``data``), only ``keep`` says some are not."""
+    image = data_packet(rng, params, job=job, worker=rng.randrange(workers),
+                        slot=rng.choice(slot_range), slot_version=version,
+                        op=rng.choice(OPS))
+    beats = [[int.from_bytes(image[i:i + 32], "little"), (1 << 32) - 1, i + 32 == len(image)]
+             for i in range(0, len(image), 32)]
+    bad = rng.randrange(len(beats) - 1)
+    beats[bad][1] = rng.choice([0, (1 << 28) - 1, rng.getrandbits(32) & ~1])
+    return [tuple(beat) for beat in beats]
 
 
 def configure_steps(params: EngineParams, worker_counts):
@@ -177,10 +195,13 @@ def protocol_traffic(rng, params: EngineParams, *, jobs, packets, duplicate=0.05
             worker = rng.choice(state["pending"])
         else:
             worker = state["pending"].pop()
+        if rng.random() < 0.02:   # a version other than 0 or 1: dropped, changes nothing
+            steps.append(("packet", data_packet(rng, params, job=job, worker=worker,
+                                                slot=slot, op=op,
+                                                slot_version=2 + rng.randrange(254))))
         image = data_packet(rng, params, job=job, worker=worker, slot=slot,
-                            slot_version=state["version"] | (rng.randrange(128) << 1
-                                                        if rng.random() < 0.02 else 0),
-                            op=op, exponent=rng.choice([None, rng.randrange(-4, 5)]))
+                            slot_version=state["version"], op=op,
+                            exponent=rng.choice([None, rng.randrange(-4, 5)]))
         sent.append(image)
         steps.append(("packet", image))
     return steps

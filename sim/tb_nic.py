@@ -145,13 +145,17 @@ def send_all(source, packets):
 
 def nasty_tx_packets(rng):
     """For every k: one packet of all the special and boundary words (shuffled, a length
-    that is not a multiple of 8), one all-raw, one all-zero."""
+    that is not a multiple of 8), one all-raw, one all-zero; then packets of the NIC's
+    largest count and one value more."""
     out = []
     for k in range(1, 16):
         words = nasty_words(k)
         out.append(tx_packet(rng.permutation(words)[:words.size - (words.size % 8 == 0)], k))
         out.append(tx_packet(raw_words(rng, 8 * int(rng.integers(1, 20)) + k % 8), k))
         out.append(tx_packet(np.zeros(int(rng.integers(1, 40)), dtype=np.uint32), k))
+    # The size limit and one past it: the larger packet leaves raw (too_large), and the
+    # receive path must take whatever the transmit path sends.
+    out += [tx_packet(raw_words(rng, MAX_COUNT), 10), tx_packet(raw_words(rng, MAX_COUNT + 1), 9)]
     return out
 
 
@@ -231,8 +235,14 @@ async def round_trip(dut):
     tb.set_pauses(params.get("seed", 3), params.get("p_in", 0.2), params.get("p_out", 0.2))
 
     traffic = tx_traffic(rng, params.get("packets", 60))
+    # The largest packet and one past it: the receive path takes whatever the transmit path
+    # sends (spec section 4), the second one raw.
+    for n in (MAX_COUNT, MAX_COUNT + 1):
+        traffic.insert(int(rng.integers(0, len(traffic) + 1)),
+                       tx_packet(gradient_words(rng, n), 10, seq=n))
     sent_tx = [nic_tx(p) for p in traffic]
     golden = [nic_rx(out) for out, _ in sent_tx]
+    assert not any(cause == "drop_too_large" for _, cause in golden)
     kept = [(p, out) for p, (out, _) in zip(traffic, golden) if out is not None]
 
     async def forward():

@@ -164,6 +164,13 @@ class Switch:
                     self.expected.append((self.packets_in, result.to_bytes()))
                 self.packets_in += 1
                 await self.source.send(AxiStreamFrame(image))
+            elif step[0] == "beats":    # (data, keep, last) beats: tkeep as given
+                for result in self.model.process_beats(step[1]):
+                    self.expected.append((self.packets_in, result.to_bytes()))
+                self.packets_in += 1
+                data = b"".join(d.to_bytes(32, "little") for d, _, _ in step[1])
+                keep = [k >> j & 1 for _, k, _ in step[1] for j in range(32)]
+                await self.source.send(AxiStreamFrame(data, tkeep=keep))
             else:
                 _, job, workers, base, count = step
                 await self.source.wait()

@@ -2,18 +2,18 @@
 
 ::
 
-    python -m hdl.board.build --board ecpix5|versa|colorlight [--top network|selftest]
+    python -m hdl.board.build --board ecpix5|versa|colorlight [--top selftest|network]
                         [--engine nic|switch|all|none] [--mac MAC] [--ip IP] [--key HEX]
-                        [--show-key] [--freq MHZ] [--seed N] [--router router1|router2]
-                        [--build-dir DIR]
+                        [--show-key] [--freq MHZ] [--seed N[,N...]]
+                        [--router router1|router2] [--build-dir DIR]
 
-``--top network`` (the default) is :mod:`hdl.board.network`: the engines served over the
+``--top selftest`` (the default) is :mod:`hdl.board.top`: the engines with their built-in
+self-test. ``--top network`` is :mod:`hdl.board.network`: the engines served over the
 board's Ethernet port (``constraints/network.toml``), with the board's MAC and IP address
 (``--mac``/``--ip``, default the configuration's) and a 64-bit control key (``--key``,
 default a fresh random one). The key goes into ``summary.json`` only, which is then
 readable by its owner alone (mode 0600), like the build folder (the netlists hold the key
-too); it is printed only with ``--show-key``. ``--top selftest`` is :mod:`hdl.board.top`:
-the engines with their built-in self-test.
+too); it is printed only with ``--show-key``.
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.top`). The tools are the YoWASP builds in the project's virtualenv
@@ -21,12 +21,14 @@ Boards and what fits on each come from ``constraints/boards.toml`` (see
 the ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless these are set already.
 
 Output, in ``build/bitstream/<board>`` (``<board>-<engine>`` for one engine; with
-``-selftest`` after the board for the self-test top): ``<name>.bit`` and ``<name>.svf``,
+``-network`` after the board for the network top): ``<name>.bit`` and ``<name>.svf``,
 the tool logs (``<name>.rpt`` Yosys, ``<name>.tim`` nextpnr), nextpnr's ``report.json``,
 and ``summary.json`` (also printed, without the key): Fmax of every clock against its
-constraint, LUT4 / TRELLIS_FF / DP16KD / MULT18X18D use against the part, build time,
+constraint (``engine_fmax_mhz``; the network top also ``eth_fmax_mhz`` and
+``rgmii_rx_fmax_mhz``, and ``timing_met`` needs the engine and the Ethernet clock both),
+LUT4 / TRELLIS_FF / DP16KD / MULT18X18D use against the part, build time, the seeds tried,
 engines built and left out, the network top's addresses and ports. Exit status 1 if a tool
-fails, which includes nextpnr missing a timing constraint (it is run without
+fails, or if no seed of the sweep meets timing (nextpnr is run without
 ``--timing-allow-fail``).
 """
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pathlib import Path
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
-           "classify_clocks", "main"]
+           "classify_clocks", "seed_sweep", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -131,25 +133,69 @@ def parse_nextpnr_log(log_text):
 
 
 def critical_path_lines(log_text, limit=40):
-    """The last critical-path listing of a nextpnr log (for the summary when timing fails)."""
+    """The critical path of a nextpnr log (for the summary when timing fails): the last
+    register-to-register report of a clock (``for clock ... (posedge -> posedge)``), which
+    is what sets the clock's Fmax; the cross-domain reports nextpnr prints after it (to and
+    from unconstrained pins) do not. Falls back on the last report of any kind."""
     lines = log_text.splitlines()
     starts = [i for i, line in enumerate(lines) if "Critical path report" in line]
     if not starts:
         return []
-    path = [lines[starts[-1]]]
-    for line in lines[starts[-1] + 1:]:
+    own_clock = [i for i in starts if "Critical path report for clock" in lines[i]]
+    start = (own_clock or starts)[-1]
+    path = [lines[start]]
+    for line in lines[start + 1:]:
         if "Critical path report" in line or "Max frequency" in line or not line.strip():
             break
         path.append(line.rstrip())
     return path[:limit]
 
 
+def seed_sweep(seeds, build):
+    """Run ``build(seed)`` (which returns a build summary) for each seed in turn until one
+    meets timing or a build fails before routing; the last summary, with every attempt
+    in ``seeds_tried``.
+
+    Fmax is a placement lottery on a full chip (the same netlist placed at 122-131 MHz over
+    nextpnr seeds), so a board lists the seeds to try, the one that met last first.
+    """
+    tried = []
+    for seed in seeds:
+        summary = build(seed)
+        tried.append({"seed": seed, "engine_fmax_mhz": summary["engine_fmax_mhz"],
+                      **({"eth_fmax_mhz": summary["eth_fmax_mhz"]}
+                         if summary.get("eth_fmax_mhz") is not None else {}),
+                      "timing_met": summary["timing_met"],
+                      "build_seconds": summary["build_seconds"]})
+        summary["seeds_tried"] = tried
+        # nextpnr exits non-zero when routed timing fails, so an error with an Fmax in the
+        # summary is the lottery (try the next seed); an error without one is not.
+        routed = bool(summary.get("fmax"))
+        if summary["timing_met"] or (summary.get("error") and not routed):
+            break
+        print(f"seed {seed}: timing not met ({summary['engine_fmax_mhz']} MHz)",
+              file=sys.stderr)
+    return summary
+
+
+def _seeds(text):
+    """``"3"`` or ``"2,1,3"`` -> a tuple of seeds (argparse type)."""
+    try:
+        seeds = tuple(int(s) for s in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a seed or a comma-separated list "
+                                         f"of seeds") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise argparse.ArgumentTypeError(f"{text!r}: seeds are non-negative integers")
+    return seeds
+
+
 def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.build", description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
-    p.add_argument("--top", default="network", choices=["network", "selftest"],
-                   help="network: the engines on the board's Ethernet port (default); "
-                        "selftest: the engines with their built-in self-test")
+    p.add_argument("--top", default="selftest", choices=["selftest", "network"],
+                   help="selftest: the engines with their built-in self-test (default); "
+                        "network: the engines on the board's Ethernet port")
     p.add_argument("--mac", default=None, help="network top: the board's MAC address "
                    "(default constraints/network.toml's)")
     p.add_argument("--ip", default=None, help="network top: the board's IPv4 address "
@@ -166,7 +212,10 @@ def _arguments(argv, boards):
                         "bring-up, PLL + report)")
     p.add_argument("--freq", type=float, default=None,
                    help="engine clock in MHz (default: the board's engine_mhz)")
-    p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    p.add_argument("--seed", type=_seeds, default=None,
+                   help="nextpnr placement seed, or seeds to try in order (1,2,3): the "
+                        "first that meets timing is kept (default: the board's `seeds` in "
+                        "constraints/boards.toml, else 1)")
     p.add_argument("--router", default="router1", choices=["router1", "router2"],
                    help="nextpnr router: router1 (default) converges on every build here "
                         "(the whole ECPIX-5 top in about 16 minutes); router2 is faster when "
@@ -213,7 +262,7 @@ def main(argv=None) -> int:
             print(f"warning: boards.toml leaves {args.engine!r} out on {board.name} "
                   f"(it does not fit); building it alone anyway", file=sys.stderr)
     left_out = [e for e in ("nic", "switch") if e not in engines]
-    suffix = ("" if args.top == "network" else "-selftest") + \
+    suffix = ("-network" if args.top == "network" else "") + \
         ("" if args.engine == "all" else f"-{args.engine}")
     build_dir = Path(args.build_dir or REPO / "build" / "bitstream" / f"{board.name}{suffix}")
     name = "gradwire"
@@ -250,22 +299,24 @@ def main(argv=None) -> int:
     print(f"building {name} ({args.top} top) for {board.name} ({board.part}): engines "
           f"{', '.join(engines) or 'none'} at {top.engine_mhz:g} MHz into {build_dir}",
           file=sys.stderr)
-    started = time.monotonic()
-    error = None
-    try:
-        # No `src` attributes: they hold absolute paths, so the netlist (and with it
-        # nextpnr's placement and the Fmax) would depend on where the repository is.
-        # Without them a build is the same on every machine with the pinned tools.
-        platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
-                       emit_src=False,
-                       nextpnr_opts=f"--report report.json --seed {args.seed} "
-                                    f"--router {args.router} {' '.join(PLACER_OPTS)}",
-                       add_preferences=board.preferences)
-    except subprocess.CalledProcessError as e:
-        error = f"{e.cmd} exited with status {e.returncode}"
-    seconds = time.monotonic() - started
+    def build(seed):
+        started = time.monotonic()
+        error = None
+        try:
+            # No `src` attributes: they hold absolute paths, so the netlist (and with it
+            # nextpnr's placement and the Fmax) would depend on where the repository is.
+            # Without them a build is the same on every machine with the pinned tools.
+            platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
+                           emit_src=False,
+                           nextpnr_opts=f"--report report.json --seed {seed} "
+                                        f"--router {args.router} {' '.join(PLACER_OPTS)}",
+                           add_preferences=board.preferences)
+        except subprocess.CalledProcessError as e:
+            error = f"{e.cmd} exited with status {e.returncode}"
+        return _summary(build_dir, name, board, engines, left_out, top,
+                        time.monotonic() - started, args, error, seed)
 
-    summary = _summary(build_dir, name, board, engines, left_out, top, seconds, args, error)
+    summary = seed_sweep(args.seed or board.seeds, build)
     summary["top"] = args.top
     if network is not None:
         summary["network"] = network
@@ -274,6 +325,7 @@ def main(argv=None) -> int:
     if network is not None and not args.show_key:
         shown["network"]["key"] = f"(in {build_dir / 'summary.json'}, mode 0600)"
     print(json.dumps(shown, indent=2))
+    error = summary["error"]
     ok = error is None and summary["timing_met"]
     if not ok:
         print(f"make bitstream FAILED: {error or 'timing not met'} (logs in {build_dir})",
@@ -286,16 +338,27 @@ def main(argv=None) -> int:
 CLOCK_NETS = {"engine": "pll.clk_out", "eth": "pll.clk_os"}
 
 
-def classify_clocks(fmax):
-    """``{"engine": {...}, "eth": {...}, "rgmii_rx": {...}}`` from nextpnr's per-clock Fmax."""
+def classify_clocks(fmax, engine_mhz=None):
+    """``{"engine": {...}, "eth": {...}, "rgmii_rx": {...}}`` from nextpnr's per-clock Fmax.
+
+    Clocks are told apart by net name; a build whose PLL output is not under its name
+    (none of ``CLOCK_NETS`` found) falls back on the constraint: the clock constrained to
+    ``engine_mhz`` is the engine's.
+    """
     out = {}
     for clock, value in fmax.items():
         kind = next((k for k, net in CLOCK_NETS.items() if net in clock), "rgmii_rx")
         out.setdefault(kind, {})[clock] = value
+    if "engine" not in out and "eth" not in out and engine_mhz is not None:
+        others = out.pop("rgmii_rx", {})
+        for clock, value in others.items():
+            kind = "engine" if abs(value.get("constraint_mhz", 0) - engine_mhz) < 0.01 \
+                else "other"
+            out.setdefault(kind, {})[clock] = value
     return out
 
 
-def _summary(build_dir, name, board, engines, left_out, top, seconds, args, error):
+def _summary(build_dir, name, board, engines, left_out, top, seconds, args, error, seed):
     log_path = build_dir / f"{name}.tim"
     log_text = log_path.read_text(errors="replace") if log_path.exists() else ""
     report_path = build_dir / "report.json"
@@ -306,11 +369,13 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
     rpt_path = build_dir / f"{name}.rpt"
     yosys_cells = parse_yosys_cells(rpt_path.read_text(errors="replace")) \
         if rpt_path.exists() else {}
-    clocks = classify_clocks(fmax)
+    pll_mhz = top.pll.dividers["f_out_mhz"] if top.pll else None
+    clocks = classify_clocks(fmax, pll_mhz)
     engine_clock = clocks.get("engine", {})
     constrained = "constraining clock net 'pll.clk_out'" in log_text
     timing_met = bool(engine_clock) and constrained and all(v["met"] for v in fmax.values())
     if getattr(top, "eth_mhz", None):
+        # the network top: the Ethernet clock must be there and meet its constraint too
         timing_met = timing_met and bool(clocks.get("eth"))
     minimum = lambda kind: min((v["achieved_mhz"] for v in clocks.get(kind, {}).values()),
                                default=None)
@@ -327,8 +392,8 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
         },
         "fmax": fmax,
         "engine_fmax_mhz": minimum("engine"),
-        "eth_fmax_mhz": minimum("eth"),
-        "rgmii_rx_fmax_mhz": minimum("rgmii_rx"),
+        **({"eth_fmax_mhz": minimum("eth"), "rgmii_rx_fmax_mhz": minimum("rgmii_rx")}
+           if getattr(top, "eth_mhz", None) else {}),
         "engine_clock_constrained": constrained,
         "timing_met": timing_met,
         "utilization": {k: utilization[k] for k in RESOURCES if k in utilization},
@@ -336,7 +401,7 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
                                                      "MULT18X18D", "TRELLIS_DPR16X4")
                         if k in yosys_cells},
         "build_seconds": round(seconds, 1),
-        "nextpnr_seed": args.seed,
+        "nextpnr_seed": seed,
         "nextpnr_router": args.router,
         "files": {kind: str(build_dir / f"{name}.{kind}") for kind in ("bit", "svf")
                   if (build_dir / f"{name}.{kind}").exists()},

@@ -52,6 +52,8 @@ class Board:
     network_leds: dict = dataclasses.field(default_factory=dict)
     preferences: str = ""
     notes: str = ""
+    #: nextpnr seeds `make bitstream` tries in order, keeping the first that meets timing
+    seeds: tuple = (1,)
 
     def platform_class(self):
         module, cls = self.platform.split(":")
@@ -94,6 +96,7 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
                 network_leds=dict(entry.pop("network_leds", {})),
                 preferences=entry.pop("preferences", ""),
                 notes=entry.pop("notes", ""),
+                seeds=tuple(int(s) for s in entry.pop("seeds", [1])),
             )
         except KeyError as e:
             raise ValueError(f"{path}: board {name!r} lacks the key {e.args[0]!r}") from None

@@ -28,8 +28,9 @@ A packet goes through in one of two modes, chosen at its header beat:
 * compress (magic, version ok, ``RAW_F32``, ``COMPRESS`` flag, ``1 <= k <= 15``): the header
   leaves with ``type = INC_F32``; each payload beat becomes one block; the output is the
   golden bitstream, padded to whole 32-bit words at the end.
-* pass through (everything else, including ``bad_k``): every beat travels as a raw 32-byte
-  item and leaves unchanged, with its own ``tkeep``.
+* pass through (everything else, including ``bad_k`` and ``too_large``, a ``count`` above
+  ``NIC_MAX_COUNT`` that no receive path could take back): every beat travels as a raw
+  32-byte item and leaves unchanged, with its own ``tkeep``.
 
 One input beat is accepted per clock as long as the blocks are at most 32 bytes and the
 output is ready; with 34-byte blocks (all values raw) the output word rate is the limit,
@@ -40,7 +41,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.counters import NIC_TX_COUNTERS
-from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, PacketType
+from contract.header import K_MAX, K_MIN, LANES, MAGIC, NIC_MAX_COUNT, VERSION, Flags, PacketType
 from hdl.header import HeaderLayout
 from hdl.nic.bit_accumulator import BitAccumulator, BlockRotator, RotatedItem
 from hdl.nic.block_packer import BlockPacker
@@ -77,7 +78,7 @@ class Compressor(wiring.Component):
     o : Out(stream.Signature(AxisBeat))
         Packets: compressed ones with the bitstream as payload, the others unchanged.
     events : Out(TxEvents)
-        Counter strobes. ``packets`` and ``bypassed``/``bad_k`` at the header beat;
+        Counter strobes. ``packets`` and ``bypassed``/``bad_k``/``too_large`` at the header beat;
         ``compressed`` or ``length_mismatch`` one cycle after the last beat of a compressed
         packet.
     """
@@ -127,13 +128,15 @@ class Compressor(wiring.Component):
         header = data.View(HeaderLayout, beat.data)
         wants_compression = Signal()
         k_ok = Signal()
+        count_ok = Signal()
         m.d.comb += [
             wants_compression.eq((header.magic == MAGIC) & (header.version == VERSION) &
                                  (header.type == PacketType.RAW_F32) &
                                  (header.flags & Flags.COMPRESS).any()),
             k_ok.eq((header.k >= K_MIN) & (header.k <= K_MAX)),
+            count_ok.eq(header.count <= NIC_MAX_COUNT),
         ]
-        starts_compressed = wants_compression & k_ok
+        starts_compressed = wants_compression & k_ok & count_ok
 
         rewritten = Signal(HeaderLayout)
         m.d.comb += rewritten.eq(beat.data)
@@ -182,6 +185,7 @@ class Compressor(wiring.Component):
                     events.packets.eq(1),
                     events.bypassed.eq(~wants_compression),
                     events.bad_k.eq(wants_compression & ~k_ok),
+                    events.too_large.eq(wants_compression & k_ok & ~count_ok),
                 ]
                 # A header-only compressed packet ends here, with no payload words: its
                 # check (0 == count) runs next cycle like any other, so it can never collide

@@ -256,6 +256,9 @@ class Aggregator(wiring.Component):
         pkt_row_base = Signal(range(S * 2 * B))
         pay_index = Signal(range(B + 1))   # payload beat number; B = beyond the payload
         row_addr = Signal(range(S * 2 * B))
+        # Every beat but the last must be whole (aggregator-protocol.md section 2), the
+        # header beat too; the last beat's tkeep is checked with the length at E1.
+        pkt_keep_ok = Signal()
         with m.If(a_is_header):
             m.d.sync += [
                 pkt_hdr.eq(a_data),
@@ -263,16 +266,19 @@ class Aggregator(wiring.Component):
                 pkt_row_base.eq(row_base),
                 row_addr.eq(row_base),
                 pay_index.eq(0),
+                pkt_keep_ok.eq(a_last | (a_keep == FULL_KEEP)),
             ]
         with m.If(a_is_payload):
             m.d.sync += row_addr.eq(row_addr + 1)
             with m.If(pay_index != B):
                 m.d.sync += pay_index.eq(pay_index + 1)
+            with m.If(~a_last & (a_keep != FULL_KEEP)):
+                m.d.sync += pkt_keep_ok.eq(0)
         m.d.comb += rows.read_addr.eq(row_addr)
         st.a_data, st.a_header, st.a_is_header = a_data, a_header, a_is_header
         st.a_is_payload, st.a_keep, st.a_last = a_is_payload, a_keep, a_last
         st.a_valid, st.hdr, st.pay_index, st.pkt_cause = a_valid, hdr, pay_index, pkt_cause
-        st.pkt_hdr, st.pkt_row_base = pkt_hdr, pkt_row_base
+        st.pkt_hdr, st.pkt_keep_ok, st.pkt_row_base = pkt_hdr, pkt_keep_ok, pkt_row_base
 
     def _header_stages(self, st):
         """H1, H2: the header's fields meet the slot metadata two cycles later; the decisions
@@ -376,12 +382,12 @@ class Aggregator(wiring.Component):
         """E1 (tlast + 1): the packet's drop cause, its length included."""
         B, S, a_header, a_keep, a_last = st.B, st.S, st.a_header, st.a_keep, st.a_last
         a_valid, m, pay_index, pkt_cause = st.a_valid, st.m, st.pay_index, st.pkt_cause
-        pkt_hdr, pkt_row_base = st.pkt_hdr, st.pkt_row_base
-        # -- E1 (tlast + 1): the packet's drop cause, length included ----------------------
+        pkt_hdr, pkt_keep_ok, pkt_row_base = st.pkt_hdr, st.pkt_keep_ok, st.pkt_row_base
         e1_valid, e1_length_ok, e1_short = Signal(), Signal(), Signal()
         m.d.sync += [
             e1_valid.eq(a_valid & a_last),
-            e1_length_ok.eq(~a_header & (pay_index == B - 1) & (a_keep == FULL_KEEP)),
+            e1_length_ok.eq(~a_header & (pay_index == B - 1) & (a_keep == FULL_KEEP)
+                            & pkt_keep_ok),
             # Fewer than 32 bytes: no header at all, a length error whatever the bytes say.
             e1_short.eq(a_header & (a_keep != FULL_KEEP)),
         ]

@@ -7,19 +7,21 @@ The decoder below takes every address, stride and field from that declaration.
 A commit (the value ``contract.registers.COMMIT`` written to a job's ``commit`` register;
 any other value does nothing) waits until the engine is drained (it stops taking new
 packets meanwhile), then applies the pending values and clears the metadata of the job's
-slots, one slot per clock. Values the hardware cannot hold (``n > max_workers``, a range
-beyond the pool) are rejected: the job becomes unconfigured and the status bit
-``JobStatus.REJECTED`` is set. Commits of several jobs queue, one per job; overlapping
-ranges are the driver's business (the model rejects them). Reads of the job registers
-return the pending values, as the reference model's do.
+slots, one slot per clock. A configuration the hardware cannot hold (``n > max_workers``,
+an empty range or one beyond the pool, a range overlapping another configured job's) is
+rejected: the job becomes unconfigured and the status bit ``JobStatus.REJECTED`` is set;
+the status of a job beyond the engine's ``jobs`` always reads rejected. Commits of several
+jobs queue, one per job, a clock apart. Reads of the job registers return the pending
+values, as the reference model's do.
 """
-from amaranth import Array, Module, Signal
+from amaranth import Array, Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from contract.counters import AGG_COUNTERS
-from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
+from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, switch_limits_word,
+                                switch_params_word)
 from hdl.ctrl_port import ctrl_port_members
 
 __all__ = ["AggControl"]
@@ -27,6 +29,7 @@ __all__ = ["AggControl"]
 _JOB = SWITCH_REGISTERS["job"]
 _COUNTERS = SWITCH_REGISTERS["counter"]
 _PARAMS = SWITCH_REGISTERS["params"]
+_LIMITS = SWITCH_REGISTERS["limits"]
 assert JobStatus.BUSY == 1   # the status word's bit 0 is `busy` itself
 _REJECTED_BIT = JobStatus.REJECTED.bit_length() - 1
 _FIELD = {name: _JOB.field(name).address
@@ -147,9 +150,16 @@ class AggControl(wiring.Component):
         snap_last = Array(Signal(range(S), name=f"snap_last{j}") for j in range(J))
         for j in range(J):
             workers, base, count = pend_workers[j], pend_base[j], pend_count[j]
+            # Isolation in hardware (aggregator-protocol.md section 2): a range that
+            # overlaps another configured job's is refused, so one job's packets can never
+            # reach another job's slots.
+            overlaps = [(act_workers[other] != 0) & (base < act_end[other])
+                        & (act_base[other] < base + count)
+                        for other in range(J) if other != j]
             m.d.sync += [
-                snap_fits[j].eq((workers <= W) & (base < S) & (count <= S) &
-                                (base + count <= S)),
+                snap_fits[j].eq((workers == 0) |
+                                ((workers <= W) & (base < S) & (count != 0) & (count <= S) &
+                                 (base + count <= S) & ~Cat(*overlaps).any())),
                 snap_clear[j].eq((workers != 0) & (count != 0)),
                 snap_workers[j].eq(workers),
                 snap_base[j].eq(base),
@@ -162,7 +172,11 @@ class AggControl(wiring.Component):
         for j in reversed(range(J)):
             with m.If(commit_req[j]):
                 m.d.comb += grant_job.eq(j)
-        grant = (commit_req != 0) & ~clearing & self.drained
+        # A clock between grants: the snapshots above compare with the active ranges as
+        # they were a clock ago, so a commit right after another would miss its change.
+        granted = Signal()
+        grant = (commit_req != 0) & ~clearing & ~granted & self.drained
+        m.d.sync += granted.eq(grant)
         req_next = Signal(J)
         m.d.comb += req_next.eq(commit_req)
         with m.If(grant):
@@ -205,12 +219,17 @@ class AggControl(wiring.Component):
                     with m.Case(_FIELD["commit"]):
                         m.d.sync += self.ctrl_rdata.eq(
                             self.busy | (rejected.bit_select(reg_job, 1) << _REJECTED_BIT))
+            with m.Elif((self.ctrl_addr < _JOB.end) & (reg_field == _FIELD["commit"])):
+                # A job beyond the engine's: every commit to it is refused.
+                m.d.sync += self.ctrl_rdata.eq(JobStatus.REJECTED)
             with m.Elif((self.ctrl_addr >= _COUNTERS.base)
                         & (self.ctrl_addr < _COUNTERS.end)):
                 m.d.sync += self.ctrl_rdata.eq(counters[self.ctrl_addr - _COUNTERS.base])
             with m.Elif(self.ctrl_addr == _PARAMS.address):
                 m.d.sync += self.ctrl_rdata.eq(switch_params_word(slots=self._slots,
                                                                   lanes=self._lanes))
+            with m.Elif(self.ctrl_addr == _LIMITS.address):
+                m.d.sync += self.ctrl_rdata.eq(switch_limits_word(jobs=J, max_workers=W))
             with m.Else():
                 m.d.sync += self.ctrl_rdata.eq(0)
         return m

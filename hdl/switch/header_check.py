@@ -3,8 +3,9 @@
 Everything that can be decided from the header beat and the job's configuration alone is
 decided here, in one combinational block: bad magic or version, a type that is not an
 aggregation type, an unconfigured job, a worker outside the job, a slot outside the job's
-range, a count other than ``P``. The remaining causes need more than the header: a bad
-length is only known at ``tlast``, a mixed operation only once the slot's state is read.
+range, a slot version other than 0 or 1, a count other than ``P``. The remaining causes
+need more than the header: a bad length is only known at ``tlast``, a mixed operation only
+once the slot's state is read.
 
 Causes are numbered ``1 + AGG_DROP_CAUSES.index(name)`` (0 = no cause), so a smaller number
 is a higher priority, and the engine keeps the first cause found along the packet.
@@ -67,12 +68,13 @@ class HeaderCheck(wiring.Component):
         m = Module()
         h = self.header
         checks = [   # in priority order
-            # slot_version is not checked: the engine uses its bit 0, like the model.
             ("bad_header", (h.magic != MAGIC) | (h.version != VERSION)),
             ("bad_type", (h.type != PacketType.AGG_ADD_I32) & (h.type != PacketType.AGG_OR32)),
             ("unconfigured_job", ~self.job_configured),
             ("bad_worker", h.worker >= self.workers),
             ("bad_slot", (h.slot < self.slot_base) | (h.slot >= self.slot_end)),
+            # aggregator-protocol.md section 2: a version other than 0 or 1 is a drop
+            ("bad_slot_version", h.slot_version > 1),
             ("bad_count", h.count != self._lanes),
         ]
         assert [name for name, _ in checks] == list(AGG_DROP_CAUSES[:len(checks)])

@@ -29,7 +29,7 @@ def add_arguments(parser):
     from ..accuracy import CODECS, TASKS
 
     parser.add_argument("--quick", action="store_true",
-                        help="smoke run: 20 steps, small tables (about a minute)")
+                        help="smoke run: 20 steps, small tables (a minute or two)")
     parser.add_argument("--out", default="build/accuracy",
                         help="output folder (default: build/accuracy)")
     parser.add_argument("--world-size", type=_positive, default=4,

@@ -6,6 +6,7 @@ import os
 import sys
 
 from ..cli import CliError
+from ..driver.transport import TransportError
 
 #: The simulation package runs the scenario; it is imported by name when the command runs
 #: (``sim`` imports ``host``, never the other way round).
@@ -15,15 +16,30 @@ E2E_MODULE = "sim.e2e"
 def add_arguments(p):
     p.add_argument("--workers", type=int, default=4, help="number of workers (2..32, default 4)")
     p.add_argument("-k", type=int, default=10, help="INCEPTIONN error bound 2^-k (1..15, default 10)")
-    p.add_argument("--steps", type=int, default=2, help="training steps per path (default 2)")
+    p.add_argument("--steps", type=int, default=3, help="training steps per path (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of data and weights (default 0)")
-    p.add_argument("--backend", choices=("golden", "verilator"), default="verilator",
-                   help="engines: the golden models, or the Verilated gateware checked "
-                        "packet by packet against them (default)")
+    p.add_argument("--backend", choices=("golden", "verilator", "cocotb", "udp"),
+                   default="verilator",
+                   help="engines: the golden models; the Verilated gateware checked packet by "
+                        "packet against them, through the compiled harness (verilator, the "
+                        "default) or the cocotb bridge (cocotb: slow, same cycles, for "
+                        "debugging); or a virtual board over UDP sockets on 127.0.0.1 (udp, "
+                        "golden backend), checked the same way")
+    p.add_argument("--fault-rate", type=float, default=0.0,
+                   help="udp: probability of loss, duplication and delay of each datagram on "
+                        "the virtual board's wire (default 0)")
+    p.add_argument("--fault-seed", type=int, default=0, help="udp: seed of the wire faults")
+    p.add_argument("--mtu", type=int, default=None,
+                   help="udp: IP MTU of the path to the board (default 1500; 9000: jumbo)")
     p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
                    help="run only this path (repeatable; default both)")
-    p.add_argument("--size", choices=("default", "small"), default="default",
-                   help="model sizes (small: a quick smoke run)")
+    p.add_argument("--lhc-path", choices=("auto", "sketch", "dense"), default="auto",
+                   help="how each tensor of the in-network path travels: the cheaper of the "
+                        "sketch and a dense int32 all-reduce, chosen after the index phase "
+                        "(auto, the default), or always one of them")
+    p.add_argument("--size", choices=("default", "large", "small"), default="default",
+                   help="model sizes: default 1.3M parameters over both paths, large 11.5M, "
+                        "small a quick smoke run")
     p.add_argument("--out", default="build/e2e", help="report folder (default build/e2e)")
     p.add_argument("--waves", action="store_true",
                    help="record waveforms of the gateware (also WAVES=1)")
@@ -46,13 +62,23 @@ def run(args):
         bar.n = done
         bar.refresh()
 
+    backend_options = {}
+    if args.backend == "udp":
+        backend_options = {"fault_rate": args.fault_rate, "fault_seed": args.fault_seed}
+        if args.mtu is not None:
+            backend_options["mtu"] = args.mtu
+    elif args.fault_rate or args.mtu is not None:
+        raise CliError("--fault-rate and --mtu apply to --backend udp")
     try:
         report = e2e.run(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
                          backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),
                          out_dir=args.out, waves=waves, progress=progress, board=args.board,
-                         size=args.size)
+                         size=args.size, backend_options=backend_options,
+                         lhc_path=args.lhc_path)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    except TransportError as exc:          # a board that went away, a mismatch
+        raise CliError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         for bar in bars.values():
             bar.close()

@@ -14,9 +14,20 @@ __all__ = ["BACKENDS", "open_backend"]
 
 #: backend name -> top name -> "module:function"
 BACKENDS = {
+    # the compiled C++ harness: the fast default
     "verilator": {
+        "nic_top": "sim.harness.transport:open_top",
+        "switch_top": "sim.harness.transport:open_top",
+    },
+    # the cocotb bridge: same cycles, for cocotb's waveform debugging
+    "cocotb": {
         "nic_top": "sim.cocotb_transport:open_top",
         "switch_top": "sim.cocotb_transport:open_top",
+    },
+    # a board over UDP sockets (a virtual board on 127.0.0.1 unless one is given)
+    "udp": {
+        "nic_top": "host.driver.udp:open_top",
+        "switch_top": "host.driver.udp:open_top",
     },
 }
 

@@ -27,11 +27,14 @@ class NicInterface:
     ----------
     transport : host.driver.transport.Transport
         Streams ``tx`` and ``rx`` and the NIC registers.
-    packet_values : int
-        Values per packet (at most the receive path's ``max_count``).
+    packet_values : int or None
+        Values per packet (at most the receive path's ``max_count``); None: the
+        transport's ``max_packet_values`` (a network transport's MTU decides), else 2048.
     """
 
-    def __init__(self, transport, *, packet_values=2048):
+    def __init__(self, transport, *, packet_values=None):
+        if packet_values is None:
+            packet_values = getattr(transport, "max_packet_values", None) or 2048
         if not isinstance(packet_values, int) or not 1 <= packet_values <= 2048:
             raise ValueError(f"packet_values must be an integer in 1..2048, not {packet_values!r}")
         self.transport = transport
@@ -48,7 +51,13 @@ class NicInterface:
         return self.transport.exchange("tx", packets, **options)
 
     def receive(self, packets, n=None, *, offset=0, **options):
-        """Pass wire packets through the RX path (decompressing); return the float32 tensor."""
+        """Pass wire packets through the RX path (decompressing); return the float32 tensor.
+
+        The exchange waits ``idle`` clocks of quiet before it ends; by default long enough
+        for the receive path to decode a whole packet of the most compressible data (it
+        stores and forwards: a 2048-value all-zero packet is 17 beats in and 256 clocks of
+        decoding before its first beat out)."""
+        options.setdefault("idle", -(-self.packet_values // 8) + 64)
         out = self.transport.exchange("rx", packets, **options)
         return inceptionn.packets_to_tensor(out, n, offset=offset)
 
@@ -59,22 +68,28 @@ class NicInterface:
                 for path in ("tx", "rx")}
 
 
-def open_nic(backend="golden", *, check=True, waves=None, max_count=2048):
+def open_nic(backend="golden", *, check=True, waves=None, max_count=2048, **backend_options):
     """A transport to the NIC engines.
 
     Parameters
     ----------
     backend : str
-        ``"golden"`` (the golden model) or a backend of ``host.driver.backends``
-        (``"verilator"``: the Verilated ``nic_top`` gateware).
+        ``"golden"`` (the golden model), or a backend of ``host.driver.backends``: the
+        Verilated ``nic_top`` gateware through the compiled harness (``"verilator"``, fast)
+        or through the cocotb bridge (``"cocotb"``, for waveform debugging with cocotb's
+        tools; same cycles).
     check : bool
-        With ``"verilator"``: run the golden model in lockstep and compare every packet
+        With a gateware backend: run the golden model in lockstep and compare every packet
         and counter (raises :class:`~host.driver.lockstep.MismatchError`).
+    backend_options
+        Passed to the backend (``"udp"``: ``board``, ``key``, ``mtu``, ``fault_rate``,
+        ``fault_seed``; see ``host.driver.udp.open_top``).
     """
     from .models import NicModelTransport
     if backend == "golden":
         return NicModelTransport(max_count=max_count)
-    device = open_backend(backend, "nic_top", waves=waves, max_count=max_count)
+    device = open_backend(backend, "nic_top", waves=waves, max_count=max_count,
+                          **backend_options)
     if not check:
         return device
     from .lockstep import LockstepTransport

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_params
+from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_limits,
+                                decode_switch_params)
 from contract.tops import TOP_PORTS
 
 from .backends import open_backend
@@ -37,10 +38,14 @@ class SwitchInterface:
     def __init__(self, transport):
         self.transport = transport
         params = decode_switch_params(transport.read(SWITCH_REGISTERS["params"].address))
+        limits = decode_switch_limits(transport.read(SWITCH_REGISTERS["limits"].address))
         self.slots, self.lanes = params["slots"], params["lanes"]
-        if not self.slots or not self.lanes or self.lanes % 8:
-            raise RuntimeError(f"the switch reports {self.slots} slots of {self.lanes} lanes: "
-                               f"is this a gradwire switch?")
+        self.jobs, self.max_workers = limits["jobs"], limits["max_workers"]
+        if not self.slots or not self.lanes or self.lanes % 8 or not self.jobs \
+                or not 1 <= self.max_workers <= 32:
+            raise RuntimeError(f"the switch reports {self.slots} slots of {self.lanes} lanes, "
+                               f"{self.jobs} jobs of up to {self.max_workers} workers: is this "
+                               f"a gradwire switch?")
         self._next_chunk = {}
 
     def configure_job(self, job, workers, slot_base, slot_count):
@@ -49,8 +54,9 @@ class SwitchInterface:
         if not 0 <= slot_base < slot_base + slot_count <= self.slots:
             raise ValueError(f"slots {slot_base}..{slot_base + slot_count - 1} are not inside "
                              f"the switch's pool of {self.slots}")
-        if not 1 <= workers <= 32:
-            raise ValueError(f"workers must be in 1..32, not {workers}")
+        if not 1 <= workers <= self.max_workers:
+            raise ValueError(f"workers must be in 1..{self.max_workers} (the switch's "
+                             f"max_workers), not {workers}")
         self._commit(job, workers=workers, slot_base=slot_base, slot_count=slot_count)
         self._next_chunk[job] = 0
 
@@ -66,8 +72,9 @@ class SwitchInterface:
     def _commit(self, job, **values):
         """Write the job's pending registers, commit them and wait for the engine to take
         them; raise ``ValueError`` if the engine rejects the configuration."""
-        if not 0 <= job < _JOB_REGS.count:
-            raise ValueError(f"job must be in 0..{_JOB_REGS.count - 1}, not {job}")
+        if not 0 <= job < self.jobs:
+            raise ValueError(f"job must be in 0..{self.jobs - 1} (the switch has {self.jobs} "
+                             f"jobs), not {job}")
         for field, value in values.items():
             self.transport.write(_JOB_REGS.address(job, field), value)
         self.transport.write(_JOB_REGS.address(job, "commit"), COMMIT)
@@ -80,7 +87,9 @@ class SwitchInterface:
             raise TransportError(f"the switch is still busy with job {job}'s commit after "
                                  f"{self.slots + _COMMIT_POLLS} status reads")
         if status & JobStatus.REJECTED:
-            raise ValueError(f"the switch rejected job {job}'s configuration {values}")
+            raise ValueError(f"the switch rejected job {job}'s configuration {values} (a "
+                             f"range overlapping another configured job's, or one the engine "
+                             f"cannot hold); the job is now unconfigured")
 
     def counters(self):
         return {name: self.transport.read(address)
@@ -97,12 +106,15 @@ class SwitchInterface:
         With ``configure`` the job is (re)configured for ``len(tensors)`` workers over
         ``slot_count`` slots (default: the whole pool from ``slot_base``) first.
 
+        ``options`` go to :func:`host.switch_packets.allreduce_over_transport`: ``path``
+        ("sketch", the default, "dense" or "auto"), ``load``, ``r_min``, ``timeout``, ...
+
         Returns
         -------
         result : np.ndarray (float32)
             Bit for bit ``host.golden.lhc.allreduce(tensors)[0]``.
         stats : dict
-            LHC statistics (rows, peeled, unpeeled, bytes per phase, ...) and packet
+            LHC statistics (path, rows, peeled, unpeeled, bytes per phase, ...) and packet
             statistics (packets sent, resends, results).
         """
         from ..switch_packets import allreduce_over_transport
@@ -117,24 +129,90 @@ class SwitchInterface:
             job=job, slot_base=slot_base, slot_count=slot_count, lanes=self.lanes,
             fault=fault, first_chunk=self._next_chunk[job], **options)
         self._next_chunk[job] = stats["packets"].next_chunk
-        flat = {}
-        for part in ("lhc", "packets"):
-            value = stats[part]
-            flat.update(dataclasses.asdict(value) if dataclasses.is_dataclass(value)
-                        else dict(value))
-        return result, flat
+        return result, _flat_stats(stats)
+
+    def allreduce_jobs(self, tensor_sets, *, jobs=None, slot_counts=None, path="sketch",
+                       fault=None, configure=True, **options):
+        """Several all-reduces at once, each its own job on this switch.
+
+        Parameters
+        ----------
+        tensor_sets : sequence of sequences of arrays
+            Per job, one float32 tensor per worker (jobs may have different worker counts
+            and tensor sizes).
+        jobs : sequence of int, optional
+            Job numbers (default 0, 1, ...).
+        slot_counts : sequence of int, optional
+            Slots per job, consecutive from slot 0 (default: the pool split evenly).
+        path : str or sequence of str
+            "sketch", "dense" or "auto", for every job or per job.
+        configure : bool
+            (Re)configure every job first (default); otherwise continue each job's chunk
+            count from its last message.
+
+        ``options`` (``load``, ``r_min``, ``timeout``, ...) apply to every job.
+
+        Returns
+        -------
+        list of ``(result, stats)`` as :meth:`allreduce`, in job order.
+        """
+        from ..switch_packets import allreduce_jobs_over_transport
+        tensor_sets = [list(t) for t in tensor_sets]
+        count = len(tensor_sets)
+        jobs = list(range(count)) if jobs is None else list(jobs)
+        if slot_counts is None:
+            if count > self.slots:
+                raise ValueError(f"{count} jobs need at least one slot each; the switch has "
+                                 f"{self.slots}")
+            slot_counts = [self.slots // count + (j < self.slots % count) for j in range(count)]
+        slot_counts = list(slot_counts)
+        paths = [path] * count if isinstance(path, str) else list(path)
+        if not len(jobs) == len(slot_counts) == len(paths) == count:
+            raise ValueError(f"{count} tensor sets but {len(jobs)} jobs, {len(slot_counts)} "
+                             f"slot counts and {len(paths)} paths")
+        loads = {key: options.pop(key) for key in ("load", "r_min") if key in options}
+        requests, base = [], 0
+        for job, tensors, slot_count, job_path in zip(jobs, tensor_sets, slot_counts, paths):
+            if configure:
+                self.configure_job(job, len(tensors), base, slot_count)
+            elif job not in self._next_chunk:
+                raise RuntimeError(f"job {job} was not configured through this interface")
+            requests.append(dict(tensors=tensors, job=job, slot_base=base,
+                                 slot_count=slot_count, first_chunk=self._next_chunk[job],
+                                 path=job_path, **loads))
+            base += slot_count
+        runs = allreduce_jobs_over_transport(
+            requests, lambda packets: self.transport.exchange("agg", packets, idle=32),
+            lanes=self.lanes, fault=fault, **options)
+        out = []
+        for job, (result, stats) in zip(jobs, runs):
+            self._next_chunk[job] = stats["packets"].next_chunk
+            out.append((result, _flat_stats(stats)))
+        return out
+
+
+def _flat_stats(stats):
+    """``{"lhc": LhcStats, "packets": PacketStats}`` as one flat dict."""
+    flat = {}
+    for part in ("lhc", "packets"):
+        value = stats[part]
+        flat.update(dataclasses.asdict(value) if dataclasses.is_dataclass(value)
+                    else dict(value))
+    return flat
 
 
 def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
-                max_workers=32, jobs=4):
+                max_workers=32, jobs=4, **backend_options):
     """A transport to the switch aggregator: the ``"golden"`` model, or a backend of
-    ``host.driver.backends`` (``"verilator"``: the Verilated ``switch_top`` gateware), by
-    default checked packet for packet against the model in lockstep."""
+    ``host.driver.backends``: the Verilated ``switch_top`` gateware through the compiled
+    harness (``"verilator"``) or the cocotb bridge (``"cocotb"``), or a board over UDP
+    (``"udp"``); by default checked packet for packet against the model in lockstep;
+    ``backend_options`` go to the backend (``"udp"``: see ``host.driver.udp.open_top``)."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":
         return SwitchModelTransport(**params)
-    device = open_backend(backend, "switch_top", waves=waves, **params)
+    device = open_backend(backend, "switch_top", waves=waves, **params, **backend_options)
     if not check:
         return device
     from .lockstep import LockstepTransport

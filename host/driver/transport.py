@@ -35,6 +35,8 @@ class ExchangeStats:
     busy_cycles: int = 0
     #: cycles in which the input offered a beat that the engine did not take
     stall_cycles: int = 0
+    #: clock cycles the exchanges ran in all (idle tails included)
+    cycles: int = 0
     latencies: list = field(default_factory=list)
 
     def add(self, reply, packets_in):
@@ -44,6 +46,7 @@ class ExchangeStats:
         self.in_beats += reply["in_beats"]
         self.out_beats += reply["out_beats"]
         self.stall_cycles += reply["stall_in"]
+        self.cycles += reply.get("cycles") or 0
         if reply["first_in"] is not None and reply["last_out"] is not None:
             self.busy_cycles += reply["last_out"] - reply["first_in"] + 1
         if reply["first_in"] is not None and reply["first_out"] is not None:

@@ -32,10 +32,12 @@ from __future__ import annotations
 
 import functools
 import numbers
+import typing
 
 import numpy as np
 
-from contract.header import K_MAX, K_MIN, LANES, MAGIC, VERSION, Flags, Header, PacketType
+from contract.header import (K_MAX, K_MIN, LANES, MAGIC, NIC_MAX_COUNT, VERSION, Flags, Header,
+                             PacketType)
 from contract.packet import Packet
 
 __all__ = [
@@ -43,14 +45,16 @@ __all__ = [
     "TAG_ZERO", "TAG_BYTE", "TAG_HALF", "TAG_RAW",
     "StreamError", "ReassemblyError",
     "check_k", "classify", "codes", "quantize", "encode", "decode", "encode_many", "decode_many",
+    "tag_histogram",
     "block_bits", "stream_bits", "stream_bytes",
     "tensor_to_packets", "packets_to_tensor", "nic_tx", "nic_rx",
+    "quantize_with_feedback",
 ]
 
 #: The paper's operating point: error bound 2^-10.
 K_DEFAULT = 10
 #: Default largest ``count`` the receive engine accepts (its output buffer holds this many).
-MAX_COUNT = 2048
+MAX_COUNT = NIC_MAX_COUNT
 #: Bits of the per-block tag vector (2 bits for each of the 8 lanes).
 TAG_VECTOR_BITS = 16
 #: The four classes (2-bit tags) of section 2.
@@ -73,8 +77,10 @@ _BLOCK_PAYLOAD_BYTES = _lane_bytes_of_vector.sum(axis=1)
 #: 2 (the tag vector) plus the payload bytes of the earlier lanes.
 _LANE_OFFSETS = (2 + np.cumsum(_lane_bytes_of_vector, axis=1) - _lane_bytes_of_vector).reshape(-1)
 del _lane_bytes_of_vector
+#: Most bytes a block takes: its tag vector and eight 32-bit payloads.
+_MAX_BLOCK_BYTES = 2 + 4 * LANES
 #: Bytes of one encoder row: tag vector, 8 codes of 4 bytes, 3 bytes of 32-bit padding.
-_ROW_BYTES = 2 + 4 * LANES + 3
+_ROW_BYTES = _MAX_BLOCK_BYTES + 3
 
 #: Values encoded or decoded per vectorised pass over many streams: enough to amortise the
 #: Python-level work, few enough that the temporaries stay in cache.
@@ -234,6 +240,74 @@ def quantize(values, k) -> np.ndarray:
         tags, code = _tags_and_codes(bits[start:start + _PASS_VALUES], k)
         out[start:start + _PASS_VALUES] = _words_from_codes(tags, code, k)
     return out.view(np.float32).reshape(shape)
+
+
+def quantize_with_feedback(values, residual, k):
+    """Error feedback around :func:`quantize`: ``(sent, residual')`` for one step.
+
+    The building block of error-feedback compression (1-bit SGD, EF-SGD, GRACE's
+    ``Memory``): what the codec takes away from a value is kept and added to the next
+    value at the same place, so it is delayed, not lost. In float32::
+
+        corrected = values + residual          # one float32 addition per value
+        sent      = quantize(corrected, k)     # what the NIC's codec carries unchanged
+        residual' = corrected - sent           # exact (see below)
+
+    ``sent`` is on the codec's grid, so the NIC compresses it exactly as the spec says and
+    decodes it to the same bits (``quantize(sent) == sent``): error feedback is the host's
+    part, the wire format does not change.
+
+    ``corrected - sent`` is computed exactly: ``sent`` is ``corrected`` truncated toward zero
+    (same sign), either to +0.0 (tag 00: the subtraction returns ``corrected`` itself), to
+    itself (tag 11: residual +0.0), or, for tags 01 and 10, to a value with
+    ``|sent| <= |corrected| <= 2 |sent|`` (the dropped part is below the grid step, and the
+    step, 2^-k or 2^-15, is at most ``|sent|``), where Sterbenz's lemma makes the float32
+    subtraction exact. Hence ``sent + residual' == corrected`` exactly, ``|residual'| <
+    2^-k``, and over many steps ``sum(sent) == sum(values) - residual_last`` exactly
+    whenever every addition ``values + residual`` is exact in float32 (for example a
+    constant gradient with a few significant bits); otherwise each step adds that
+    addition's rounding, at most 2^-24 of ``|corrected|``.
+
+    A non-finite ``corrected`` (NaN or Inf in ``values``, or an addition that overflowed)
+    is sent raw, as the codec sends it, and leaves a residual of +0.0 there: a NaN is not
+    remembered and cannot poison later steps.
+
+    Parameters
+    ----------
+    values : array_like of float32
+        This step's values (e.g. one rank's gradient bucket).
+    residual : array_like of float32, or None
+        The residual the previous step returned, same shape (``None``: all zero, the
+        first step).
+    k : int
+        Error bound exponent, 1..15.
+
+    Returns
+    -------
+    sent : numpy.ndarray of float32
+        ``quantize(values + residual, k)``, the shape of ``values``.
+    residual : numpy.ndarray of float32
+        The new residual, the shape of ``values``.
+    """
+    k = check_k(k)
+    values = np.asarray(values)
+    if values.dtype != np.float32:
+        raise TypeError(f"values must be float32, not {values.dtype}")
+    if residual is None:
+        corrected = values.copy()
+    else:
+        residual = np.asarray(residual)
+        if residual.dtype != np.float32:
+            raise TypeError(f"residual must be float32, not {residual.dtype}")
+        if residual.shape != values.shape:
+            raise ValueError(f"residual has shape {residual.shape}, values {values.shape}")
+        with np.errstate(invalid="ignore", over="ignore"):   # NaN, Inf: sent raw
+            corrected = values + residual
+    sent = quantize(corrected, k)
+    with np.errstate(invalid="ignore"):
+        new_residual = corrected - sent
+    new_residual[~np.isfinite(corrected)] = 0.0
+    return sent, new_residual
 
 
 # -- sizes -------------------------------------------------------------------------------
@@ -417,11 +491,14 @@ def _block_starts(next_start, first, blocks):
         return np.zeros((streams, 0), dtype=np.intp)
     levels = _doubling_levels(next_start.size, streams, widest)
     step = 1 << levels
-    jump, spare = next_start.copy(), np.empty_like(next_start)
-    for _ in range(levels):
-        # mode="wrap" skips the bounds check (every entry is a valid index already).
-        np.take(jump, jump, out=spare, mode="wrap")
-        jump, spare = spare, jump
+    jump = next_start   # no copies without squarings (many short streams)
+    if levels:
+        jump, spare = next_start.copy(), np.empty_like(next_start)
+        for _ in range(levels):
+            # mode="wrap" skips the bounds check (every entry is a valid index already).
+            np.take(jump, jump, out=spare, mode="wrap")
+            jump, spare = spare, jump
+        del spare
     groups = -(-widest // step)
     group_starts = np.empty((streams, groups), dtype=np.intp)
     position = first.astype(np.intp)
@@ -436,47 +513,52 @@ def _block_starts(next_start, first, blocks):
     return starts.reshape(streams, groups * step)[:, :widest]
 
 
-def _decode_segments(buf, first, sizes, counts, k):
-    """Decode independent bitstreams stored in ``buf`` (uint8): stream ``i`` occupies bytes
-    ``first[i] .. first[i] + sizes[i]`` (in increasing order, not overlapping) and holds
-    ``counts[i]`` values.
-
-    Returns ``(words, status)``: the decoded fp32 words of all streams, concatenated (the
-    words of a stream whose status is not ``STREAM_OK`` are meaningless), and one status per
-    stream (``STREAM_OK``, ``STREAM_TRUNCATED``, ``STREAM_OVERLONG``). Many streams are
-    decoded in passes of about ``_PASS_VALUES`` values.
-    """
-    buf = np.asarray(buf, dtype=np.uint8).reshape(-1)
-    first = np.asarray(first, dtype=np.int64)
-    sizes = np.asarray(sizes, dtype=np.int64)
+def _maximum_bytes(counts):
+    """Most bytes (padded) a stream of ``counts`` values can take: every lane that carries
+    a value is raw (lanes past ``count`` carry nothing)."""
     counts = np.asarray(counts, dtype=np.int64)
-    if counts.sum() <= _PASS_VALUES or counts.size == 1:
-        return _decode_pass(buf, first, sizes, counts, k)
-    words, status = [], []
-    bounds = _pass_groups(counts)
-    for a, b in zip(bounds[:-1], bounds[1:]):
-        low, high = first[a], first[b - 1] + sizes[b - 1]
-        w, st = _decode_pass(buf[low:high], first[a:b] - low, sizes[a:b], counts[a:b], k)
-        words.append(w)
-        status.append(st)
-    return np.concatenate(words), np.concatenate(status)
+    return 4 * -(-(2 * -(-counts // LANES) + 4 * counts) // 4)
 
 
-def _decode_pass(buf, first, sizes, counts, k):
-    """One vectorised pass of :func:`_decode_segments` (same arguments and result)."""
+class _Blocks(typing.NamedTuple):
+    """Where the blocks of one pass's streams start (see :func:`_find_blocks`)."""
+    #: The pass's bytes followed by 8 zero bytes (reads past the end stay in bounds).
+    padded: np.ndarray
+    #: Bytes of the pass (without the zero bytes).
+    size: int
+    counts: np.ndarray
+    #: Start of every block of every stream, stream after stream.
+    starts: np.ndarray
+    #: Tag vector of every block, lanes past ``count`` cleared.
+    tag_vector: np.ndarray
+    #: Per stream: ``STREAM_OK``, ``STREAM_TRUNCATED`` or ``STREAM_OVERLONG``.
+    status: np.ndarray
+    #: Per stream: the byte after its last block.
+    ends: np.ndarray
+    #: Index (in ``starts``) of the last block of every stream that has blocks, and how many
+    #: of its lanes carry values.
+    last_block: np.ndarray
+    lanes_in_last: np.ndarray
+
+
+def _find_blocks(buf, first, sizes, counts):
+    """The blocks of independent bitstreams in ``buf`` (one vectorised pass): stream ``i``
+    occupies bytes ``first[i] .. first[i] + sizes[i]`` and holds ``counts[i]`` values."""
     size = buf.size
     # Zero bytes after the end so that reads past it (truncated streams) stay in bounds.
     padded = np.zeros(size + 8, dtype=np.uint8)
     padded[:size] = buf
     tag_vector_at = padded[:size + 1].astype(np.uint16) | (padded[1:size + 2].astype(np.uint16) << 8)
 
-    next_start = np.arange(size + 1, dtype=np.intp)
-    next_start += 2 + _BLOCK_PAYLOAD_BYTES[tag_vector_at]
+    next_start = _BLOCK_PAYLOAD_BYTES[tag_vector_at].astype(np.intp, copy=False)
+    next_start += np.arange(2, size + 3, dtype=np.intp)
     np.minimum(next_start, size, out=next_start)
 
     blocks = -(-counts // LANES)
     starts_2d = _block_starts(next_start, np.minimum(first, size), blocks)
+    del next_start
     starts = starts_2d[np.arange(starts_2d.shape[1]) < blocks[:, None]].astype(np.int64)
+    del starts_2d
     tag_vector = tag_vector_at[starts]
     # Lanes past `count` in a stream's last block carry nothing, whatever their tag bits.
     has_blocks = blocks > 0
@@ -484,26 +566,145 @@ def _decode_pass(buf, first, sizes, counts, k):
     lanes_in_last = counts[has_blocks] - LANES * (blocks[has_blocks] - 1)
     tag_vector[last_block] &= ((1 << (2 * lanes_in_last)) - 1).astype(np.uint16)
 
-    block_end = starts + 2 + _BLOCK_PAYLOAD_BYTES[tag_vector]
+    block_end = starts[last_block] + 2 + _BLOCK_PAYLOAD_BYTES[tag_vector[last_block]]
     ends = first.copy()
-    ends[has_blocks] = block_end[last_block]
+    ends[has_blocks] = block_end
     needed = ends - first
     status = np.where(needed > sizes, STREAM_TRUNCATED,
                       np.where(sizes > 4 * -(-needed // 4), STREAM_OVERLONG, STREAM_OK))
+    return _Blocks(padded, size, counts, starts, tag_vector, status.astype(np.int8), ends,
+                   last_block, lanes_in_last)
 
-    # Decode the lanes, a pass of blocks at a time (a long stream is one pass otherwise).
+
+def _scan_segments(buf, first, sizes, counts, visit):
+    """Find the blocks of independent bitstreams in passes of about ``_PASS_VALUES`` values
+    each, whatever the lengths of the streams; returns the status of every stream.
+
+    Stream ``i`` occupies bytes ``first[i] .. first[i] + sizes[i]`` of ``buf`` (in
+    increasing order, not overlapping) and holds ``counts[i]`` values. ``visit(blocks,
+    value_first)`` is called for every pass with its :class:`_Blocks`, whose values are
+    values ``value_first ..`` of all streams' values concatenated. Short streams are
+    grouped, several to a pass; a stream longer than a pass is cut into pieces of
+    ``_PASS_VALUES // LANES`` blocks: a piece starts where the one before it ended, and
+    its blocks all lie in the next ``_MAX_BLOCK_BYTES`` bytes per block, so a pass never
+    looks at more than about ``4.25 * _PASS_VALUES`` bytes.
+    """
+    buf = np.asarray(buf, dtype=np.uint8).reshape(-1)
+    first = np.asarray(first, dtype=np.int64).reshape(-1)
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    # A stream longer than its count can take is over-long whatever its bytes are; reading
+    # no more than 4 bytes past that bound keeps it over-long and bounds the bytes a pass
+    # reads by its values.
+    sizes = np.minimum(np.asarray(sizes, dtype=np.int64).reshape(-1),
+                       _maximum_bytes(counts) + 4)
+    status = np.zeros(counts.size, dtype=np.int8)
+    value_first = np.cumsum(counts) - counts
+    start = 0
+    for stop in np.flatnonzero(counts > _PASS_VALUES).tolist() + [counts.size]:
+        if stop > start:
+            bounds = _pass_groups(counts[start:stop])
+            for a, b in zip(bounds[:-1], bounds[1:]):
+                a, b = a + start, b + start
+                pass_buf, pass_first = _pass_bytes(buf, first[a:b], sizes[a:b])
+                blocks = _find_blocks(pass_buf, pass_first, sizes[a:b], counts[a:b])
+                status[a:b] = blocks.status
+                visit(blocks, int(value_first[a]))
+        if stop < counts.size:
+            status[stop] = _scan_long_stream(buf, int(first[stop]), int(sizes[stop]),
+                                             int(counts[stop]), int(value_first[stop]), visit)
+        start = stop + 1
+    return status
+
+
+def _pass_bytes(buf, first, sizes):
+    """The bytes of one pass over streams ``first, sizes`` and where each starts in them:
+    a slice of ``buf``, or the streams gathered when other bytes lie between them."""
+    low, high = int(first[0]), int(first[-1] + sizes[-1])
+    if high - low <= int(sizes.sum()) + 4 * sizes.size:
+        return buf[low:high], first - low
+    gathered = np.concatenate([buf[a:a + n] for a, n in zip(first.tolist(), sizes.tolist())])
+    return gathered, np.cumsum(sizes) - sizes
+
+
+def _scan_long_stream(buf, first, size, count, value_first, visit):
+    """:func:`_scan_segments` of one stream longer than a pass, piece by piece; returns its
+    status.
+
+    A piece's blocks are followed in a window of bytes: if they all end inside it, the walk
+    is exact (every tag vector it read lies inside); if the last one ends past it, the
+    window was too short, and the piece is walked again in a window long enough for every
+    block raw (or, at the stream's end, the stream is truncated). The first window is the
+    size of the piece before it, with a margin, so that compressible streams are not
+    walked over 34 bytes per block.
+    """
+    piece_blocks = max(1, _PASS_VALUES // LANES)
+    position, done = 0, 0   # where the next piece starts (bytes, values)
+    previous_bytes_per_block = _MAX_BLOCK_BYTES
+    while True:
+        values = min(count - done, LANES * piece_blocks)
+        blocks_in_piece = -(-values // LANES)
+        longest = min(size - position, _MAX_BLOCK_BYTES * blocks_in_piece)
+        window = min(longest, int(1.25 * previous_bytes_per_block * blocks_in_piece) + 64)
+        while True:
+            low = first + position
+            blocks = _find_blocks(buf[low:low + window], np.zeros(1, dtype=np.int64),
+                                  np.array([window], dtype=np.int64),
+                                  np.array([values], dtype=np.int64))
+            piece_bytes = int(blocks.ends[0])
+            if piece_bytes <= window or window == longest:
+                break
+            window = longest
+        # The status is the whole stream's (its padding counts from the stream's start).
+        end = position + piece_bytes
+        if end > size:
+            return STREAM_TRUNCATED
+        done += values
+        if done == count and size > 4 * -(-end // 4):
+            return STREAM_OVERLONG
+        visit(blocks, value_first + done - values)
+        if done == count:
+            return STREAM_OK
+        position = end
+        previous_bytes_per_block = piece_bytes / blocks_in_piece
+
+
+def _decode_segments(buf, first, sizes, counts, k):
+    """Decode independent bitstreams stored in ``buf`` (uint8): stream ``i`` occupies bytes
+    ``first[i] .. first[i] + sizes[i]`` (in increasing order, not overlapping) and holds
+    ``counts[i]`` values.
+
+    Returns ``(words, status)``: the decoded fp32 words of all streams, concatenated (the
+    words of a stream whose status is not ``STREAM_OK`` are meaningless), and one status per
+    stream (``STREAM_OK``, ``STREAM_TRUNCATED``, ``STREAM_OVERLONG``). The work is done in
+    passes of about ``_PASS_VALUES`` values (:func:`_scan_segments`), so that besides the
+    words nothing grows with the streams' length.
+    """
+    counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+    words = np.zeros(int(counts.sum()), dtype=np.uint32)
+
+    def decode_pass(blocks, value_first):
+        values = int(blocks.counts.sum())
+        words[value_first:value_first + values] = _decode_blocks(blocks, k)
+
+    status = _scan_segments(buf, first, sizes, counts, decode_pass)
+    return words, status
+
+
+def _decode_blocks(blocks, k):
+    """The fp32 words of one pass's blocks (:class:`_Blocks`), lanes past ``count`` left
+    out."""
+    starts, tag_vector = blocks.starts, blocks.tag_vector
     words = np.zeros(starts.size * LANES, dtype=np.uint32)
-    windows = np.lib.stride_tricks.sliding_window_view(padded, 4)
-    step = _PASS_VALUES // LANES
-    for b in range(0, starts.size, step):
+    windows = np.lib.stride_tricks.sliding_window_view(blocks.padded, 4)
+    step = _PASS_VALUES // LANES or 1
+    for b in range(0, starts.size, step):   # bounds the temporaries of a pass
         _decode_lanes(words[b * LANES:(b + step) * LANES], starts[b:b + step],
-                      tag_vector[b:b + step], windows, size, k)
-
-    if np.any(lanes_in_last != LANES):
+                      tag_vector[b:b + step], windows, blocks.size, k)
+    if np.any(blocks.lanes_in_last != LANES):
         lane_valid = np.ones((starts.size, LANES), dtype=bool)
-        lane_valid[last_block] = np.arange(LANES) < lanes_in_last[:, None]
+        lane_valid[blocks.last_block] = np.arange(LANES) < blocks.lanes_in_last[:, None]
         words = words[lane_valid.reshape(-1)]
-    return words, status.astype(np.int8)
+    return words
 
 
 def _decode_lanes(out, starts, tag_vector, windows, size, k):
@@ -520,8 +721,20 @@ def _decode_lanes(out, starts, tag_vector, windows, size, k):
     out[carrying] = _words_from_codes(carried_tags, read & _CODE_MASK[carried_tags], k)
 
 
+def _byte_array(data):
+    """``data`` (bytes-like, or a sequence of byte values) as a uint8 array, without a copy
+    where it is a contiguous buffer."""
+    try:
+        return np.frombuffer(memoryview(data).cast("B"), dtype=np.uint8)
+    except TypeError:
+        return np.frombuffer(bytes(data), dtype=np.uint8)
+
+
 def decode(data, count, k) -> np.ndarray:
     """Decode a section-3 bitstream of ``count`` values (float32 array of ``count``).
+
+    Works in passes of about 2^18 values whatever ``count`` is: besides ``data`` and the
+    result, the memory it takes does not grow with the stream.
 
     Raises
     ------
@@ -534,7 +747,7 @@ def decode(data, count, k) -> np.ndarray:
     """
     k = check_k(k)
     count = _check_count("count", count)
-    buf = np.frombuffer(bytes(data), dtype=np.uint8)
+    buf = _byte_array(data)
     if buf.size < _minimum_bytes(count):   # also spares huge allocations for absurd counts
         _raise_for_status(STREAM_TRUNCATED, buf.size, count, k)
     words, status = _decode_segments(buf, [0], [buf.size], [count], k)
@@ -547,13 +760,45 @@ def _minimum_bytes(count):
     return 2 * -(-count // LANES)
 
 
-def _raise_for_status(status, size, count, k):
+def _raise_for_status(status, size, count, k=None):
     if status == STREAM_TRUNCATED:
         raise StreamError("drop_truncated", f"bitstream of {size} bytes is truncated: it ends "
-                                            f"before {count} values (k={k})")
+                                            f"before {count} values"
+                                            + (f" (k={k})" if k is not None else ""))
     if status == STREAM_OVERLONG:
         raise StreamError("drop_overlong", f"bitstream of {size} bytes is over-long: 32-bit "
                                            f"words follow the padded end of {count} values")
+
+
+def _gather_streams(payloads, counts, k=None):
+    """``(buf, first, sizes, counts)`` of many payloads, or raise :class:`StreamError` for
+    the first that is shorter than its count's tag vectors (before anything is allocated
+    for the counts)."""
+    payloads = [bytes(p) for p in payloads]
+    counts = [_check_count("count", c) for c in counts]
+    if len(payloads) != len(counts):
+        raise ValueError(f"{len(payloads)} payloads but {len(counts)} counts")
+    sizes = np.array([len(p) for p in payloads], dtype=np.int64)
+    for i, (size, count) in enumerate(zip(sizes.tolist(), counts)):
+        if size < _minimum_bytes(count):
+            _raise_for_stream(i, STREAM_TRUNCATED, size, count, k)
+    first = np.cumsum(sizes) - sizes
+    buf = np.frombuffer(b"".join(payloads), dtype=np.uint8)
+    return buf, first, sizes, np.array(counts, dtype=np.int64)
+
+
+def _raise_for_stream(i, status, size, count, k=None):
+    try:
+        _raise_for_status(status, size, count, k)
+    except StreamError as exc:
+        raise StreamError(exc.cause, f"stream {i}: {exc}") from None
+
+
+def _raise_for_first_bad(status, sizes, counts, k=None):
+    bad = np.flatnonzero(status)
+    if bad.size:
+        i = int(bad[0])
+        _raise_for_stream(i, int(status[i]), int(sizes[i]), int(counts[i]), k)
 
 
 def decode_many(payloads, counts, k) -> list:
@@ -561,30 +806,47 @@ def decode_many(payloads, counts, k) -> list:
     values); returns one float32 array per stream. Raises :class:`StreamError` (naming
     the first bad stream's index) if any stream is malformed."""
     k = check_k(k)
-    payloads = [bytes(p) for p in payloads]
-    counts = [_check_count("count", c) for c in counts]
-    if len(payloads) != len(counts):
-        raise ValueError(f"{len(payloads)} payloads but {len(counts)} counts")
-    sizes = np.array([len(p) for p in payloads], dtype=np.int64)
-    first = np.cumsum(sizes) - sizes
-    buf = np.frombuffer(b"".join(payloads), dtype=np.uint8)
-    short = [i for i, (size, count) in enumerate(zip(sizes.tolist(), counts))
-             if size < _minimum_bytes(count)]
-    if short:
-        status = np.zeros(len(counts), dtype=np.int8)
-        status[short[0]] = STREAM_TRUNCATED
-    else:
-        words, status = _decode_segments(buf, first, sizes, counts, k)
-    bad = np.flatnonzero(status)
-    if bad.size:
-        i = int(bad[0])
-        try:
-            _raise_for_status(int(status[i]), int(sizes[i]), counts[i], k)
-        except StreamError as exc:
-            raise StreamError(exc.cause, f"stream {i}: {exc}") from None
+    buf, first, sizes, counts = _gather_streams(payloads, counts, k)
+    words, status = _decode_segments(buf, first, sizes, counts, k)
+    _raise_for_first_bad(status, sizes, counts, k)
     ends = np.cumsum(counts).tolist()
     values = words.view(np.float32)
     return [values[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
+@functools.lru_cache(maxsize=None)
+def _tags_of_vector():
+    """How many lanes of each tag a tag vector holds, at ``[tag_vector, tag]`` (uint8)."""
+    vectors = np.arange(1 << 16, dtype=np.uint32)
+    table = np.zeros((1 << 16, 4), dtype=np.uint8)
+    for lane in range(LANES):
+        table[vectors, (vectors >> (2 * lane)) & 3] += 1
+    table.flags.writeable = False
+    return table
+
+
+def tag_histogram(payloads, counts) -> np.ndarray:
+    """How many values of each class (tag 00, 01, 10, 11) the bitstreams ``payloads``
+    (``payloads[i]`` holding ``counts[i]`` values) carry, read from their tag vectors alone:
+    no value is decoded. An int64 array of 4.
+
+    The streams are checked like :func:`decode_many` checks them (raising the same
+    :class:`StreamError`), in the same bounded passes. The tags are the stream's own: a
+    code with a zero magnitude (which the encoder never writes) counts under its tag,
+    though it decodes to a zero.
+    """
+    buf, first, sizes, counts = _gather_streams(payloads, counts)
+    histogram = np.zeros(4, dtype=np.int64)
+
+    def count_pass(blocks, _value_first):
+        histogram[:] += _tags_of_vector()[blocks.tag_vector].sum(axis=0, dtype=np.int64)
+        # The cleared lanes past `count` read as tag 00 but hold no value.
+        histogram[TAG_ZERO] -= int((LANES - blocks.lanes_in_last).sum())
+
+    status = _scan_segments(buf, first, sizes, counts, count_pass)
+    _raise_for_first_bad(status, sizes, counts)
+    return histogram
+
 
 
 # -- packets (docs/nic-contract.md) -----------------------------------------------------
@@ -687,7 +949,9 @@ def nic_tx(packet):
     ``cause`` is the ``NIC_TX_COUNTERS`` name the packet is counted under, besides
     ``"packets"`` (each packet has exactly one): ``"compressed"``, ``"length_mismatch"``
     (compressed anyway: the payload's own words are encoded, the header keeps its ``count``),
-    ``"bad_k"`` (passed through untouched) or ``"bypassed"``.
+    ``"bad_k"`` (passed through untouched), ``"too_large"`` (``count`` above
+    :data:`MAX_COUNT`, which no receive path decompresses: passed through untouched, spec
+    section 4) or ``"bypassed"``.
     """
     h = packet.header
     if not (h.magic == MAGIC and h.version == VERSION and h.type == PacketType.RAW_F32
@@ -695,6 +959,8 @@ def nic_tx(packet):
         return packet, "bypassed"
     if not K_MIN <= h.k <= K_MAX:
         return packet, "bad_k"
+    if h.count > MAX_COUNT:
+        return packet, "too_large"
     words = np.frombuffer(packet.payload, dtype="<u4")
     out = Packet(h.replace(type=PacketType.INC_F32), encode(words, h.k))
     return out, "compressed" if words.size == h.count else "length_mismatch"

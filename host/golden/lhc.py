@@ -15,6 +15,28 @@ and so ends with the exact int32 sum of the quantised tensors, dequantised. The 
 therefore bit for bit ``dequantize(wrap32(sum_w quantize(x_w, f)), f)`` whatever happens
 during peeling.
 
+Dense or sketch, per tensor (``path``). After phase A every worker holds the merged index,
+so it knows exactly what the sketch would cost before anything else is sent; with
+``path="auto"`` it sends the tensor as a dense ``AGG_ADD_I32`` all-reduce of its quantised
+values instead (SwitchML's integer sum through the same aggregator, the same scale ``f``,
+so the same result bits) when that is cheaper. The rule (:func:`choose_path`), in payload
+bytes per worker, with ``N`` elements, ``r`` sketch rows and ``u`` the elements peeling will
+leave::
+
+    sketch  iff  4 * r * B + 4 * u  <  4 * N          (ties and empty tensors go dense)
+
+The index (``N / 8`` bytes) is already paid on both sides, so it is left out. ``u`` is
+exact, not an expectation: peeling's choices depend only on the cell counts, which every
+worker recomputes from the merged index, never on the values, so the elements that will
+need the fallback round are known after phase A (:func:`peel_schedule`). Every input to the
+rule (``N``, ``r``, ``u``) is derived from the switch's OR result, hence the same on every
+worker. ``u`` is computed only when it can change the answer (``4 r B < 4 N <= 4 r B + 4
+|U|``). The result is bit for bit the same on either path; only the bytes differ, and
+``path="auto"`` sends at most the index phase (1 bit per value) more than a dense
+all-reduce. ``path="sketch"`` (the default) and ``path="dense"`` force one path; a forced
+dense all-reduce sends no index: its phase A is one word per worker (whether it holds a
+non-zero, OR-merged, with the exponent MAX-merged in the header), then the dense round.
+
 Public entry point: :func:`allreduce`. The building blocks (:func:`worker_exponent`,
 :func:`scale`, :func:`quantize`, :func:`dequantize`, :func:`encode_index`,
 :func:`aggregate_index`, :func:`rows_for`, :func:`encode_sketch`, :func:`aggregate_sketch`,
@@ -22,23 +44,22 @@ Public entry point: :func:`allreduce`. The building blocks (:func:`worker_expone
 runs one worker's side of the protocol phase by phase, for drivers that carry the phases
 over a real (or simulated) network (``host/switch_packets.py``).
 
-Choices where the spec leaves something open (all deterministic, shared by every worker):
+Points the spec fixes that are easy to get wrong (all deterministic, shared by every worker):
 
-- **The index marks ``x != 0``, not ``q != 0``.** The spec says the bitmap has a bit where
-  ``q != 0``, but ``q`` needs the scale, which needs ``e_max``, which the switch only
-  delivers at the end of phase A, the phase that carries the bitmap. So the bitmap is built
-  from the float values: ``x != 0`` (``-0.0`` counts as zero). Since ``q != 0`` implies
-  ``x != 0`` this is a superset; elements that quantise to 0 sit in ``U`` with value 0 and
-  peel like any other. Results are unaffected; ``union_nnz`` and ``rows`` can be slightly
-  larger than with the literal rule.
-- **All zero.** ``f = 1`` when the merged bitmap is empty (then every value of every
-  worker is ±0; every worker can tell from the bitmap alone).
-- **Scale overflow.** ``float32((2**31 - 1) / (n * 2**e_max))`` is ``inf`` when ``e_max``
-  is very small (all magnitudes below about ``2**-96``, e.g. only denormals). Then the scale
-  is computed with the smallest exponent for which it is finite (:func:`scale_exponent_floor`)
-  instead of ``e_max``: still deterministic, still bounded in int32, just coarser.
-- **Exponent byte range.** ``e_w`` ranges over -126..128; 128 (a magnitude of at least
-  ``2**127``) does not fit the signed exponent byte and is rejected with ValueError.
+- **The index marks ``x != 0``, not ``q != 0``** (``../shared/spec/lhc-sketch.md`` section 3,
+  step 1): ``q`` needs the scale, which needs ``e_max``, which the switch only delivers at
+  the end of phase A, the phase that carries the bitmap. So the bitmap is built from the
+  float values (``-0.0`` counts as zero). Elements that quantise to 0 sit in ``U`` with
+  value 0 and peel like any other.
+- **All zero** (section 2): ``f = 1`` when the merged bitmap is empty (then every value of
+  every worker is ±0; every worker can tell from the bitmap alone).
+- **The exponent clamp** (section 2): ``float32((2**31 - 1) / (n * 2**e_max))`` is ``inf``
+  when ``e_max`` is very small (all magnitudes below about ``2**-96``, e.g. only denormals).
+  Then the scale is computed with the smallest exponent for which it is finite
+  (:func:`scale_exponent_floor`) instead of ``e_max``: still bounded in int32, just coarser.
+- **Refused values** (section 2): ``e_w`` ranges over -126..128; 128 (a magnitude of at
+  least ``2**127``) does not fit the header's signed exponent byte, and NaN and Inf have no
+  integer form: all three are refused with a clear ValueError, never sent.
 - **Row count.** ``r = max(r_min, math.ceil(max_column / load))`` evaluated in Python
   floating point (so ``ceil(7 / 0.7) == 11``: 0.7 is not exact in binary).
 - **Rounds** counts the peeling rounds that peeled at least one element (the final round
@@ -60,8 +81,9 @@ __all__ = [
     "as_gradient", "worker_exponent", "aggregate_exponent", "scale", "scale_exponent_floor",
     "quantize", "dequantize", "n_blocks", "encode_index", "decode_index", "aggregate_index",
     "column_counts", "rows_for", "block_hashes", "SketchGeometry", "encode_sketch",
-    "aggregate_sketch", "count_map", "PeelResult", "peel", "decode", "LhcPlan", "make_plan",
-    "LhcStats", "LhcWorker", "allreduce", "wrap_int32",
+    "aggregate_sketch", "count_map", "PeelResult", "peel", "peel_schedule", "decode",
+    "LhcPlan", "make_plan", "choose_path", "PATHS", "LhcStats", "LhcWorker", "allreduce",
+    "wrap_int32",
 ]
 
 #: Columns of the sketch: a tensor is cut into blocks of B elements.
@@ -75,6 +97,9 @@ MAX_WORKERS = 32
 EXPONENT_ZERO = -126
 INT32_MAX = 2**31 - 1
 _WORDS_PER_BLOCK = B // 32
+#: How a tensor may travel: the sketch, a dense int32 all-reduce, or the cheaper of the two
+#: chosen after the index phase (:func:`choose_path`).
+PATHS = ("sketch", "dense", "auto")
 
 
 # ---------------------------------------------------------------------------------------
@@ -100,6 +125,7 @@ def as_gradient(tensor, *, name: str = "tensor") -> np.ndarray:
         with np.errstate(over="ignore"):
             array = array.astype(np.float32)
     flat = np.ascontiguousarray(array).reshape(-1)
+    # lhc-sketch.md section 2: NaN and Inf are refused with a clear error, never sent
     bad = (flat.view(np.uint32) & np.uint32(0x7F800000)) == np.uint32(0x7F800000)
     if bad.any():
         where = np.flatnonzero(bad)
@@ -127,7 +153,7 @@ def _exponent_of(flat: np.ndarray) -> int:
         return EXPONENT_ZERO
     magnitude_bits = int((flat.view(np.uint32) & np.uint32(0x7FFFFFFF)).max())
     exponent = (magnitude_bits >> 23) - 126
-    if exponent > 127:
+    if exponent > 127:      # lhc-sketch.md section 2: abs(x) >= 2^127 is refused
         raise ValueError(f"max |x| = {np.uint32(magnitude_bits).view(np.float32)!r} is at "
                          f"least 2**127: its exponent {exponent} does not fit the signed "
                          f"exponent byte")
@@ -150,7 +176,8 @@ def _unclamped_scale(exponent: int, n_workers: int) -> np.float32:
 
 @functools.lru_cache(maxsize=None)
 def scale_exponent_floor(n_workers: int) -> int:
-    """Smallest exponent for which ``float32((2**31-1) / (n * 2**e))`` is finite."""
+    """Smallest exponent for which ``float32((2**31-1) / (n * 2**e))`` is finite: the clamp
+    of ``../shared/spec/lhc-sketch.md`` section 2 for tensors of denormals only."""
     _check_workers(n_workers)
     exponent = -128
     while not np.isfinite(_unclamped_scale(exponent, n_workers)):
@@ -460,6 +487,35 @@ def peel(sketch, elements, rows: int, blocks: int) -> PeelResult:
     return PeelResult(elements=elements, values=values, peeled=peeled, rounds=rounds)
 
 
+def peel_schedule(elements, rows: int, blocks: int) -> tuple[np.ndarray, int]:
+    """Which elements of U peeling will recover, from U alone: ``(peeled, rounds)``.
+
+    Peeling (:func:`peel`) decides every pick from the cell counts, which depend only on U
+    and the hashes, never on the sketch's values; so the outcome is known as soon as the
+    merged index is, before any sketch is sent. This is :func:`peel`'s loop without the
+    values: ``peeled`` (bool, per element of ``elements``) and ``rounds`` are exactly
+    ``peel(...).peeled`` and ``peel(...).rounds`` for every sketch of that geometry.
+    """
+    geometry = SketchGeometry(blocks, rows)
+    elements = np.asarray(elements, dtype=np.int64)
+    cells, _ = geometry.locate(elements)
+    counts = np.bincount(cells.reshape(-1), minlength=geometry.cells)
+    peeled = np.zeros(elements.size, dtype=bool)
+    pending = np.arange(elements.size)
+    rounds = 0
+    while pending.size:
+        picked = (counts[cells[0]] == 1) | (counts[cells[1]] == 1) | (counts[cells[2]] == 1)
+        sel = np.flatnonzero(picked)
+        if not sel.size:
+            break
+        peeled[pending[sel]] = True
+        np.subtract.at(counts, cells[:, sel].reshape(-1), 1)
+        keep = ~picked
+        pending, cells = pending[keep], cells[:, keep]
+        rounds += 1
+    return peeled, rounds
+
+
 def decode(peeling: PeelResult, fallback_sums, n_elements: int) -> np.ndarray:
     """The exact int32 sum: peeled values, fallback sums for the unpeeled, 0 outside U.
 
@@ -484,36 +540,83 @@ def decode(peeling: PeelResult, fallback_sums, n_elements: int) -> np.ndarray:
 
 @dataclasses.dataclass(frozen=True)
 class LhcPlan:
-    """What every worker derives identically from the merged index and exponent."""
+    """What every worker derives identically from the merged index and exponent.
+
+    ``path`` is the path the tensor takes ("sketch" or "dense"), ``requested_path`` what the
+    caller asked for ("sketch", "dense" or "auto"). A forced dense plan has no index:
+    ``elements``, ``rows`` and ``max_column`` are then None.
+    """
     n_workers: int
     n_elements: int
     blocks: int
     exponent: int           # e_max
     scale: np.float32       # f
-    rows: int               # r
+    rows: int | None        # r (what the sketch needs, also when the tensor goes dense)
     load: float
     r_min: int
-    elements: np.ndarray    # ascending element numbers of U
-    max_column: int
+    elements: np.ndarray | None   # ascending element numbers of U
+    max_column: int | None
+    path: str = "sketch"
+    requested_path: str = "sketch"
+    #: elements peeling will leave (:func:`peel_schedule`), where the choice needed it
+    predicted_unpeeled: int | None = None
 
 
 def make_plan(union_words, e_max: int, n_workers: int, n_elements: int, *,
-              load: float = DEFAULT_LOAD, r_min: int = 1) -> LhcPlan:
-    """Derive ``U``, ``r`` and ``f`` from the switch's phase-A result."""
+              load: float = DEFAULT_LOAD, r_min: int = 1, path: str = "sketch") -> LhcPlan:
+    """Derive ``U``, ``r``, ``f`` and the path from the switch's phase-A result.
+
+    ``union_words`` is the merged index bitmap, or for ``path="dense"`` (no index sent) the
+    one OR-merged word that is non-zero when any worker holds a non-zero value.
+    """
     _check_workers(n_workers)
     _check_load(load, r_min)
+    _check_path(path)
     blocks = n_blocks(n_elements)
     union_words = np.asarray(union_words, dtype=np.uint32).reshape(-1)
+    if path == "dense":
+        if union_words.size != 1:
+            raise ValueError(f"a forced dense all-reduce merges one word in phase A, not "
+                             f"{union_words.size}")
+        return LhcPlan(n_workers=n_workers, n_elements=int(n_elements), blocks=blocks,
+                       exponent=int(e_max),
+                       scale=scale(e_max, n_workers, all_zero=not union_words[0]),
+                       rows=None, load=float(load), r_min=int(r_min), elements=None,
+                       max_column=None, path="dense", requested_path="dense")
     if union_words.size != blocks * _WORDS_PER_BLOCK:
         raise ValueError(f"merged index has {union_words.size} words, expected "
                          f"{blocks * _WORDS_PER_BLOCK} for {n_elements} elements")
     elements = decode_index(union_words, n_elements)
     max_column = int(column_counts(elements).max()) if elements.size else 0
-    return LhcPlan(n_workers=n_workers, n_elements=int(n_elements), blocks=blocks,
+    plan = LhcPlan(n_workers=n_workers, n_elements=int(n_elements), blocks=blocks,
                    exponent=int(e_max),
                    scale=scale(e_max, n_workers, all_zero=elements.size == 0),
                    rows=_rows(max_column, load, r_min), load=float(load), r_min=int(r_min),
-                   elements=elements, max_column=max_column)
+                   elements=elements, max_column=max_column, requested_path=path)
+    if path == "auto":
+        chosen, unpeeled = choose_path(plan)
+        plan = dataclasses.replace(plan, path=chosen, predicted_unpeeled=unpeeled)
+    return plan
+
+
+def choose_path(plan: LhcPlan) -> tuple[str, int | None]:
+    """The break-even rule: ``("sketch" | "dense", predicted unpeeled or None)``.
+
+    Sketch iff ``4 r B + 4 u < 4 N`` payload bytes per worker (module docstring), with
+    ``u`` the exact number of elements peeling will leave (:func:`peel_schedule`), computed
+    only when the two bounds ``4 r B`` and ``4 r B + 4 |U|`` fall on either side of
+    ``4 N``. Deterministic: every input comes from the merged index.
+    """
+    if plan.elements is None or plan.rows is None:
+        raise ValueError("the choice needs the merged index (a forced dense plan has none)")
+    sketch_words, n = plan.rows * B, plan.n_elements
+    if sketch_words >= n:
+        return "dense", None
+    if sketch_words + plan.elements.size < n:
+        return "sketch", None
+    peeled, _ = peel_schedule(plan.elements, plan.rows, plan.blocks)
+    unpeeled = int(peeled.size - np.count_nonzero(peeled))
+    return ("sketch" if sketch_words + unpeeled < n else "dense"), unpeeled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -522,6 +625,12 @@ class LhcStats:
     padding to packets), against ``dense_bytes`` for a dense int32 all-reduce.
 
     Readable as attributes or as a mapping (``stats["rows"]``); :meth:`as_dict` for JSON.
+
+    On the dense path ``sketch_bytes``, ``fallback_bytes``, ``peeled``, ``unpeeled`` and
+    ``rounds`` are 0 and ``dense_round_bytes`` is ``4 * elements``; ``rows`` and ``cells``
+    say what the sketch would have needed (None after a forced dense all-reduce, which has
+    no index: its ``index_bytes`` is the one word of its phase A, and ``union_nnz`` and
+    ``max_column`` are None too).
     """
     workers: int
     elements: int
@@ -542,6 +651,13 @@ class LhcStats:
     fallback_bytes: int
     total_bytes: int
     dense_bytes: int
+    #: "sketch" or "dense": how the tensor travelled; "sketch", "dense" or "auto": asked for
+    path: str = "sketch"
+    requested_path: str = "sketch"
+    #: payload of the dense int32 round (4 bytes per value) when the tensor went dense
+    dense_round_bytes: int = 0
+    #: elements peeling would leave, as the path choice computed them (None: not needed)
+    predicted_unpeeled: int | None = None
 
     @property
     def compression(self) -> float:
@@ -565,20 +681,26 @@ class LhcWorker:
 
     Usage (what :func:`allreduce` and the packet driver do)::
 
-        w = LhcWorker(x, n_workers)
-        union, e_max = switch_or(w.index_words), switch_max(w.exponent)        # phase A
-        sketch_sum = switch_add(w.sketch_phase(union, e_max))                  # phase B
-        fallback_sum = switch_add(w.fallback_phase(sketch_sum))                # phase C
-        result, stats = w.finish(fallback_sum)                                 # (maybe empty)
+        w = LhcWorker(x, n_workers, path="auto")
+        merged, e_max = switch_or(w.phase_a_words), switch_max(w.exponent)      # phase A
+        if w.plan_phase(merged, e_max) == "dense":
+            result, stats = w.finish(switch_add(w.dense_phase(merged, e_max)))  # dense round
+        else:
+            sketch_sum = switch_add(w.sketch_phase(merged, e_max))             # phase B
+            fallback_sum = switch_add(w.fallback_phase(sketch_sum))            # phase C
+            result, stats = w.finish(fallback_sum)                             # (maybe empty)
 
-    ``plan`` / ``peeling`` arguments let a driver that simulates many workers in one process
-    compute the identical per-worker derivations once.
+    With the default ``path="sketch"`` the plan always says "sketch" (``plan_phase`` may be
+    skipped: ``sketch_phase`` makes the plan itself). ``plan`` / ``peeling`` arguments let a
+    driver that simulates many workers in one process compute the identical per-worker
+    derivations once.
     """
 
     def __init__(self, tensor, n_workers: int, *, load: float = DEFAULT_LOAD, r_min: int = 1,
-                 name: str = "tensor"):
+                 name: str = "tensor", path: str = "sketch"):
         _check_workers(n_workers)
         _check_load(load, r_min)
+        self.path = _check_path(path)
         self.shape = np.shape(tensor)
         self.values = as_gradient(tensor, name=name)
         self.n_workers = int(n_workers)
@@ -597,51 +719,112 @@ class LhcWorker:
     def n_elements(self) -> int:
         return self.values.size
 
-    def sketch_phase(self, union_words, e_max: int, plan: LhcPlan | None = None) -> np.ndarray:
-        """After phase A: quantise with the common scale; return this worker's int32 sketch."""
+    @property
+    def phase_a_words(self) -> np.ndarray:
+        """What this worker OR-merges in phase A: its index bitmap, or for a forced dense
+        all-reduce one word, 1 if it holds a non-zero value (else 0)."""
+        if self.path == "dense":
+            return np.array([int(self.index_words.any())], dtype=np.uint32)
+        return self.index_words
+
+    def plan_phase(self, merged_words, e_max: int, plan: LhcPlan | None = None) -> str:
+        """After phase A: derive the plan (union, rows, scale, path); return its path."""
         if plan is None:
-            plan = make_plan(union_words, e_max, self.n_workers, self.n_elements,
-                             load=self.load, r_min=self.r_min)
+            plan = make_plan(merged_words, e_max, self.n_workers, self.n_elements,
+                             load=self.load, r_min=self.r_min, path=self.path)
+        elif plan.requested_path != self.path:
+            raise ValueError(f"a plan for path {plan.requested_path!r} given to a worker of "
+                             f"path {self.path!r}")
+        # Every non-zero this worker holds must be in the merged phase-A result, or its
+        # values would go where nobody decodes them: this catches a switch that lost bits
+        # of the OR.
+        mine = self.phase_a_words
+        merged = np.asarray(merged_words, dtype=np.uint32).reshape(-1)
+        if merged.size != mine.size:
+            raise ValueError(f"the merged phase-A result has {merged.size} words, this "
+                             f"worker sent {mine.size}")
+        if np.any(mine & ~merged):
+            raise RuntimeError("the merged index misses elements this worker sent: the "
+                               "switch's OR result is wrong")
         self.plan = plan
+        return plan.path
+
+    def _quantize(self, plan):
         self.q = _quantize_flat(self.values, plan.scale)
         # The scale keeps n * max|q| within int32, so the exact sum never wraps.
         peak = max(int(self.q.max()), -int(self.q.min())) if self.q.size else 0
         if self.n_workers * peak > INT32_MAX:
             raise AssertionError("quantised values exceed the int32 budget of n workers")
-        # Every non-zero q must be in U, or the sketch would hold values nobody can peel:
-        # this catches a switch that lost bits of the OR.
-        if np.any(self.index_words & ~np.asarray(union_words, dtype=np.uint32)):
-            raise RuntimeError("the merged index misses elements this worker sent: the "
-                               "switch's OR result is wrong")
-        return encode_sketch(self.q, plan.rows)
+
+    def sketch_phase(self, union_words, e_max: int, plan: LhcPlan | None = None) -> np.ndarray:
+        """After phase A: quantise with the common scale; return this worker's int32 sketch."""
+        self.plan_phase(union_words, e_max, plan)
+        if self.plan.path != "sketch":
+            raise RuntimeError("the plan chose the dense path for this tensor: call "
+                               "dense_phase()")
+        self._quantize(self.plan)
+        return encode_sketch(self.q, self.plan.rows)
+
+    def dense_phase(self, merged_words, e_max: int, plan: LhcPlan | None = None) -> np.ndarray:
+        """After phase A, on the dense path: this worker's quantised values (int32, all N),
+        for one dense ``AGG_ADD_I32`` round."""
+        self.plan_phase(merged_words, e_max, plan)
+        if self.plan.path != "dense":
+            raise RuntimeError("the plan chose the sketch path for this tensor: call "
+                               "sketch_phase()")
+        self._quantize(self.plan)
+        return self.q
 
     def fallback_phase(self, sketch_sum, peeling: PeelResult | None = None) -> np.ndarray:
         """After phase B: peel; return this worker's exact int32 values of the unpeeled."""
         plan = self._need(self.plan, "sketch_phase")
+        if plan.path != "sketch" or self.q is None:
+            raise RuntimeError("call sketch_phase() first (fallback belongs to the sketch path)")
         if peeling is None:
             peeling = peel(sketch_sum, plan.elements, plan.rows, plan.blocks)
         self.peeling = peeling
         return self.q[peeling.unpeeled]
 
-    def finish(self, fallback_sum) -> tuple[np.ndarray, LhcStats]:
-        """After phase C: the float32 result (input shape) and the statistics."""
+    def finish(self, summed) -> tuple[np.ndarray, LhcStats]:
+        """After the last round: the float32 result (input shape) and the statistics.
+
+        ``summed`` is the switch's sum of the fallback values (sketch path) or of the whole
+        quantised tensors (dense path).
+        """
         plan = self._need(self.plan, "sketch_phase")
-        peeling = self._need(self.peeling, "fallback_phase")
-        exact = decode(peeling, fallback_sum, self.n_elements)
+        if plan.path == "dense":
+            if self.q is None:
+                raise RuntimeError("call dense_phase() first")
+            exact = wrap_int32(np.asarray(summed).reshape(-1))
+            if exact.size != self.n_elements:
+                raise ValueError(f"{exact.size} summed values for {self.n_elements} elements")
+            peeled = unpeeled = rounds = 0
+            sketch_bytes = fallback_bytes = 0
+            dense_round_bytes = 4 * self.n_elements
+        else:
+            peeling = self._need(self.peeling, "fallback_phase")
+            exact = decode(peeling, summed, self.n_elements)
+            peeled = int(peeling.peeled.sum())
+            unpeeled = int((~peeling.peeled).sum())
+            rounds = peeling.rounds
+            sketch_bytes = 4 * plan.rows * B
+            fallback_bytes = 4 * unpeeled
+            dense_round_bytes = 0
         result = dequantize(exact, plan.scale).reshape(self.shape)
-        n_unpeeled = int((~peeling.peeled).sum())
-        index_bytes = plan.blocks * B // 8
-        sketch_bytes = 4 * plan.rows * B
-        fallback_bytes = 4 * n_unpeeled
+        index_bytes = 4 if plan.requested_path == "dense" else plan.blocks * B // 8
         stats = LhcStats(
             workers=self.n_workers, elements=self.n_elements, blocks=plan.blocks,
             exponent=plan.exponent, scale=float(plan.scale), rows=plan.rows, load=plan.load,
-            r_min=plan.r_min, union_nnz=int(plan.elements.size), max_column=plan.max_column,
-            cells=plan.rows * B, peeled=int(peeling.peeled.sum()), unpeeled=n_unpeeled,
-            rounds=peeling.rounds, index_bytes=index_bytes, sketch_bytes=sketch_bytes,
-            fallback_bytes=fallback_bytes,
-            total_bytes=index_bytes + sketch_bytes + fallback_bytes,
-            dense_bytes=4 * self.n_elements)
+            r_min=plan.r_min,
+            union_nnz=None if plan.elements is None else int(plan.elements.size),
+            max_column=plan.max_column,
+            cells=None if plan.rows is None else plan.rows * B, peeled=peeled,
+            unpeeled=unpeeled, rounds=rounds, index_bytes=index_bytes,
+            sketch_bytes=sketch_bytes, fallback_bytes=fallback_bytes,
+            total_bytes=index_bytes + sketch_bytes + fallback_bytes + dense_round_bytes,
+            dense_bytes=4 * self.n_elements, path=plan.path,
+            requested_path=plan.requested_path, dense_round_bytes=dense_round_bytes,
+            predicted_unpeeled=plan.predicted_unpeeled)
         return result, stats
 
     @staticmethod
@@ -651,8 +834,8 @@ class LhcWorker:
         return value
 
 
-def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1):
-    """Sum the workers' tensors through the lossless homomorphic sketch.
+def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1, path: str = "sketch"):
+    """Sum the workers' tensors through the lossless homomorphic sketch (or densely).
 
     Parameters
     ----------
@@ -662,32 +845,42 @@ def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1):
         Target non-zeros per sketch cell (``r = ceil(max column / load)``), default 0.7.
     r_min : int
         Minimum number of sketch rows.
+    path : {"sketch", "dense", "auto"}
+        ``"sketch"`` (default): index, sketch and fallback rounds. ``"dense"``: one
+        exponent round and a dense int32 round, no index. ``"auto"``: the index round, then
+        whichever of sketch + fallback or the dense round sends fewer bytes
+        (:func:`choose_path`). The result is the same bits on every path.
 
     Returns
     -------
     result : numpy.ndarray of float32
         ``dequantize(sum_w quantize(x_w, f), f)`` bit for bit, in the input shape.
     stats : LhcStats
-        rows, load, union size, peeled / unpeeled, rounds, bytes per worker per phase.
+        path, rows, load, union size, peeled / unpeeled, rounds, bytes per worker per phase.
 
     Raises
     ------
     ValueError
         No tensor or more than 32, shapes differ, NaN/Inf, a magnitude >= 2**127, bad
-        ``load`` / ``r_min``.
+        ``load`` / ``r_min`` / ``path``.
     """
     tensors = list(tensors)
     _check_workers(len(tensors))
+    _check_path(path)
     shapes = {np.shape(t) for t in tensors}
     if len(shapes) != 1:
         raise ValueError(f"all workers' tensors must have the same shape, got {sorted(shapes)}")
     n = len(tensors)
-    workers = [LhcWorker(t, n, load=load, r_min=r_min, name=f"worker {w}'s tensor")
+    workers = [LhcWorker(t, n, load=load, r_min=r_min, name=f"worker {w}'s tensor", path=path)
                for w, t in enumerate(tensors)]
-    union = aggregate_index([w.index_words for w in workers])
+    merged = aggregate_index([w.phase_a_words for w in workers])
     e_max = aggregate_exponent([w.exponent for w in workers])
-    plan = make_plan(union, e_max, n, workers[0].n_elements, load=load, r_min=r_min)
-    sketch_sum = aggregate_sketch([w.sketch_phase(union, e_max, plan) for w in workers])
+    plan = make_plan(merged, e_max, n, workers[0].n_elements, load=load, r_min=r_min,
+                     path=path)
+    if plan.path == "dense":
+        total = aggregate_sketch([w.dense_phase(merged, e_max, plan) for w in workers])
+        return workers[0].finish(total)
+    sketch_sum = aggregate_sketch([w.sketch_phase(merged, e_max, plan) for w in workers])
     peeling = peel(sketch_sum, plan.elements, plan.rows, plan.blocks)
     fallback_sum = aggregate_sketch([w.fallback_phase(sketch_sum, peeling) for w in workers])
     return workers[0].finish(fallback_sum)
@@ -708,6 +901,12 @@ def _check_load(load, r_min):
         raise ValueError(f"load must be a finite positive number, got {load!r}")
     if isinstance(r_min, bool) or int(r_min) != r_min or r_min < 1:
         raise ValueError(f"r_min must be an integer >= 1, got {r_min!r}")
+
+
+def _check_path(path):
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {', '.join(map(repr, PATHS))}, not {path!r}")
+    return path
 
 
 def _check_same_length(vectors, what):

@@ -250,6 +250,8 @@ DEFECTS = {
     "bad_worker": [lambda r: _set(r, 6, N), lambda r: _set(r, 6, 7), lambda r: _set(r, 6, 0xFF)],
     "bad_slot": [lambda r: _set(r, 12, BASE - 1, 2), lambda r: _set(r, 12, BASE + COUNT, 2),
                  lambda r: _set(r, 12, 0xFFFF, 2)],
+    "bad_slot_version": [lambda r: _set(r, 14, 2), lambda r: _set(r, 14, 3),
+                         lambda r: _set(r, 14, 255)],
     "bad_count": [lambda r: _set(r, 8, P - 8, 4), lambda r: _set(r, 8, P + 1, 4),
                   lambda r: _set(r, 8, 0, 4), lambda r: _set(r, 8, P + (1 << 16), 4)],
     "bad_length": [lambda r: r.__delitem__(slice(-4, None)), lambda r: r.extend(bytes(4)),
@@ -330,12 +332,44 @@ def test_retransmission_is_not_a_mixed_op(model):
     assert model.counters["retransmit_dropped"] == 1 and model.counters["drop_mixed_op"] == 0
 
 
-def test_slot_version_uses_bit_zero(model):
-    model.process(packet(0, lanes(1), version=2))
-    assert model.slot_state(BASE, 0)["count"] == 1
-    model.process(packet(1, lanes(1), version=0))
-    out = model.process(packet(2, lanes(1), version=4))
-    assert out[0].header.slot_version == 4 and payload_u32(out[0]).tolist() == lanes(3).tolist()
+def test_slot_version_other_than_0_or_1_is_dropped(model):
+    """aggregator-protocol.md section 2: only versions 0 and 1 exist; a result never echoes
+    another (the model once used bit 0 and echoed the byte)."""
+    for version in (2, 3, 4, 128, 255):
+        before = model.state()
+        assert model.process(packet(0, lanes(1), version=version)) == []
+        assert AggregatorModel.states_equal(before, model.state())
+    assert model.counters["drop_bad_slot_version"] == 5
+    for worker in range(N - 1):
+        assert model.process(packet(worker, lanes(1), version=1)) == []
+    out = model.process(packet(N - 1, lanes(1), version=1))
+    assert out[0].header.slot_version == 1 and payload_u32(out[0]).tolist() == lanes(N).tolist()
+
+
+def test_partial_beats_other_than_the_last_are_bad_lengths(model):
+    """A beat other than the last whose tkeep is not all ones is a bad length, after the
+    header's causes; the last beat's tkeep is the packet's length, as before."""
+    raw = _good_raw()
+    beats = [(bytes(raw[i:i + 32]), (1 << 32) - 1, i + 32 == len(raw))
+             for i in range(0, len(raw), 32)]
+    assert model.process_beats(beats) == [] and model.counters["accepted"] == 1
+    for bad in range(len(beats) - 1):            # the header beat and each payload beat
+        for keep in (0, (1 << 31) - 1, 0xFFFF_FFFE):
+            partial = list(beats)
+            partial[bad] = (beats[bad][0], keep, False)
+            before, state = dict(model.counters), model.state()
+            assert model.process_beats(partial) == []
+            assert counters_delta(before, model.counters) == {"packets": 1, "drop_bad_length": 1}
+            assert AggregatorModel.states_equal(state, model.state())
+    bad_magic = [(bytes([MAGIC ^ 1]) + beats[0][0][1:], 0xFFFF, False)] + beats[1:]
+    before = dict(model.counters)
+    model.process_beats(bad_magic)
+    assert counters_delta(before, model.counters) == {"packets": 1, "drop_bad_header": 1}
+    # A last beat that keeps fewer bytes: the payload is short (as a byte image would be).
+    short = beats[:-1] + [(beats[-1][0], (1 << 28) - 1, True)]
+    before = dict(model.counters)
+    model.process_beats(short)
+    assert counters_delta(before, model.counters) == {"packets": 1, "drop_bad_length": 1}
 
 
 def test_bytes_and_packets_are_the_same_input(model):

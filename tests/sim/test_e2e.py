@@ -9,6 +9,7 @@ from sim.e2e import run
 
 @pytest.mark.parametrize("backend", [
     "golden",
+    "udp",
     pytest.param("verilator", marks=pytest.mark.cocotb),
 ])
 def test_end_to_end_small(backend, tmp_path):
@@ -36,6 +37,31 @@ def test_cli_sim_golden(tmp_path, capsys):
     assert "bit-exact" in out and (tmp_path / "report.json").exists()
 
 
+def test_cli_sim_over_udp_with_faults_is_identical_and_counts_resends(tmp_path, capsys):
+    assert main(["sim", "--backend", "golden", "--size", "small", "--workers", "3",
+                 "--steps", "1", "--seed", "4", "--out", str(tmp_path / "golden")]) == 0
+    assert main(["sim", "--backend", "udp", "--fault-rate", "0.1", "--fault-seed", "2",
+                 "--size", "small", "--workers", "3", "--steps", "1", "--seed", "4",
+                 "--out", str(tmp_path / "udp")]) == 0
+    out = capsys.readouterr().out
+    assert "wire faults (seed 2)" in out and "bit-exact" in out
+    golden = json.loads((tmp_path / "golden" / "report.json").read_text())
+    udp = json.loads((tmp_path / "udp" / "report.json").read_text())
+    assert udp["backend_options"] == {"fault_rate": 0.1, "fault_seed": 2}
+    # the same training: identical losses and LHC statistics, bit for bit
+    for path in ("inceptionn", "lhc"):
+        assert udp[path]["loss_after"] == golden[path]["loss_after"]
+        assert udp[path]["network"]["wire_faults"]["lost"] > 0
+    assert udp["inceptionn"]["max_error"] == golden["inceptionn"]["max_error"]
+    assert udp["lhc"]["per_step"][0]["peeled"] == golden["lhc"]["per_step"][0]["peeled"]
+    resends = sum(s["resends"] for p in ("inceptionn", "lhc")
+                  for name, s in udp[p]["network"].items() if name != "wire_faults")
+    assert resends > 0
+
+
 def test_cli_sim_rejects_bad_options(tmp_path, capsys):
     assert main(["sim", "--backend", "golden", "--workers", "1", "--out", str(tmp_path)]) == 2
     assert "workers" in capsys.readouterr().err
+    assert main(["sim", "--backend", "golden", "--fault-rate", "0.1",
+                 "--out", str(tmp_path)]) == 2
+    assert "--backend udp" in capsys.readouterr().err

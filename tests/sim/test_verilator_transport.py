@@ -2,7 +2,8 @@
 import numpy as np
 import pytest
 
-from contract.registers import COMMIT, SWITCH_REGISTERS, decode_switch_params
+from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_limits,
+                                decode_switch_params)
 from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
@@ -103,3 +104,38 @@ def test_commit_register_takes_only_COMMIT_on_every_transport():
         assert commit_effects(device) == want
     with open_switch("verilator") as lockstep:          # device and model compared
         assert commit_effects(lockstep) == want
+
+
+def isolation_effects(transport):
+    """Status and lookup effect of a sequence of commits: overlaps, empty ranges, jobs
+    beyond the engine, unconfiguring (``(job, status, accepted)`` per commit)."""
+    regs = SWITCH_REGISTERS["job"]
+    lanes = decode_switch_params(transport.read(SWITCH_REGISTERS["params"].address))["lanes"]
+    jobs = decode_switch_limits(transport.read(SWITCH_REGISTERS["limits"].address))["jobs"]
+    counter = SWITCH_REGISTERS["counter"].address("accepted")
+    effects = []
+    for job, workers, base, count in ((0, 2, 8, 8), (1, 2, 12, 8), (1, 2, 0, 9), (1, 2, 0, 8),
+                                      (2, 1, 16, 0), (2, 1, 60, 8), (0, 0, 123, 456),
+                                      (2, 1, 8, 4), (jobs, 1, 30, 2), (regs.count - 1, 1, 40, 1)):
+        for field, value in (("workers", workers), ("slot_base", base),
+                             ("slot_count", count), ("commit", COMMIT)):
+            transport.write(regs.address(job, field), value)
+        if hasattr(transport, "idle"):
+            transport.idle(80)
+        status = transport.read(regs.address(job, "commit"))
+        before = transport.read(counter)
+        packet = Packet(Header(type=PacketType.AGG_ADD_I32, job=job % 256, worker=0,
+                               count=lanes, slot=base % 0x10000), bytes(4 * lanes))
+        transport.exchange("agg", [packet], idle=32)
+        effects.append((job, status, transport.read(counter) - before))
+    return effects
+
+
+def test_job_isolation_is_the_same_on_every_transport():
+    """The control interface refuses overlapping ranges, empty ranges and jobs beyond the
+    engine, identically in the gateware and in the model behind its registers."""
+    want = isolation_effects(SwitchModelTransport())
+    rejected = [job for job, status, _ in want if status & JobStatus.REJECTED]
+    assert rejected == [1, 1, 2, 2, 4, 63], want      # (2, 1, 60, 8) is beyond the 64 slots
+    with open_switch("verilator", check=False) as device:
+        assert isolation_effects(device) == want

@@ -79,3 +79,48 @@ def test_clocks_are_told_apart_by_net():
     kinds = classify_clocks(fmax)
     assert set(kinds) == {"engine", "eth", "rgmii_rx"}
     assert list(kinds["eth"]) == ["pll.clk_os"]
+
+
+def test_selftest_is_the_default_top():
+    from hdl.board.build import _arguments
+    from hdl.board.top import load_boards
+    boards = load_boards()
+    assert _arguments([], boards).top == "selftest"
+    assert _arguments(["--top", "network", "--seed", "2,1"], boards).seed == (2, 1)
+
+
+def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):
+    """The network top's summary records both clocks' Fmax; timing_met needs both (and is
+    false when the Ethernet clock is missing from the report); the self-test top's
+    engine clock is found by its constraint where its net name is not in the report."""
+    from types import SimpleNamespace
+
+    from hdl.board.build import _summary
+    from hdl.board.top import load_boards
+    board = load_boards()["ecpix5"]
+    args = SimpleNamespace(router="router1")
+    (tmp_path / "gradwire.tim").write_text("Info: constraining clock net 'pll.clk_out' "
+                                           "to 125.00 MHz\n")
+    pll = SimpleNamespace(dividers={"f_out_mhz": 125.0})
+    network = SimpleNamespace(engine_mhz=125.0, eth_mhz=62.5, pll=pll)
+
+    def summary(top, clocks):
+        report = {"fmax": {name: {"achieved": a, "constraint": c}
+                           for name, (a, c) in clocks.items()}, "utilization": {}}
+        (tmp_path / "report.json").write_text(json.dumps(report))
+        return _summary(tmp_path, "gradwire", board, ("nic", "switch"), [], top, 1.0, args,
+                        None, 1)
+
+    clocks = {"$glbnet$pll.clk_out": (131.2, 125.0), "$glbnet$pll.clk_os": (88.0, 62.5),
+              "$glbnet$rgmii_0__rx_clk": (160.0, 125.0)}
+    good = summary(network, clocks)
+    assert (good["engine_fmax_mhz"], good["eth_fmax_mhz"], good["rgmii_rx_fmax_mhz"]) == \
+        (131.2, 88.0, 160.0)
+    assert good["timing_met"]
+    slow_eth = summary(network, clocks | {"$glbnet$pll.clk_os": (60.1, 62.5)})
+    assert slow_eth["eth_fmax_mhz"] == 60.1 and not slow_eth["timing_met"]
+    no_eth = summary(network, {k: v for k, v in clocks.items() if "clk_os" not in k})
+    assert no_eth["eth_fmax_mhz"] is None and not no_eth["timing_met"]
+    selftest = summary(SimpleNamespace(engine_mhz=125.0, pll=pll), {"clk": (127.0, 125.0)})
+    assert selftest["engine_fmax_mhz"] == 127.0 and selftest["timing_met"]
+    assert "eth_fmax_mhz" not in selftest

@@ -6,7 +6,7 @@ counter strobes against the golden model (the long runs are on Verilator,
 import numpy as np
 import pytest
 
-from contract.header import Flags, Header, PacketType
+from contract.header import NIC_MAX_COUNT, Flags, Header, PacketType
 from contract.packet import Packet
 from hdl.nic.compressor import Compressor
 from host.golden.inceptionn import nic_tx
@@ -50,7 +50,11 @@ def test_compressor_counters_back_to_back(p_stall):
                tx_packet(gradient_words(rng, 9, 1e-2), 10), empty(0), empty(0),
                Packet(Header(type=0, flags=Flags.COMPRESS, k=3, count=5), bytes(16)),
                empty(1), Packet(Header(type=0, flags=Flags.COMPRESS, k=0, count=0)),
-               Packet(Header(type=3, count=0)), empty(0)]
+               Packet(Header(type=3, count=0)), empty(0),
+               # above the NIC maximum: passed through raw (too_large), bad k first
+               empty(NIC_MAX_COUNT + 1), empty(2**32 - 1), empty(NIC_MAX_COUNT),
+               Packet(Header(type=0, flags=Flags.COMPRESS, k=0, count=NIC_MAX_COUNT + 1)),
+               tx_packet(gradient_words(rng, NIC_MAX_COUNT + 1, 1e-2), 10)]
     inputs = [b for p in packets for b in packet_beats(p)]
     expected = [nic_tx(p) for p in packets]
     tally = dict.fromkeys(NIC_TX_COUNTERS, 0)

@@ -1,3 +1,4 @@
+# amaranth: UnusedElaboratable=no
 """The credit buffer: never overflows, keeps order, and its default depth keeps a stalling
 consumer busy (Amaranth simulator)."""
 import random

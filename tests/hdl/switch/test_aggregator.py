@@ -10,12 +10,8 @@ from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS
 from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
 from host.aggregator import AggregatorModel
-from sim.switch_traffic import (
-    EngineParams,
-    chaos_traffic,
-    hammer_traffic,
-    protocol_traffic,
-)
+from sim.switch_traffic import (OPS, EngineParams, bad_packet, chaos_traffic, data_packet,
+                                hammer_traffic, partial_middle_beat, protocol_traffic)
 from tests.amaranth_sim import RegisterPort, run
 
 JOB = SWITCH_REGISTERS["job"]
@@ -58,6 +54,8 @@ def model_replay(params, steps):
     for step in steps:
         if step[0] == "packet":
             out.extend(p.to_bytes() for p in model.process(step[1]))
+        elif step[0] == "beats":
+            out.extend(p.to_bytes() for p in model.process_beats(step[1]))
         else:
             _, job, workers, base, count = step
             if workers:
@@ -83,15 +81,18 @@ def engine_replay(params, steps, *, seed, pause_in=0.0, pause_out=0.0):
                                      ("slot_count", count), ("commit", COMMIT)):
                     await port.write(JOB.address(job, field), value)
                 continue
-            image = step[1]
-            beats = [image[i:i + 32] for i in range(0, len(image), 32)]
-            for n, beat in enumerate(beats):
+            if step[0] == "beats":
+                beats = step[1]
+            else:
+                image = step[1]
+                beats = [(int.from_bytes(image[i:i + 32], "little"),
+                          (1 << len(image[i:i + 32])) - 1, i + 32 >= len(image))
+                         for i in range(0, len(image), 32)]
+            for data, keep, last in beats:
                 while rng.random() < pause_in:
                     await ctx.tick()
                 ctx.set(dut.i.valid, 1)
-                ctx.set(dut.i.payload, {"data": int.from_bytes(beat, "little"),
-                                        "keep": (1 << len(beat)) - 1,
-                                        "last": n == len(beats) - 1})
+                ctx.set(dut.i.payload, {"data": data, "keep": keep, "last": last})
                 await ctx.tick().until(dut.i.ready)
                 ctx.set(dut.i.valid, 0)
         for _ in range(60):      # let the last results out
@@ -146,3 +147,29 @@ def test_engine_matches_model_small(lanes):
     counters = assert_same(params, steps, seed=lanes, pause_in=0.2, pause_out=0.3)
     assert counters["results_multicast"] > 20 and counters["results_unicast"] > 0
     assert counters["drop_mixed_op"] > 0 and counters["drop_unconfigured_job"] > 0
+
+
+@pytest.mark.parametrize("lanes", [8, 24])
+def test_bad_slot_version_and_partial_beats_are_dropped_whole(lanes):
+    """A slot_version other than 0 or 1 and a beat other than the last whose tkeep is not
+    all ones (the header beat included) are dropped and counted, in the middle of rounds
+    whose results must stay exact (aggregator-protocol.md section 2)."""
+    params = EngineParams(slots=4, lanes=lanes, max_workers=3, jobs=1)
+    rng = random.Random(lanes + 100)
+    steps = [("configure", 0, 3, 0, 4)]
+    versions = [0] * 4
+    for _ in range(12):
+        slot = rng.randrange(4)
+        version = versions[slot]
+        good = [("packet", data_packet(rng, params, job=0, worker=w, slot=slot,
+                                       slot_version=version, op=OPS[0])) for w in range(3)]
+        bad = [("packet", bad_packet(rng, params, "slot_version", job=0, workers=3,
+                                     slot_range=range(slot, slot + 1), version=version)),
+               ("beats", partial_middle_beat(rng, params, job=0, workers=3,
+                                             slot_range=range(slot, slot + 1),
+                                             version=version))]
+        steps += good[:1] + bad + good[1:]
+        versions[slot] ^= 1
+    counters = assert_same(params, steps, seed=lanes, pause_in=0.1, pause_out=0.2)
+    assert counters["drop_bad_slot_version"] == 12 and counters["drop_bad_length"] == 12
+    assert counters["results_multicast"] == 12

@@ -484,3 +484,208 @@ def test_property_error_bound_on_floats(x, k):
     finite = np.isfinite(x)
     assert np.all(np.abs(x[finite].astype(np.float64) - q[finite]) < 2.0 ** -k)
     assert inc.encode(x, k) == ref_encode(x.view(np.uint32), k)
+
+
+# -- bounded passes ----------------------------------------------------------------------
+
+def _outcome(function, *args):
+    """The words a decode gives (copied), or its StreamError's cause."""
+    try:
+        result = function(*args)
+    except inc.StreamError as exc:
+        return exc.cause
+    if isinstance(result, list):
+        return [r.view(np.uint32).copy() for r in result]
+    return result.view(np.uint32).copy()
+
+
+def _same_outcome(a, b):
+    if isinstance(a, str) or isinstance(b, str):
+        return a == b
+    if isinstance(a, list):
+        return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    return np.array_equal(a, b)
+
+
+def _record_passes(monkeypatch):
+    """Wrap the pass machinery: every pass's (bytes, values, blocks, streams)."""
+    passes = []
+    real = inc._find_blocks
+
+    def spy(buf, first, sizes, counts):
+        passes.append((buf.size, int(np.sum(counts)), int(np.sum(-(-counts // inc.LANES))),
+                       len(counts)))
+        return real(buf, first, sizes, counts)
+
+    monkeypatch.setattr(inc, "_find_blocks", spy)
+    return passes
+
+
+def _check_pass_bounds(passes, pass_values):
+    """No pass looks at more values or bytes than a pass may hold."""
+    most_values = 2 * max(pass_values, inc.LANES)
+    for size, values, blocks, streams in passes:
+        assert values <= most_values, (size, values, pass_values)
+        assert size <= 34 * blocks + 12 * streams, (size, blocks, streams, pass_values)
+
+
+def _pass_test_streams(rng, k, n):
+    """(name, values) of every kind worth decoding across pass boundaries."""
+    all_raw = rng.integers(0x3F800000, 0x7FFFFFFF, n, dtype=np.uint32) | \
+        (rng.integers(0, 2, n, dtype=np.uint32) << 31)   # |x| >= 1, Inf and NaN payloads
+    boundaries = np.resize(boundary_values(k).view(np.uint32), n)
+    mixed = gradient_like(rng, n).view(np.uint32).copy()
+    mixed[rng.random(n) < 0.3] = 0
+    zero_then_raw = all_raw.copy()
+    zero_then_raw[:n // 2] = 0
+    return [("random", random_words(rng, n)[:n]), ("all-raw", all_raw),
+            ("all-zero", np.zeros(n, np.uint32)), ("boundaries", boundaries),
+            ("mixed", mixed), ("zero-then-raw", zero_then_raw),
+            ("raw-then-zero", zero_then_raw[::-1].copy())]
+
+
+@pytest.mark.parametrize("pass_values", [8, 13, 24, 64])
+def test_decode_in_bounded_passes_is_bit_exact(monkeypatch, pass_values):
+    """A stream longer than a pass is decoded in pieces of whole blocks (13 values round
+    down to one block; a piece's byte window ends in the middle of a later block), bit for
+    bit like one pass over the whole stream and like the scalar reference: every kind of
+    value, counts around every piece boundary and ending in a partial block, and
+    truncated, over-long and corrupted streams (same error)."""
+    rng, seed = fresh_rng()
+    piece = inc.LANES * max(1, pass_values // inc.LANES)
+    counts = sorted({1, 7, piece - 1, piece, piece + 1, 2 * piece, 2 * piece + 3,
+                     3 * piece - 1, 9 * piece + 5} - {0})
+    passes = _record_passes(monkeypatch)
+    encoder_pass = inc._PASS_VALUES   # the encoder's passes must be whole blocks
+    checked = 0
+    for k in (1, 15):   # the extreme class boundaries
+        for n in counts:
+            for name, x in _pass_test_streams(rng, k, n):
+                monkeypatch.setattr(inc, "_PASS_VALUES", encoder_pass)
+                good = inc.encode(x, k)
+                corrupt = bytearray(good)
+                for _ in range(3):
+                    corrupt[int(rng.integers(0, len(corrupt)))] = int(rng.integers(0, 256))
+                variants = [good, good[:-1], good[:-4], good + bytes(1), good + bytes(4),
+                            bytes(corrupt)]
+                for data, count in [(v, n) for v in variants] + [(good, n - 1), (good, n + 1)]:
+                    monkeypatch.setattr(inc, "_PASS_VALUES", 1 << 40)
+                    single = _outcome(inc.decode, data, count, k)
+                    monkeypatch.setattr(inc, "_PASS_VALUES", pass_values)
+                    passes.clear()
+                    bounded = _outcome(inc.decode, data, count, k)
+                    context = f"seed={seed} k={k} n={n} {name} count={count} size={len(data)}"
+                    assert _same_outcome(bounded, single), context
+                    _check_pass_bounds(passes, pass_values)
+                    if count <= 3 * piece:
+                        expected = ref_decode(data, count, k)
+                        expected = expected if isinstance(expected, str) else \
+                            np.array(expected, np.uint32)
+                        assert _same_outcome(bounded, expected if isinstance(expected, np.ndarray)
+                                             else "drop_" + expected), context
+                    checked += 1
+                assert np.array_equal(_outcome(inc.decode, good, n, k),
+                                      inc.quantize(x, k).view(np.uint32)), context
+    assert checked > 700
+
+
+def test_long_stream_window_too_short_is_walked_again(monkeypatch):
+    """A piece is first walked in a window sized after the piece before it; when the
+    stream turns from compressible to raw the window is too short and the piece is walked
+    again in a long enough one: same words, and the retries did happen."""
+    monkeypatch.setattr(inc, "_PASS_VALUES", 64)
+    rng, seed = fresh_rng()
+    x = np.concatenate([np.zeros(50 * 64, np.uint32), rng.integers(0x3F800000, 0x7F800000,
+                                                                   50 * 64, dtype=np.uint32)])
+    monkeypatch.setattr(inc, "_PASS_VALUES", 1 << 18)
+    stream = inc.encode(x, 10)
+    monkeypatch.setattr(inc, "_PASS_VALUES", 64)
+    passes = _record_passes(monkeypatch)
+    assert np.array_equal(inc.decode(stream, x.size, 10).view(np.uint32), x), seed
+    assert len(passes) > x.size // 64   # more walks than pieces
+    _check_pass_bounds(passes, 64)
+
+
+def test_many_streams_long_and_short_in_bounded_passes(monkeypatch):
+    """decode_many and tag_histogram over short streams (grouped several to a pass) and
+    long ones (cut into pieces), with malformed ones anywhere: like one pass."""
+    rng, seed = fresh_rng()
+    pass_values = 24
+    counts = [3, 200, 0, 9, 150, 24, 25, 1000, 16, 1]
+    x = random_words(rng, sum(counts))[:sum(counts)]
+    pieces = np.split(x, np.cumsum(counts)[:-1])
+    streams = [inc.encode(p, 10) for p in pieces]
+    passes = _record_passes(monkeypatch)
+    cases = [streams]
+    for i in (1, 4, 7, 9):
+        for change in (lambda s: s[:-4], lambda s: s + bytes(4), lambda s: s + bytes(100_000)):
+            bad = list(streams)
+            bad[i] = change(bad[i])
+            cases.append(bad)
+    for case in cases:
+        monkeypatch.setattr(inc, "_PASS_VALUES", 1 << 40)
+        single = _outcome(inc.decode_many, case, counts, 10)
+        single_message = None
+        try:
+            inc.decode_many(case, counts, 10)
+        except inc.StreamError as exc:
+            single_message = (exc.cause, str(exc).split(":")[0])   # cause, "stream i"
+        monkeypatch.setattr(inc, "_PASS_VALUES", pass_values)
+        passes.clear()
+        assert _same_outcome(_outcome(inc.decode_many, case, counts, 10), single), seed
+        _check_pass_bounds(passes, pass_values)
+        try:
+            histogram = inc.tag_histogram(case, counts)
+        except inc.StreamError as exc:
+            assert (exc.cause, str(exc).split(":")[0]) == single_message, seed
+        else:
+            assert single_message is None
+            assert histogram.tolist() == np.bincount(inc.classify(x, 10),
+                                                     minlength=4).tolist(), seed
+    assert _same_outcome(_outcome(inc.decode_many, streams, counts, 10),
+                         [inc.quantize(p, 10).view(np.uint32) for p in pieces])
+    # A status lands at its own stream's index, whichever kind of pass found it.
+    buf = np.frombuffer(b"".join(streams), np.uint8)
+    sizes = np.array([len(s) for s in streams])
+    first = np.cumsum(sizes) - sizes
+    cut = sizes.copy()
+    cut[[1, 3, 7]] -= 4
+    _, status = inc._decode_segments(buf, first, cut, counts, 10)
+    assert np.flatnonzero(status).tolist() == [1, 3, 7]
+
+
+def test_tag_histogram_reads_the_stream_tags():
+    """The tags the stream carries: a zero magnitude (tag 01 code 0x80, which decodes to
+    -0.0) counts as tag 01; junk tags of lanes past count count nowhere."""
+    stream = bytearray(inc.encode(f32(0.5, 0.01, 0.3, 3.0, 0.0), 10))
+    assert inc.tag_histogram([bytes(stream)], [5]).tolist() == [1, 1, 2, 1]
+    stream[1] |= 0xFC   # lanes 5..7: tag 11, past count
+    assert inc.tag_histogram([bytes(stream)], [5]).tolist() == [1, 1, 2, 1]
+    forged = bytes([0x01, 0x00, 0x80, 0x00])   # lane 0: tag 01, code 0x80 (-0 magnitude)
+    assert inc.decode(forged, 1, 10).view(np.uint32).tolist() == [0x80000000]
+    assert inc.tag_histogram([forged], [1]).tolist() == [0, 1, 0, 0]
+    assert inc.tag_histogram([], []).tolist() == [0, 0, 0, 0]
+    with pytest.raises(inc.StreamError, match="stream 1: .*truncated"):
+        inc.tag_histogram([forged, forged], [1, 9])
+    with pytest.raises(inc.StreamError, match="stream 0: .*over-long"):
+        inc.tag_histogram([forged + bytes(4)], [1])
+
+
+def test_long_stream_decodes_in_bounded_memory(monkeypatch):
+    """Besides the result, decoding a long all-raw stream allocates no more than a pass's
+    temporaries (one pass over 2^20 values would take about 30x the result)."""
+    import tracemalloc
+
+    monkeypatch.setattr(inc, "_PASS_VALUES", 1 << 14)
+    rng, seed = fresh_rng()
+    n = 1 << 20
+    x = rng.integers(0x3F800000, 0x7F800000, n, dtype=np.uint32)
+    stream = inc.encode(x, 10)
+    tracemalloc.start()
+    try:
+        decoded = inc.decode(stream, n, 10)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert np.array_equal(decoded.view(np.uint32), x), seed
+    assert peak < 1.5 * 4 * n, f"peak {peak / (4 * n):.2f}x the result"

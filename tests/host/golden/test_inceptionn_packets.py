@@ -187,6 +187,31 @@ def test_tx_bypasses_everything_else(change):
     assert cause == "bypassed" and out.to_bytes() == packet.to_bytes()
 
 
+@pytest.mark.parametrize("count", [inc.MAX_COUNT + 1, inc.MAX_COUNT + 8, 1 << 20, 2**32 - 1])
+def test_tx_too_large_passes_through_raw(count):
+    """Spec section 4: a COMPRESS packet above the NIC maximum leaves raw (the receive path
+    would drop it), counted as too_large; bad_k is checked first."""
+    rng, seed = fresh_rng()
+    values = tensor(rng, min(count, inc.MAX_COUNT + 8))
+    packet = raw_packet(values, count=count)
+    out, cause = nic_tx_checked(packet)
+    assert cause == "too_large" and out.to_bytes() == packet.to_bytes(), seed
+    assert nic_tx_checked(raw_packet(values, k=0, count=count))[1] == "bad_k"
+
+
+@pytest.mark.parametrize("n", [0, 1, inc.MAX_COUNT - 1, inc.MAX_COUNT, inc.MAX_COUNT + 1])
+def test_rx_takes_whatever_tx_sends(n):
+    """Nothing the transmit path produces from a well-formed packet is dropped by the
+    receive path, at the size limit and one past it."""
+    rng, seed = fresh_rng()
+    values = tensor(rng, n)
+    sent, _ = nic_tx_checked(raw_packet(values))
+    out, cause = nic_rx_checked(sent)
+    assert cause in ("decompressed", "bypassed"), (n, cause, seed)
+    want = inc.quantize(values, 10) if n <= inc.MAX_COUNT else values
+    assert same_bits(np.frombuffer(out.payload, dtype="<f4"), want), (n, seed)
+
+
 def nic_tx_checked(packet):
     out, cause = inc.nic_tx(packet)
     assert cause in NIC_TX_COUNTERS and cause != "packets"

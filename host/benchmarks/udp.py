@@ -1,0 +1,274 @@
+"""UDP transport on loopback: datagrams per second and payload Gb/s, against the software
+ceiling measured in the same run, and through the virtual board at each fault rate.
+
+Everything runs on 127.0.0.1, the peer in a process of its own (so the two sides get the
+machine's two cores):
+
+- **echo ceiling**: a plain socket client keeping ``WINDOW`` datagrams in flight against a
+  plain echo process (:func:`_echo_main`), for NIC packets at the standard MTU (336 values,
+  1376 B) and jumbo (2048 values, 8224 B): what Python sockets on this machine carry at all;
+- **transport vs echo**: ``UdpTransport.exchange("tx", ...)`` of the same packets against the
+  same echo (the packets do not ask for compression, and an echo answers like a NIC that
+  passes them through), so the ratio to the ceiling is the transport's own cost (seq
+  rewriting, windowing, timers, matching);
+- **transport vs virtual board**: ``gradwire board serve`` (golden backend) in a process:
+  NIC compress of gradients (``tx``), decompress (``rx``), and an LHC all-reduce of 4
+  workers through the switch (``agg``), at wire fault rates 0, 1 %, 10 % and 30 %, with the
+  datagrams, resends and discarded replies counted by the transport; the result of every
+  run is checked bit for bit against the golden models before it is reported.
+
+Payload Gb/s counts the datagrams' bytes both ways (request and reply) per second.
+"""
+from __future__ import annotations
+
+import select
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from contract.header import Header, PacketType
+from contract.network import MTU_DEFAULT, MTU_JUMBO, SERVICE_OFFSETS, Service
+from contract.packet import Packet
+
+__all__ = ["run"]
+
+WINDOW = 16
+FAULT_RATES = (0.0, 0.01, 0.1, 0.3)
+KEY = 0x6772_6164_7769_7265
+
+
+def _spawn(args):
+    """A process of this package printing a line with ``ready``; returns it."""
+    process = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if "ready" in line:
+            return process
+    process.kill()
+    raise RuntimeError(f"{' '.join(args)} did not become ready: {seen} "
+                       f"{process.stderr.read()}")
+
+
+def _stop(process):
+    if not process.stdin.closed:
+        process.stdin.close()
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+    process.stdout.close()
+    process.stderr.close()
+
+
+def _echo_main(port_base):
+    """Echo every datagram on four ports back to its sender until stdin closes."""
+    sockets = []
+    for offset in range(len(SERVICE_OFFSETS)):
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+        s.bind(("127.0.0.1", port_base + offset))
+        s.setblocking(False)
+        sockets.append(s)
+    print("echo ready", flush=True)
+    while True:
+        ready, _, _ = select.select(sockets + [sys.stdin], [], [], 1.0)
+        if sys.stdin in ready and not sys.stdin.readline():
+            return
+        for s in ready:
+            if s is sys.stdin:
+                continue
+            while True:
+                try:
+                    data, address = s.recvfrom(1 << 16)
+                except BlockingIOError:
+                    break
+                s.sendto(data, address)
+
+
+def _raw_client(port, size, count):
+    """Datagrams per second of a plain socket with WINDOW in flight against the echo."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    s.bind(("127.0.0.1", 0))
+    s.settimeout(2.0)
+    payload = bytes(size)
+    address = ("127.0.0.1", port)
+    sent = received = 0
+    started = time.perf_counter()
+    try:
+        while sent < min(WINDOW, count):
+            s.sendto(payload, address)
+            sent += 1
+        while received < sent:
+            try:
+                s.recvfrom(1 << 16)
+            except socket.timeout:
+                break                                  # lost on loopback: count what came
+            received += 1
+            if sent < count:
+                s.sendto(payload, address)
+                sent += 1
+    finally:
+        s.close()
+    return received, time.perf_counter() - started
+
+
+def _bypass_packets(values, count):
+    rng = np.random.default_rng(1)
+    return [Packet(Header(type=PacketType.RAW_F32, count=values, seq=i),
+                   rng.standard_normal(values).astype("<f4").tobytes()) for i in range(count)]
+
+
+def _figures(datagrams, byte_count, seconds):
+    return {"datagrams_per_s": datagrams / seconds, "gbps": 8 * byte_count / seconds / 1e9,
+            "seconds": seconds}
+
+
+def _echo_section(quick):
+    from host.board import free_port_base
+    from host.driver.udp import UdpTransport
+
+    base = free_port_base()
+    echo = _spawn(["host.benchmarks.udp", "--echo", str(base)])
+    out = {}
+    try:
+        for mtu, values in ((MTU_DEFAULT, 336), (MTU_JUMBO, 2048)):
+            count = 2000 if quick else 20000
+            size = 32 + 4 * values
+            received, seconds = _raw_client(base, size, count)
+            raw = _figures(2 * received, 2 * received * size, seconds)
+            packets = _bypass_packets(values, count)
+            with UdpTransport("127.0.0.1", port_base=base, mtu=mtu, window=WINDOW) as t:
+                started = time.perf_counter()
+                got = t.exchange("tx", packets)
+                seconds = time.perf_counter() - started
+                stats = t.network[Service.NIC_TX]
+            if [p.to_bytes() for p in got] != [p.to_bytes() for p in packets]:
+                raise AssertionError("the echo came back different through the transport")
+            transport = _figures(stats.datagrams + stats.replies,
+                                 stats.bytes_out + stats.bytes_in, seconds)
+            transport["resends"] = stats.resends
+            transport["ratio_to_ceiling"] = transport["datagrams_per_s"] / raw["datagrams_per_s"]
+            # what every transport pays for the API's Packet objects (header pack and parse,
+            # once each way), without any socket: the part of the gap that is not the network
+            started = time.perf_counter()
+            for p in packets:
+                Packet.from_bytes(p.to_bytes())
+            codec = 2 * len(packets) / (time.perf_counter() - started)
+            out[f"mtu{mtu}"] = {"packet_values": values, "datagram_bytes": size,
+                                "echo_ceiling": raw, "transport": transport,
+                                "packet_objects_per_s": codec}
+    finally:
+        _stop(echo)
+    return out
+
+
+def _board_run(rate, quick, seed=1):
+    """One virtual board process at ``rate``: compress, decompress, all-reduce."""
+    from host.board import free_port_base
+    from host.driver.nic import NicInterface
+    from host.driver.switch import SwitchInterface
+    from host.driver.udp import UdpTransport, format_key, retries_for_loss
+    from host.golden import inceptionn, lhc
+
+    base = free_port_base()
+    board = _spawn(["host.cli", "board", "serve", "--port-base", str(base), "--key",
+                    format_key(KEY), "--fault-rate", str(rate), "--fault-seed", str(seed)])
+    rng = np.random.default_rng(seed)
+    values = 200_000 if quick else 2_000_000
+    x = (rng.standard_normal(values) * 0.01).astype(np.float32)
+    n = 20_000 if quick else 200_000
+    tensors = []
+    for _ in range(4):
+        t = np.zeros(n, np.float32)
+        hot = rng.random(n) < 0.05
+        t[hot] = (rng.standard_normal(hot.sum()) * 0.01).astype(np.float32)
+        tensors.append(t)
+    out = {}
+    retries = retries_for_loss(rate)
+    try:
+        for mtu in (MTU_DEFAULT, MTU_JUMBO):
+            with UdpTransport("127.0.0.1", port_base=base, key=KEY, mtu=mtu, region="nic",
+                              window=WINDOW, retries=retries) as t:
+                nic = NicInterface(t)
+                started = time.perf_counter()
+                wire = nic.transmit(x, 10)
+                tx_seconds = time.perf_counter() - started
+                started = time.perf_counter()
+                got = nic.receive(wire, x.size)
+                rx_seconds = time.perf_counter() - started
+                if not np.array_equal(got.view(np.uint32),
+                                      inceptionn.quantize(x, 10).view(np.uint32)):
+                    raise AssertionError(f"NIC round trip differs at fault rate {rate}")
+                for service, seconds in ((Service.NIC_TX, tx_seconds),
+                                         (Service.NIC_RX, rx_seconds)):
+                    s = t.network[service]
+                    out[f"{service.value}_mtu{mtu}"] = {
+                        **_figures(s.datagrams + s.replies, s.bytes_out + s.bytes_in, seconds),
+                        "values_per_s": values / seconds, "requests": s.requests,
+                        "datagrams": s.datagrams, "resends": s.resends,
+                        "discarded": s.discarded}
+        with UdpTransport("127.0.0.1", port_base=base, key=KEY, region="switch",
+                          retries=retries) as t:
+            switch = SwitchInterface(t)
+            started = time.perf_counter()
+            result, _ = switch.allreduce(tensors)
+            seconds = time.perf_counter() - started
+            if not np.array_equal(result.view(np.uint32),
+                                  lhc.allreduce(tensors)[0].view(np.uint32)):
+                raise AssertionError(f"all-reduce differs at fault rate {rate}")
+            s = t.network[Service.SWITCH]
+            results_in = s.bytes_in // (32 + 4 * switch.lanes)     # result datagrams taken
+            out["switch"] = {**_figures(s.datagrams + results_in, s.bytes_out + s.bytes_in,
+                                        seconds),
+                             "values_per_s": 4 * n / seconds, "packets": s.requests,
+                             "datagrams": s.datagrams, "resends": s.resends,
+                             "discarded": s.discarded, "rebuilt": s.rebuilt}
+    finally:
+        _stop(board)
+    return out
+
+
+def run(quick=False):
+    results = {"window": WINDOW, "echo": _echo_section(quick), "board": {}}
+    print(f"UdpTransport on loopback, window {WINDOW}; datagrams/s and Gb/s count both "
+          f"directions")
+    print(f"  {'peer':<28} {'datagram':>8} {'dgrams/s':>10} {'Gb/s':>7} {'vs ceiling':>10}")
+    for name, e in results["echo"].items():
+        c, t = e["echo_ceiling"], e["transport"]
+        print(f"  {'plain socket -> echo':<28} {e['datagram_bytes']:>7}B "
+              f"{c['datagrams_per_s']:>10,.0f} {c['gbps']:>7.3f} {'1.00':>10}")
+        print(f"  {'UdpTransport -> echo':<28} {e['datagram_bytes']:>7}B "
+              f"{t['datagrams_per_s']:>10,.0f} {t['gbps']:>7.3f} "
+              f"{t['ratio_to_ceiling']:>10.2f}")
+        print(f"  {'  (Packet pack+parse alone)':<28} {'':>8} "
+              f"{e['packet_objects_per_s']:>10,.0f}")
+    print("\n  virtual board (golden backend, its own process), by wire fault rate")
+    print(f"  {'rate':>5} {'stream':<14} {'dgrams/s':>10} {'Gb/s':>7} {'Mval/s':>7} "
+          f"{'datagrams':>9} {'resends':>8} {'discarded':>9}")
+    for rate in FAULT_RATES:
+        board = results["board"][str(rate)] = _board_run(rate, quick)
+        for name, f in board.items():
+            print(f"  {rate:>5g} {name:<14} {f['datagrams_per_s']:>10,.0f} {f['gbps']:>7.3f} "
+                  f"{f['values_per_s'] / 1e6:>7.2f} {f['datagrams']:>9,} {f['resends']:>8,} "
+                  f"{f['discarded']:>9,}", flush=True)
+    return results
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--echo":
+        _echo_main(int(sys.argv[2]))
+    else:
+        import json
+        print(json.dumps(run(quick="--quick" in sys.argv), indent=2, default=float))

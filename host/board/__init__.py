@@ -1,0 +1,21 @@
+"""A board on the network: the backend interface, the golden board, the virtual board.
+
+- :mod:`host.board.backend`: :class:`Datagram`, :class:`BoardBackend` (what sits behind a
+  board's Ethernet port, datagrams in and out) and the named backends;
+- :mod:`host.board.golden`: :class:`GoldenBoard`, the network front end of
+  ``../shared/spec/network.md`` with the golden engines behind it (the reference the
+  gateware's network top is compared against);
+- :mod:`host.board.virtual`: :class:`VirtualBoard`, a backend behind real UDP sockets on
+  127.0.0.1 (``gradwire board serve``);
+- :mod:`host.board.wire`: :class:`WireFaults`, a seeded fault injector on its wire.
+
+The host talks to any of them, and to a real board, through
+:class:`host.driver.udp.UdpTransport`.
+"""
+from .backend import BOARD_BACKENDS, BoardBackend, Datagram, open_board_backend
+from .golden import GoldenBoard
+from .virtual import VirtualBoard, free_port_base
+from .wire import WireFaults
+
+__all__ = ["BOARD_BACKENDS", "BoardBackend", "Datagram", "open_board_backend", "GoldenBoard",
+           "VirtualBoard", "WireFaults", "free_port_base"]

@@ -1,0 +1,293 @@
+"""The golden model of a board's network side: ``../shared/spec/network.md`` sections 2-4.
+
+:class:`GoldenBoard` is the network front end as the gateware implements it, written as
+executable Python over datagrams: the four services, the aggregator's worker table and
+source check, the ``CTRL`` service with the control key and the one address map, and the
+network counters. The behaviour beyond the spec (what every corner does) is
+``docs/network-contract.md``; the engines behind it are the golden NIC
+(``host.golden.inceptionn`` through :class:`~host.driver.models.NicModelTransport`) and the
+reference aggregator (:class:`~host.aggregator.AggregatorModel`).
+
+It works at the level of UDP datagrams: the Ethernet, IPv4 and UDP checks of spec section 1
+(FCS, fragments, checksums, ARP) happen in the core below the front end, so their counters
+(``contract.counters.NET_CORE_DROPS``, ``arp_*``) stay zero here, as do the buffer-full
+drops (a model has no buffers), apart from ``ip_address``: a datagram for another address.
+"""
+from __future__ import annotations
+
+import ipaddress
+import struct
+from typing import Sequence
+
+from contract.counters import NET_COUNTERS
+from contract.header import (HEADER_BYTES, HEADER_FIELDS, MAGIC, VERSION, WORKER_MULTICAST,
+                             Flags, PacketType)
+from contract.network import (CTRL_COUNT_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
+                              CTRL_MAX_PAIRS, CTRL_OP_OFFSET, DEFAULT_IP, DEFAULT_MAC,
+                              MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE, SERVICE_OFFSETS,
+                              CtrlOp, Service, decode_network_address, ip_to_int, mac_to_int)
+from contract.packet import Packet
+from contract.registers import DATA_BITS
+
+from .backend import BoardBackend, Datagram
+
+__all__ = ["GoldenBoard", "ALL_SERVICES"]
+
+ALL_SERVICES = tuple(Service)
+_WORD = (1 << DATA_BITS) - 1
+_FIELD = {f.name: f for f in HEADER_FIELDS}
+_FLAGS, _JOB, _WORKER = (_FIELD[name].offset for name in ("flags", "job", "worker"))
+_WORKER_TABLE = NET_REGISTERS["worker"]
+_NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
+_SERVICE_COUNTERS = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx",
+                     Service.SWITCH: "switch", Service.CTRL: "ctrl"}
+_CTRL_OPS = {op.value for op in CtrlOp}
+
+
+class GoldenBoard(BoardBackend):
+    """A board (network front end, NIC engines, aggregator) as a golden model.
+
+    Parameters
+    ----------
+    key : int
+        The 64-bit control key the board is built with.
+    ip, mac : str
+        The board's addresses (spec section 1 defaults).
+    port_base : int
+        UDP port of the first service.
+    services : iterable of contract.network.Service
+        The services the board is built with; datagrams to the port of any other are
+        dropped as ``drop_closed_port`` and its registers read 0.
+    max_count : int
+        The NIC receive path's largest packet (values).
+    slots, lanes, max_workers, jobs : int
+        The aggregator's parameters (``host.aggregator.AggregatorModel``); the worker table
+        holds entries for ``jobs`` jobs of ``max_workers`` workers.
+    link : bool
+        What the ``link`` register reports.
+    """
+
+    def __init__(self, key: int, *, ip: str = DEFAULT_IP, mac: str = DEFAULT_MAC,
+                 port_base: int = PORT_BASE, services=ALL_SERVICES, max_count: int = 2048,
+                 slots: int = 64, lanes: int = 64, max_workers: int = 32, jobs: int = 4,
+                 link: bool = True):
+        from host.aggregator import AggregatorModel
+        from host.driver.models import NicModelTransport
+
+        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 1 << 64:
+            raise ValueError(f"the control key must be a 64-bit unsigned integer, not {key!r}")
+        self.key = key
+        self.ip = str(ipaddress.IPv4Address(ip))
+        self.mac = mac
+        self._mac = mac_to_int(mac)
+        self._ip = ip_to_int(self.ip)
+        self.port_base = port_base
+        self.ports = {service: port_base + offset for service, offset in SERVICE_OFFSETS.items()}
+        if not 1 <= port_base <= 0xFFFF - len(SERVICE_OFFSETS) + 1:
+            raise ValueError(f"port_base {port_base} leaves no room for the four service ports")
+        self.services = frozenset(Service(s) for s in services)
+        self._by_port = {port: service for service, port in self.ports.items()
+                         if service in self.services}
+        if max_workers > MAX_WORKERS_IN_TABLE:
+            raise ValueError(f"max_workers {max_workers} exceeds the worker table's "
+                             f"{MAX_WORKERS_IN_TABLE} per job")
+        self.link = bool(link)
+        self.nic = NicModelTransport(max_count=max_count)
+        self.aggregator = AggregatorModel(slots=slots, lanes=lanes, max_workers=max_workers,
+                                          jobs=jobs)
+        self.params = dict(max_count=max_count, slots=slots, lanes=lanes,
+                           max_workers=max_workers, jobs=jobs)
+        #: network front end counters, keys ``contract.counters.NET_COUNTERS``
+        self.counters = dict.fromkeys(NET_COUNTERS, 0)
+        #: worker table: (job, worker) -> (ip as int, port); absent = (0, 0)
+        self.worker_table: dict[tuple[int, int], tuple[int, int]] = {}
+        self._dotted = {}
+
+    def describe(self) -> str:
+        p = self.params
+        return (f"golden model board {self.ip} ({self.mac}), services "
+                f"{', '.join(s.value for s in ALL_SERVICES if s in self.services)}; NIC "
+                f"max {p['max_count']} values; switch {p['slots']} slots x {p['lanes']} lanes, "
+                f"{p['jobs']} jobs of up to {p['max_workers']} workers")
+
+    # -- the wire ------------------------------------------------------------------------
+
+    def deliver(self, datagrams: Sequence[Datagram]) -> list[Datagram]:
+        out = []
+        for datagram in datagrams:
+            out.extend(self._one(datagram))
+        return out
+
+    def _one(self, d: Datagram) -> list[Datagram]:
+        if d.dst_ip != self.ip:
+            self._count("ip_address")
+            return []
+        service = self._by_port.get(d.dst_port)
+        if service is None:
+            self._count("drop_closed_port")
+            return []
+        name = _SERVICE_COUNTERS[service]
+        self._count(f"{name}_in")
+        if service is Service.NIC_TX or service is Service.NIC_RX:
+            replies = self._nic(service, d)
+        elif service is Service.SWITCH:
+            replies = self._switch(d)
+        else:
+            replies = self._ctrl(d)
+        for _ in replies:
+            self._count(f"{name}_out")
+        return replies
+
+    def _reply(self, service: Service, dst_ip: str, dst_port: int, payload: bytes) -> Datagram:
+        return Datagram(self.ip, self.ports[service], dst_ip, dst_port, payload)
+
+    def _count(self, name: str) -> None:
+        self.counters[name] = (self.counters[name] + 1) & _WORD
+
+    # -- NIC services --------------------------------------------------------------------
+
+    def _nic(self, service: Service, d: Datagram) -> list[Datagram]:
+        # The NIC engines take whole 32-bit words and a whole header beat: the front end
+        # completes a short datagram with zero bytes (docs/network-contract.md).
+        data = d.payload
+        size = max(HEADER_BYTES, -(-len(data) // 4) * 4)
+        packet = Packet.from_bytes(data + bytes(size - len(data)))
+        stream = "tx" if service is Service.NIC_TX else "rx"
+        return [self._reply(service, d.src_ip, d.src_port, p.to_bytes())
+                for p in self.nic.exchange(stream, [packet])]
+
+    # -- switch service ------------------------------------------------------------------
+
+    def _switch(self, d: Datagram) -> list[Datagram]:
+        data = d.payload
+        if len(data) >= HEADER_BYTES:
+            job, worker = data[_JOB], data[_WORKER]
+            entry = self._entry(job, worker)
+            if entry is None or entry[1] == 0 or entry != (ip_to_int(d.src_ip), d.src_port):
+                self._count("drop_bad_source")
+                return []
+        # A datagram shorter than a header names no (job, worker): the engine drops it as
+        # bad_length without a slot being touched.
+        out = []
+        for result in self.aggregator.process(data):
+            h = result.header
+            if h.worker == WORKER_MULTICAST:
+                targets = range(self.aggregator.job_config(h.job).workers)
+            else:
+                targets = (h.worker,)
+            image = result.to_bytes()
+            for w in targets:
+                entry = self._entry(h.job, w)
+                if entry is not None and entry[1]:
+                    out.append(self._reply(Service.SWITCH, self._dotted_ip(entry[0]), entry[1],
+                                           image))
+        return out
+
+    def _entry(self, job: int, worker: int):
+        """The worker table entry ``(ip, port)`` of (job, worker), or None where the board
+        holds no entry (job or worker beyond the switch's)."""
+        if job >= self.params["jobs"] or worker >= self.params["max_workers"]:
+            return None
+        return self.worker_table.get((job, worker), (0, 0))
+
+    def _dotted_ip(self, value: int) -> str:
+        text = self._dotted.get(value)
+        if text is None:
+            text = self._dotted[value] = str(ipaddress.IPv4Address(value))
+        return text
+
+    # -- control service -----------------------------------------------------------------
+
+    def _ctrl(self, d: Datagram) -> list[Datagram]:
+        data = d.payload
+        if len(data) < HEADER_BYTES:
+            self._count("drop_bad_ctrl")      # no key to check: no reply
+            return []
+        key = int.from_bytes(data[CTRL_KEY_OFFSET:CTRL_KEY_OFFSET + CTRL_KEY_BYTES], "little")
+        if key != self.key:
+            self._count("drop_bad_key")       # no reply, nothing done
+            return []
+        header = bytearray(data[:HEADER_BYTES])
+        op = data[CTRL_OP_OFFSET]
+        count = int.from_bytes(data[CTRL_COUNT_OFFSET:CTRL_COUNT_OFFSET + 4], "little")
+        payload = data[HEADER_BYTES:]
+        if (data[0] != MAGIC or data[1] != VERSION or data[2] != PacketType.CTRL
+                or op not in _CTRL_OPS or not 1 <= count <= CTRL_MAX_PAIRS
+                or len(payload) != 8 * count):
+            self._count("drop_bad_ctrl")
+            header[_FLAGS] |= Flags.RESULT | Flags.ERROR
+            return [self._reply(Service.CTRL, d.src_ip, d.src_port, bytes(header))]
+        words = list(struct.unpack(f"<{2 * count}I", payload))
+        for i in range(0, 2 * count, 2):
+            address = words[i]
+            if op == CtrlOp.WRITE:
+                self.write(address, words[i + 1])
+            words[i + 1] = self.read(address)     # a write reads back after writing
+        header[_FLAGS] |= Flags.RESULT
+        return [self._reply(Service.CTRL, d.src_ip, d.src_port,
+                            bytes(header) + struct.pack(f"<{2 * count}I", *words))]
+
+    # -- the address map -----------------------------------------------------------------
+
+    def read(self, address: int) -> int:
+        """Read one 32-bit ``CTRL`` address (``contract.network``); 0 where nothing is."""
+        where = decode_network_address(address)
+        if where is None:
+            return 0
+        region, local = where
+        if region.name == "nic":
+            if not {Service.NIC_TX, Service.NIC_RX} & self.services:
+                return 0
+            try:
+                return self.nic.read(local)
+            except ValueError:            # unmapped in the NIC map
+                return 0
+        if region.name == "switch":
+            return self.aggregator.read(local) if Service.SWITCH in self.services else 0
+        return self._read_net(local)
+
+    def write(self, address: int, value: int) -> None:
+        """Write one ``CTRL`` address; read-only and unmapped addresses ignore it."""
+        where = decode_network_address(address)
+        if where is None:
+            return
+        region, local = where
+        if region.name == "switch" and Service.SWITCH in self.services:
+            self.aggregator.write(local, value & _WORD)
+        elif region.name == "net":
+            decoded = NET_REGISTERS.decode(local)
+            if decoded is None or decoded.entry is not _WORKER_TABLE:
+                return
+            job, worker = divmod(decoded.index, MAX_WORKERS_IN_TABLE)
+            if self._entry(job, worker) is None:
+                return
+            ip, port = self.worker_table.get((job, worker), (0, 0))
+            value &= (1 << decoded.register.width) - 1
+            if decoded.register.name == "ip":
+                ip = value
+            else:
+                port = value
+            self.worker_table[(job, worker)] = (ip, port)
+
+    def _read_net(self, local: int) -> int:
+        decoded = NET_REGISTERS.decode(local)
+        if decoded is None:
+            return 0
+        if decoded.entry is _NET_COUNTER_BLOCK:
+            return self.counters[decoded.counter]
+        if decoded.entry is _WORKER_TABLE:
+            job, worker = divmod(decoded.index, MAX_WORKERS_IN_TABLE)
+            entry = self._entry(job, worker)
+            if entry is None:
+                return 0
+            return entry[0] if decoded.register.name == "ip" else entry[1]
+        name = decoded.register.name
+        value = {
+            "mac_high": self._mac >> 32,
+            "mac_low": self._mac & _WORD,
+            "ip": self._ip,
+            "port_base": self.port_base,
+            "services": sum(1 << SERVICE_OFFSETS[s] for s in self.services),
+            "link": int(self.link),
+        }[name]
+        return value & ((1 << decoded.register.width) - 1)
