@@ -8,8 +8,8 @@ compared byte for byte with the golden models (``host.golden.inceptionn`` for th
 ``host.aggregator.AggregatorModel`` for the switch, the control service's contract), and
 every counter with what the test sent.
 
-Launched from ``tests/hdl/net/test_network_top.py``; parameters through
-:func:`sim.runner.test_params`.
+Launched from ``tests/hdl/net/test_network_top.py``, all tests in one simulator run;
+each test's parameters are ``params[test name]`` (:func:`params_of`).
 """
 from __future__ import annotations
 
@@ -216,13 +216,19 @@ async def started(dut):
     return bench
 
 
-def rng_of(default):
-    return random.Random(test_params().get("seed", default))
+def params_of(test):
+    """The parameters of one cocotb test: ``params[test]`` (one simulator run serves
+    every test of this module, :mod:`tests.hdl.net.test_network_top`)."""
+    return test_params().get(test, {})
+
+
+def rng_of(test, default):
+    return random.Random(params_of(test).get("seed", default))
 
 
 # -- ARP and ping -------------------------------------------------------------------------
 
-@cocotb.test()
+@cocotb.test(timeout_time=200, timeout_unit="us")
 async def arp_and_ping(dut):
     """The network top answers ARP for its address (not for others) and ping."""
     bench = await started(dut)
@@ -235,7 +241,7 @@ async def arp_and_ping(dut):
     await bench.send(Ether(dst=BROADCAST, src=HOST_MAC) /
                      ARP(op=1, hwsrc=HOST_MAC, psrc=HOST_IP, pdst=OTHER_IP))
     await bench.expect_nothing()
-    rng = rng_of(1)
+    rng = rng_of("arp_and_ping", 1)
     for seq in range(2):
         data = bytes(rng.getrandbits(8) for _ in range(56))
         await bench.send(Ether(dst=bench.board_mac, src=HOST_MAC) /
@@ -264,14 +270,14 @@ def nic_packets(rng, count, traffic, max_values):
     return out
 
 
-@cocotb.test()
+@cocotb.test(timeout_time=3000, timeout_unit="us")
 async def nic_services(dut):
     """Spec packets to the NIC transmit and receive services: every reply byte for byte
     the golden model's, to the requester, every engine counter as the model's causes."""
     from host.golden.inceptionn import nic_rx, nic_tx
     bench = await started(dut)
-    params = test_params()
-    rng = rng_of(2)
+    params = params_of("nic_services")
+    rng = rng_of("nic_services", 2)
     count = params.get("packets", 12)
     max_values = params.get("max_values", 600)
     before = await bench.nic_counters()
@@ -318,11 +324,11 @@ async def nic_services(dut):
 
 # -- control ----------------------------------------------------------------------------
 
-@cocotb.test()
+@cocotb.test(timeout_time=500, timeout_unit="us")
 async def control(dut):
     """CTRL reads and writes with the key: the board's registers, read-back after write,
     the engines' registers; a wrong key: no reply, nothing written, counted; a malformed
-    request: an ERROR reply, nothing done, counted."""
+    request with the key: an ERROR reply, nothing done, counted."""
     bench = await started(dut)
     net = lambda name: network_address("net", NET_REGISTERS[name].address)
     mac = int(bench.board_mac.replace(":", ""), 16)
@@ -354,13 +360,13 @@ async def control(dut):
         want = bytearray(bad[:HEADER_BYTES])
         want[3] |= Flags.RESULT | Flags.ERROR
         assert reply == bytes(want)
-    # not a control packet at all: nothing
+    # not a control packet, without the key: nothing (the key is checked first)
     await bench.request(Service.CTRL, b"\x47\x01\x02" + bytes(60), sport=40997)
     await bench.quiet()
     assert await bench.read([slot_base]) == [12]
     c1 = await bench.net_counters()
     d = delta(c0, c1)
-    assert (d.pop("drop_bad_key"), d.pop("drop_bad_ctrl")) == (1, 4), d
+    assert (d.pop("drop_bad_key"), d.pop("drop_bad_ctrl")) == (2, 3), d
     # A request counts in ctrl_in once it has entered, before it reads the counters; its
     # reply counts in ctrl_out after. In: wrong key, 3 refused, not control, the read of
     # slot_base, the read of c1. Out: the reply to the read of c0, 3 ERROR, slot_base's.
@@ -399,7 +405,7 @@ async def worker_round(bench, model, workers, packets_by_worker, rng, window):
     return received
 
 
-@cocotb.test()
+@cocotb.test(timeout_time=4000, timeout_unit="us")
 async def lhc_round(dut):
     """A 4-worker LHC all-reduce (index OR, sketch ADD, fallback ADD) through the switch
     service: every result fanned out to the 4 workers' table entries, byte for byte the
@@ -409,7 +415,7 @@ async def lhc_round(dut):
     from host.golden import lhc
     from host.switch_packets import collect_results, make_packets
     bench = await started(dut)
-    rng = rng_of(4)
+    rng = rng_of("lhc_round", 4)
     n_workers, lanes, job, slot_base, slot_count = 4, 64, 1, 8, 8
     workers = []
     for w in range(n_workers):
@@ -485,18 +491,18 @@ async def lhc_round(dut):
     await bench.quiet()
     d = delta(c1, await bench.net_counters())
     d.pop("ctrl_in"), d.pop("ctrl_out")
-    assert d == {"switch_in": 1, "switch_out": 1, "drop_bad_source": 1}, d
+    assert d == {"switch_in": 2, "switch_out": 1, "drop_bad_source": 1}, d
     assert delta(s1, await bench.switch_counters()) == {"packets": 1, "results_unicast": 1}
 
 
-@cocotb.test()
+@cocotb.test(timeout_time=4000, timeout_unit="us")
 async def drops(dut):
     """Every drop cause: dropped, counted once under its cause, and a good datagram after
     it still comes back exact."""
     from host.golden.inceptionn import nic_tx
     from sim.nic_stimulus import tx_packet, value_mix
     bench = await started(dut)
-    rng = rng_of(5)
+    rng = rng_of("drops", 5)
     np_rng = np.random.default_rng(rng.getrandbits(32))
     worker_ip, worker_mac = worker_address(0)
     bench.hosts[worker_ip] = worker_mac
@@ -518,7 +524,11 @@ async def drops(dut):
         ("rx_mac", bench.udp(good, dport=port, dst_mac="02:47:57:00:00:99"), {}),
         ("rx_ethertype", Ether(dst=board, src=HOST_MAC, type=0x86DD) / Raw(payload(60)), {}),
         ("ip_address", bench.udp(good, dport=port, dst_ip=OTHER_IP), {}),
+        ("rx_fcs", bench.udp(payload(5), dport=port), {"corrupt_fcs": True}),  # padded
         ("ip_fragment", bench.udp(good, dport=port, flags="MF"), {}),
+        ("ip_fragment", bench.udp(good, dport=port, frag=3), {}),
+        ("ip_protocol", Ether(dst=board, src=HOST_MAC) / IP(src=HOST_IP, dst=bench.board_ip,
+                                                           proto=6) / Raw(payload()), {}),
         ("ip_header", bench.udp(good, dport=port, ip_options=[IPOption_NOP()] * 4), {}),
         ("rx_runt", bench.udp(payload(4), dport=port), {"pad": False}),
         ("rx_oversize", bench.udp(payload(MAX_DATAGRAM + 1), dport=port), {}),
@@ -531,6 +541,9 @@ async def drops(dut):
     bad_udp = bench.udp(good, dport=port)
     bad_udp[UDP].chksum = (Ether(bytes(bad_udp))[UDP].chksum ^ 0x8000) or 1
     cases.append(("udp_checksum", bad_udp, {}))
+    long_udp = bench.udp(good, dport=port)
+    long_udp[UDP].len = 8 + len(good) + 20                    # beyond the IP payload
+    cases.append(("udp_length", long_udp, {}))
     agg = Header(type=PacketType.AGG_ADD_I32, job=0, worker=0, count=64).pack() + bytes(256)
     cases.append(("drop_bad_source", bench.udp(agg, dport=bench.ports[Service.SWITCH],
                                                sport=50001, src_ip=worker_ip), {}))
@@ -547,7 +560,9 @@ async def drops(dut):
         after = await bench.net_counters()
         d = delta(before, after)
         d.pop("ctrl_in"), d.pop("ctrl_out")
-        assert d == {cause: 1}, f"{cause}: counters changed {d}"
+        # (a datagram the source check drops has reached the switch port: switch_in)
+        want = {cause: 1} | ({"switch_in": 1} if cause == "drop_bad_source" else {})
+        assert d == want, f"{cause}: counters changed {d}"
         await good_round_trip(42000 + n)
 
     # short datagrams reach their engine (zero-padded to a whole word), which drops them
@@ -565,6 +580,157 @@ async def drops(dut):
                              ("rx", "drop_bad_header"): 2}
     await good_round_trip(42200)
     assert not bench.bad_frames
+
+
+# -- the golden board ------------------------------------------------------------------------
+
+@cocotb.test(timeout_time=4000, timeout_unit="us")
+async def golden_board(dut):
+    """The same datagrams through the golden board (``host.board.golden.GoldenBoard``, the
+    executable form of ``docs/network-contract.md``) and through the network top: the same
+    replies, byte for byte, from the same ports to the same addresses, in the same order,
+    and in the end the same counters (a ``CTRL`` read through both). Every service and
+    every front-end corner of the contract: short and odd-length datagrams, the worker
+    table and its widths, entries the board does not hold, multicast and unicast results,
+    a stranger, every refused control request, a wrong key, closed ports, another IP."""
+    from host.board.backend import Datagram
+    from host.board.golden import GoldenBoard
+    from host.golden.inceptionn import nic_tx
+    from host.switch_packets import make_packets
+    from sim.nic_stimulus import rx_traffic, tx_traffic
+    bench = await started(dut)
+    rng = rng_of("golden_board", 7)
+    np_rng = np.random.default_rng(rng.getrandbits(32))
+    golden = GoldenBoard(bench.key, ip=bench.board_ip, mac=bench.board_mac,
+                         port_base=bench.ports[Service.NIC_TX], link=bool(int(dut.link.value)))
+    workers = []
+    for w in range(3):
+        ip, mac = worker_address(w)
+        bench.hosts[ip] = mac
+        workers.append((ip, 51000 + w))
+    jobs, table = SWITCH_REGISTERS["job"], NET_REGISTERS["worker"]
+    net = lambda name: network_address("net", NET_REGISTERS[name].address)
+    entry = lambda job, w, field: network_address("net", table.address(job * 32 + w, field))
+    job_reg = lambda job, field: network_address("switch", jobs.address(job, field))
+    # Job 3, slots 16..19 and worker table entries no other bench of this module writes:
+    # the benches share one simulation, and the table keeps its entries through a reset.
+    job, slot_base = 3, 16
+    commit = job_reg(job, "commit")
+    sent = 0
+
+    async def both(payload, service, *, src=(HOST_IP, 40500), dst_ip=None):
+        """One datagram to both boards; the board's replies must be the golden board's."""
+        nonlocal sent
+        sent += 1
+        port = bench.ports[service] if isinstance(service, Service) else service
+        dst_ip = dst_ip or bench.board_ip
+        want = golden.deliver([Datagram(src[0], src[1], dst_ip, port, bytes(payload))])
+        await bench.request(port, payload, sport=src[1], src_ip=src[0],
+                            **({"dst_ip": dst_ip} if dst_ip != bench.board_ip else {}))
+        for n, reply in enumerate(want):
+            (dst, src_port, dst_port, got), _ = await bench.next_udp()
+            assert (dst, src_port, dst_port) == (reply.dst_ip, reply.src_port,
+                                                 reply.dst_port), f"datagram {sent} reply {n}"
+            if got != reply.payload and payload[2:3] == bytes([CTRL_TYPE]) and \
+                    len(got) == len(reply.payload):
+                # a commit takes the gateware some cycles (its slots are cleared), the
+                # model none: the commit's read-back may say BUSY
+                pairs = [struct.unpack_from("<II", got, o) for o in range(32, len(got), 8)]
+                fixed = bytearray(got)
+                for k, (addr, value) in enumerate(pairs):
+                    if addr == commit and value & ~1 == 0:
+                        struct.pack_into("<I", fixed, 36 + 8 * k, 0)
+                got = bytes(fixed)
+            assert got == reply.payload, f"datagram {sent} reply {n}: {got.hex()} " \
+                                         f"vs {reply.payload.hex()}"
+        return want
+
+    ctrl = bench.ctrl_packet
+    # the board's own registers, unmapped and foreign addresses, the engines' registers
+    await both(ctrl(CtrlOp.READ, [(a, 0) for a in (
+        net("mac_high"), net("mac_low"), net("ip"), net("port_base"), net("services"),
+        net("link"), network_address("net", 0xFFF0), 3 << 16, network_address("nic", 0),
+        network_address("nic", 0x7FFF), network_address("switch", SWITCH_REGISTERS["params"]
+                                                        .address))]), Service.CTRL)
+    # the worker table (a 16-bit port keeps its low bits; entries beyond the switch's jobs
+    # and workers ignore writes; read-only registers too), then a 2-worker job. (Only the
+    # job's workers 0 and 1 have entries: the gateware sends a multicast result to every
+    # entry of the job with a port, the golden board to workers 0 .. n - 1 only.)
+    ip_int = lambda ip: int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
+    pairs = [(entry(job, w, field), value) for w, (ip, port) in enumerate(workers[:2])
+             for field, value in (("ip", ip_int(ip)), ("port", port))]
+    pairs += [(entry(2, 5, "port"), 0x1_2345), (entry(4, 0, "port"), 7),
+              (entry(0, 31, "ip"), 0xDEADBEEF), (net("ip"), 1), (net("port_base"), 9)]
+    pairs += [(job_reg(job, "workers"), 2), (job_reg(job, "slot_base"), slot_base),
+              (job_reg(job, "slot_count"), 4)]
+    await both(ctrl(CtrlOp.WRITE, pairs), Service.CTRL)
+    await both(ctrl(CtrlOp.WRITE, [(commit, COMMIT)]), Service.CTRL)
+    await Timer(2000, "ns")        # the gateware clears the job's slots
+
+    # NIC: spec packets, then a short and an odd-length datagram to each path
+    for packet in tx_traffic(np_rng, 6, max_values=300)[:6]:
+        if len(packet.to_bytes()) <= MAX_DATAGRAM:
+            await both(packet.to_bytes(), Service.NIC_TX)
+    for packet in rx_traffic(np_rng, 6, max_count=300)[:6]:
+        if len(packet.to_bytes()) <= MAX_DATAGRAM:
+            await both(packet.to_bytes(), Service.NIC_RX)
+    good = tx_traffic(np_rng, 1, max_values=40)[0].to_bytes()
+    for service in (Service.NIC_TX, Service.NIC_RX):
+        for payload in (b"", b"\x47", good[:13], good + b"\x01\x02\x03",
+                        nic_tx(Packet.from_bytes(good))[0].to_bytes()[:-1]):
+            await both(payload, service)
+
+    # switch: a window of chunks from both workers (multicast to both), a resend (unicast),
+    # a stranger, a worker the board has no entry for, a job beyond the switch's, a
+    # datagram shorter than a header, a length that is not 32 + 4 * P
+    chunks = [make_packets(np_rng.integers(0, 2**32, 4 * 64, dtype=np.uint64)
+                           .astype(np.uint32), op=PacketType.AGG_ADD_I32, job=job, worker=w,
+                           slot_base=slot_base, slot_count=4, lanes=64) for w in range(2)]
+    sends = [(w, p) for w in range(2) for p in chunks[w]]
+    rng.shuffle(sends)
+    for w, packet in sends:
+        await both(packet.to_bytes(), Service.SWITCH, src=workers[w])
+    await both(chunks[1][2].to_bytes(), Service.SWITCH, src=workers[1])
+    await both(chunks[1][0].to_bytes(), Service.SWITCH, src=workers[0])
+    for other_job, worker in ((job, 2), (job, 40), (6, 0)):
+        h = Header(type=PacketType.AGG_OR32, job=other_job, worker=worker, count=64).pack()
+        await both(h + bytes(256), Service.SWITCH, src=workers[0])
+    await both(b"\x47\x01\x02", Service.SWITCH, src=workers[0])
+    await both(chunks[0][0].to_bytes()[:-2], Service.SWITCH, src=workers[0])
+
+    # control: short, wrong key, refused (count, op, type, payload length)
+    request = ctrl(CtrlOp.READ, [(net("ip"), 0)])
+    for bad in (request[:20], ctrl(CtrlOp.READ, [(net("ip"), 0)], key=bench.key ^ 1 << 63),
+                ctrl(CtrlOp.READ, [(net("ip"), 0)], count=0),
+                ctrl(CtrlOp.READ, [(net("ip"), 0)] * 2, count=1), ctrl(5, [(net("ip"), 0)]),
+                b"\x47\x01\x00" + request[3:], request + b"\x00" * 4):
+        await both(bad, Service.CTRL)
+    # closed ports, another address
+    for port in (bench.ports[Service.NIC_TX] - 1, bench.ports[Service.CTRL] + 1):
+        await both(good, port)
+    await both(good, Service.NIC_TX, dst_ip=OTHER_IP)
+
+    # the counters, through both: the network's (all but the ARP ones: the golden board
+    # works on datagrams and has no ARP cache), the NIC's and the switch's
+    names = [n for n in NET_COUNTERS if not n.startswith("arp_")]
+    block = NET_REGISTERS["counter"]
+    await both(ctrl(CtrlOp.READ, [(network_address("net", block.address(n)), 0)
+                                  for n in names]), Service.CTRL)
+    nic = [network_address("nic", NIC_REGISTERS[p].address(n)) for p, names_ in
+           (("tx", NIC_TX_COUNTERS), ("rx", NIC_RX_COUNTERS)) for n in names_]
+    switch = [network_address("switch", SWITCH_REGISTERS["counter"].address(n))
+              for n in AGG_COUNTERS]
+    for start in range(0, len(nic + switch), CTRL_MAX_PAIRS):
+        await both(ctrl(CtrlOp.READ, [(a, 0) for a in (nic + switch)[start:start +
+                                                                     CTRL_MAX_PAIRS]]),
+                   Service.CTRL)
+    await bench.quiet()
+    hardware = await bench.net_counters()
+    # the board asked once for each host it answered: the controller and two workers
+    assert hardware["arp_miss"] == 3 and hardware["arp_unreachable"] == 0
+    assert not bench.bad_frames
+    dut._log.info("golden board: %d datagrams, counters %s", sent,
+                  {k: v for k, v in golden.counters.items() if v})
 
 
 # -- line rate ------------------------------------------------------------------------------
@@ -619,7 +785,7 @@ def rates(results):
     }
 
 
-@cocotb.test()
+@cocotb.test(timeout_time=3000, timeout_unit="us")
 async def line_rate(dut):
     """Back-to-back datagrams at line rate, first to each service alone, then to all four
     at once: every reply exact and to its requester, no datagram dropped; the figures
@@ -630,8 +796,8 @@ async def line_rate(dut):
     from host.switch_packets import chunk_slot
     from sim.nic_stimulus import tx_packet, value_mix
     bench = await started(dut)
-    params = test_params()
-    rng = rng_of(6)
+    params = params_of("line_rate")
+    rng = rng_of("line_rate", 6)
     np_rng = np.random.default_rng(rng.getrandbits(32))
     per_service = params.get("per_service", 6)
     values = params.get("values", 360)      # a standard 1500-byte MTU's worth

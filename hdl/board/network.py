@@ -1,7 +1,7 @@
 """ECP5 board top of the network: the engines served over the board's RGMII port.
 
-What ``make bitstream`` builds by default (``TOP=selftest`` builds :mod:`hdl.board.top`'s
-self-test instead). One PLL makes both clocks: the engines' (``sync``, CLKOP, the board's
+What ``make bitstream TOP=network`` builds (the default, ``TOP=selftest``, is
+:mod:`hdl.board.top`'s self-test). One PLL makes both clocks: the engines' (``sync``, CLKOP, the board's
 ``engine_mhz``) and LiteEth's (``eth``, CLKOS, the network configuration's ``sys_clk_hz``);
 each domain leaves reset on its own clock once the PLL has locked (and the board's reset
 button, if any, is released). The Ethernet PHY chip is held in reset until then and for

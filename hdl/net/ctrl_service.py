@@ -9,13 +9,13 @@ register accesses go out on :attr:`CtrlService.bus` in the order of the pairs.
 What happens to a request, checked in this order on its header beat (the input buffer has
 already checked its FCS and holds it whole):
 
-1. shorter than a header, or not magic/version/type ``CTRL``: not a control packet;
-   dropped, no reply, counted ``bad_ctrl``;
+1. shorter than a header: dropped, no reply, counted ``bad_ctrl``;
 2. key not the bitstream's: dropped, no reply, counted ``bad_key``; nothing it asked for
-   happens;
-3. ``count`` outside 1..64, ``op`` neither read nor write, or a length other than
-   ``32 + 8 * count`` bytes: refused; the reply is the header alone with ``RESULT`` and
-   ``ERROR`` set, counted ``bad_ctrl``; no register is touched;
+   happens (so a host without the key learns nothing, not even what it sent wrong);
+3. not magic/version/type ``CTRL``, ``count`` outside 1..64, ``op`` neither read nor
+   write, or a length other than ``32 + 8 * count`` bytes: refused; the reply is the
+   header alone with ``RESULT`` and ``ERROR`` set, counted ``bad_ctrl``; no register is
+   touched (``docs/network-contract.md``, the golden board's order);
 4. otherwise executed (``executed``).
 """
 from __future__ import annotations
@@ -96,14 +96,15 @@ class CtrlService(wiring.Component):
         count = beat.data.word_select(CTRL_COUNT_OFFSET // 4, 32)
         length = beat.meta.length
 
-        is_ctrl = Signal()
+        whole_header = Signal()
         key_ok = Signal()
         well_formed = Signal()
         m.d.comb += [
-            is_ctrl.eq((length >= HEADER_BYTES) & (header.magic == MAGIC)
-                       & (header.version == VERSION) & (header.type == CTRL_TYPE)),
+            whole_header.eq(length >= HEADER_BYTES),
             key_ok.eq(key == Const(self._key, 8 * CTRL_KEY_BYTES)),
-            well_formed.eq((count >= 1) & (count <= CTRL_MAX_PAIRS)
+            well_formed.eq((header.magic == MAGIC) & (header.version == VERSION)
+                           & (header.type == CTRL_TYPE)
+                           & (count >= 1) & (count <= CTRL_MAX_PAIRS)
                            & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))
                            & (length == HEADER_BYTES + PAIR_BYTES * count[:7])),
         ]
@@ -129,9 +130,9 @@ class CtrlService(wiring.Component):
                 with m.If(i.valid):
                     m.d.sync += [out_data.eq(reply_header), refused.eq(~well_formed),
                                  writing.eq(op == CtrlOp.WRITE), pairs_left.eq(count[:7])]
-                    with m.If(~is_ctrl | ~key_ok):
-                        m.d.sync += [self.events.bad_ctrl.eq(~is_ctrl),
-                                     self.events.bad_key.eq(is_ctrl),
+                    with m.If(~whole_header | ~key_ok):
+                        m.d.sync += [self.events.bad_ctrl.eq(~whole_header),
+                                     self.events.bad_key.eq(whole_header),
                                      self.events.no_reply.eq(1)]
                         m.next = "DRAIN"
                     with m.Else():

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from amaranth import Cat, Module, Signal
+from amaranth import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -166,11 +166,12 @@ class NetworkFrontEnd(wiring.Component):
         ingress_full = []
         egress_full = []
 
-        def ingress(name, depth, **kwargs):
+        def ingress(name, depth, *, count_in=True, **kwargs):
             buffer = IngressBuffer(depth=depth, datagrams=sizes.queue, **kwargs)
             m.submodules[f"{name}_ingress"] = buffer
             ingress_full.append(buffer.events.full)
-            m.d.comb += events[f"{name}_in"].eq(buffer.events.accepted)
+            if count_in:
+                m.d.comb += events[f"{name}_in"].eq(buffer.events.accepted)
             return buffer
 
         def egress(name, depth, tag_shape):
@@ -179,10 +180,16 @@ class NetworkFrontEnd(wiring.Component):
             egress_full.append(buffer.events.full)
             return buffer
 
-        def to_engine(source, engine_in):
-            """A service beat stream into an engine's AXI-Stream input."""
+        def to_engine(source, engine_in, *, whole_header=False):
+            """A service beat stream into an engine's AXI-Stream input. ``whole_header``
+            (the NIC engines): a datagram's first beat keeps all 32 bytes, so a datagram
+            shorter than a header reaches the engine completed with zero bytes up to 32
+            (the bytes past its end are zero already), as docs/network-contract.md says."""
+            keep = source.p.keep
+            if whole_header:
+                keep = Mux(source.p.first, (1 << len(source.p.keep)) - 1, source.p.keep)
             m.d.comb += [engine_in.valid.eq(source.valid), source.ready.eq(engine_in.ready),
-                         engine_in.p.data.eq(source.p.data), engine_in.p.keep.eq(source.p.keep),
+                         engine_in.p.data.eq(source.p.data), engine_in.p.keep.eq(keep),
                          engine_in.p.last.eq(source.p.last)]
 
         def request_reply(name, service, depth_in, depth_out, engine_in, engine_out, dropped,
@@ -194,7 +201,7 @@ class NetworkFrontEnd(wiring.Component):
             wiring.connect(m, buffer_in.o, flight.i)
             if engine_in is None:
                 return buffer_in, flight
-            to_engine(flight.o, engine_in)
+            to_engine(flight.o, engine_in, whole_header=True)
             finish(name, flight, engine_out, dropped, depth_out)
             return buffer_in, flight
 
@@ -225,7 +232,12 @@ class NetworkFrontEnd(wiring.Component):
             wiring.connect(m, dispatch.switch, check.i)
             wiring.connect(m, check.table, registers.check)
             m.d.comb += events.drop_bad_source.eq(check.bad_source)
-            switch_in = ingress("switch", sizes.switch_in)
+            # switch_in counts every datagram that reaches the switch port, as it arrives
+            # (docs/network-contract.md), the ones the source check drops included
+            arriving = dispatch.switch
+            m.d.comb += events.switch_in.eq(arriving.valid & arriving.ready & arriving.p.last
+                                            & ~arriving.p.error)
+            switch_in = ingress("switch", sizes.switch_in, count_in=False, byte_keep=True)
             wiring.connect(m, check.o, switch_in.i)
             to_engine(switch_in.o, self.switch_in)
             results = egress("switch", sizes.switch_out, ResultTag)

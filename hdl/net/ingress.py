@@ -10,7 +10,7 @@ buffer drops (and counts) only its own datagrams.
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -23,6 +23,15 @@ from hdl.net.layouts import (WORD_BYTES, WORDS_PER_BEAT, ServiceBeat, UdpMeta, W
 from hdl.stream.axis import DATA_BITS
 
 __all__ = ["IngressEvents", "IngressBuffer"]
+
+
+def keep_for_bytes(length):
+    """``keep`` of the last beat of a datagram of ``length`` bytes (an Amaranth value):
+    its bytes in that beat, 32 for a whole beat, none for an empty datagram."""
+    tail = length[:5]
+    return Mux(length == 0, 0,
+               Mux(tail == 0, (1 << BEAT_BYTES) - 1,
+                   ((Const(1, BEAT_BYTES + 1) << tail) - 1)[:BEAT_BYTES]))
 
 #: One strobe per datagram that is neither core-flagged (``error``) nor refused by a check
 #: in front (``drop``), at its last beat: exactly one of these.
@@ -43,7 +52,9 @@ class IngressBuffer(wiring.Component):
     beat unless ``error`` or ``drop`` is set there, in which case they are forgotten. The
     reader gets each published datagram as the engines' AXI-Stream beats, ``keep`` of the
     last beat from the length (whole 32-bit words), ``first`` on the first beat and the
-    datagram's ``meta`` on every beat, one beat per clock.
+    datagram's ``meta`` on every beat, one beat per clock. With ``byte_keep`` the last
+    beat's ``keep`` marks the datagram's bytes exactly instead (the switch: it drops a
+    datagram whose length is not a whole number of words, ``docs/network-contract.md``).
 
     Parameters
     ----------
@@ -54,6 +65,8 @@ class IngressBuffer(wiring.Component):
         Published datagrams waiting at most (descriptor queue depth).
     max_length : int, optional
         Longest datagram taken, bytes; default what the buffer holds.
+    byte_keep : bool
+        ``keep`` of the last beat to the byte (default: whole 32-bit words).
 
     Members
     -------
@@ -63,7 +76,7 @@ class IngressBuffer(wiring.Component):
     events : Out(IngressEvents)
     """
 
-    def __init__(self, *, depth, datagrams=16, max_length=None):
+    def __init__(self, *, depth, datagrams=16, max_length=None, byte_keep=False):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"IngressBuffer depth must be a power of two >= 2 beats, "
                              f"not {depth!r}")
@@ -76,6 +89,7 @@ class IngressBuffer(wiring.Component):
             raise ValueError(f"IngressBuffer max_length must be 0..{min(capacity, 0xFFFF)} "
                              f"bytes for depth {depth}, not {max_length!r}")
         self.depth, self.datagrams, self.max_length = depth, datagrams, max_length
+        self.byte_keep = bool(byte_keep)
         super().__init__({
             "i": In(stream.Signature(WideBeat)),
             "o": Out(stream.Signature(ServiceBeat)),
@@ -175,7 +189,8 @@ class IngressBuffer(wiring.Component):
                 active.eq(1),
                 meta.eq(queue.r_data),
                 remaining.eq(beats_for_length(head.length)),
-                last_keep.eq(keep_for_words(last_words)),
+                last_keep.eq(keep_for_bytes(head.length) if self.byte_keep
+                             else keep_for_words(last_words)),
                 at_first.eq(1),
             ]
         load = Signal()

@@ -33,15 +33,17 @@ def request_beats(raw, tag=0):
 
 
 def expected_reply(raw, registers, writable):
-    """The reference: what the service must answer, and the registers after."""
-    if (len(raw) < 32 or raw[0] != 0x47 or raw[1] != 1 or raw[2] != CTRL_TYPE):
+    """The reference (docs/network-contract.md, the golden board's order): what the
+    service must answer, and the registers after."""
+    if len(raw) < 32:
         return None, "bad_ctrl"
     header = bytearray(raw[:HEADER_BYTES])
     count = int.from_bytes(raw[8:12], "little")
     op = raw[CTRL_OP_OFFSET]
     if int.from_bytes(raw[24:32], "little") != KEY:
         return None, "bad_key"
-    if not (1 <= count <= 64 and op in (0, 1) and len(raw) == 32 + 8 * count):
+    if not (raw[0] == 0x47 and raw[1] == 1 and raw[2] == CTRL_TYPE and 1 <= count <= 64
+            and op in (0, 1) and len(raw) == 32 + 8 * count):
         header[3] |= Flags.RESULT | Flags.ERROR
         return bytes(header), "bad_ctrl"
     header[3] |= Flags.RESULT
@@ -134,6 +136,7 @@ def test_refused_and_dropped_requests():
         ctrl_request(CtrlOp.WRITE, [(0x20006, 1)], magic=0x48),             # not CTRL
         ctrl_request(CtrlOp.WRITE, [(0x20006, 1)], version=2),
         ctrl_request(CtrlOp.WRITE, [(0x20006, 1)], type_=2),
+        ctrl_request(CtrlOp.WRITE, [(0x20006, 1)], type_=2, key=0),        # ... no key
         ctrl_request(CtrlOp.WRITE, [(0x20006, 1)])[:31],                    # under a header
         b"",
         good,

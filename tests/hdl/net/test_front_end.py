@@ -172,15 +172,18 @@ def test_requests_replies_and_counters():
     async def bench(ctx):
         c0 = counters(ctx, dut)
         # NIC TX: the reply is the engine's output (here the request), to the requester,
-        # whole 32-bit words (a datagram's last partial word is zero-padded for the engine)
-        payloads = [bytes(rng.getrandbits(8) for _ in range(n)) for n in (32, 1, 45, 100, 0)]
+        # whole 32-bit words and at least a whole header (a datagram's last partial word,
+        # and one shorter than 32 bytes, are completed with zero bytes for the engine)
+        payloads = [bytes(rng.getrandbits(8) for _ in range(n))
+                    for n in (32, 1, 45, 100, 0, 31, 33)]
         for n, p in enumerate(payloads):
             host.datagram(p, PORTS[Service.NIC_TX], sport=41000 + n)
         await host.wait(ctx)
-        assert host.sent == [(reply_to(41000 + n, Service.NIC_TX), words(p))
+        assert host.sent == [(reply_to(41000 + n, Service.NIC_TX),
+                              words(p) + bytes(max(0, 32 - len(words(p)))))
                              for n, p in enumerate(payloads)]
         c1 = counters(ctx, dut)
-        assert delta(c0, c1) == {"nic_tx_in": 5, "nic_tx_out": 5}
+        assert delta(c0, c1) == {"nic_tx_in": 7, "nic_tx_out": 7}
 
         # NIC RX: dropped by the engine -> no reply; good ones answered; flagged ones and
         # closed ports never reach an engine
@@ -211,7 +214,7 @@ def test_requests_replies_and_counters():
         (to, raw), (to2, raw2) = host.sent
         assert to == reply_to(42000, Service.CTRL) and to2 == reply_to(42001, Service.CTRL)
         values = [struct.unpack_from("<II", raw, 32 + 8 * k) for k in range(len(pairs))]
-        assert [v for _, v in values] == [IP, MAC >> 32, 0b1111, 1005, 5, 0]
+        assert [v for _, v in values] == [IP, MAC >> 32, 0b1111, 1005, 7, 0]
         assert raw[3] & 2 and raw[16] == 9                  # RESULT, seq echoed
         assert struct.unpack_from("<II", raw2, 32) == (network_address("switch", 1), 0xCAFE)
         assert ctx.get(dut.switch_reg) == 0xCAFE            # the wrong key wrote nothing
@@ -279,7 +282,7 @@ def test_worker_table_source_check_and_fan_out():
         src = PORTS[Service.SWITCH]
         assert host.sent == [((workers[1][0], src, workers[1][1]), p1)] + [
             ((ip, src, port), p2) for ip, port in workers.values()]
-        assert delta(c0, counters(ctx, dut)) == {"switch_in": 2, "switch_out": 4,
+        assert delta(c0, counters(ctx, dut)) == {"switch_in": 2 + len(bad), "switch_out": 4,
                                                  "drop_bad_source": len(bad)}
 
     run(dut, bench, background=(host.rx, host.tx))

@@ -22,13 +22,13 @@ def wide_beats(payload, tag, *, error=False, drop=False, extra_beats=0, missing_
             for n, c in enumerate(chunks)]
 
 
-def expected_beats(payload):
+def expected_beats(payload, byte_keep=False):
     n = max(1, -(-len(payload) // 32))
     padded = bytes(payload) + bytes(32 * n - len(payload))
     words = -(-len(payload) // 4)
-    last_words = words - 8 * (n - 1)
+    last_bytes = 4 * (words - 8 * (n - 1)) if not byte_keep else len(payload) - 32 * (n - 1)
     return [(int.from_bytes(padded[32 * b:32 * b + 32], "little"),
-             (1 << (4 * last_words)) - 1 if b == n - 1 else (1 << 32) - 1,
+             (1 << last_bytes) - 1 if b == n - 1 else (1 << 32) - 1,
              int(b == n - 1), int(b == 0)) for b in range(n)]
 
 
@@ -82,10 +82,11 @@ def convert(p):
             int(p.meta.length))
 
 
-@pytest.mark.parametrize("seed,p_gap,p_block", [(1, 0.0, 0.0), (2, 0.5, 0.3), (3, 0.0, 0.8)])
-def test_good_datagrams_pass_whole_bad_ones_vanish(seed, p_gap, p_block):
+@pytest.mark.parametrize("seed,p_gap,p_block,byte_keep", [
+    (1, 0.0, 0.0, False), (2, 0.5, 0.3, False), (3, 0.0, 0.8, False), (4, 0.2, 0.2, True)])
+def test_good_datagrams_pass_whole_bad_ones_vanish(seed, p_gap, p_block, byte_keep):
     rng = random.Random(seed)
-    dut = IngressBuffer(depth=64, datagrams=8)
+    dut = IngressBuffer(depth=64, datagrams=8, byte_keep=byte_keep)
     datagrams, want = [], []
     for tag in range(60):
         payload = bytes(rng.getrandbits(8) for _ in range(rng.choice(
@@ -116,7 +117,7 @@ def test_good_datagrams_pass_whole_bad_ones_vanish(seed, p_gap, p_block):
     assert [(src, length) for src, length, _ in got] == \
         [(tag, len(payload)) for tag, payload in expected]
     for (src, length, beats), (tag, payload) in zip(got, expected):
-        assert beats == expected_beats(payload), f"datagram {tag}"
+        assert beats == expected_beats(payload, byte_keep), f"datagram {tag}"
     # Each good datagram is counted exactly once; flagged ones not at all.
     counted = sorted(events["accepted"] + events["full"] + events["too_long"]
                      + events["mismatch"])
