@@ -1,0 +1,96 @@
+"""The network top on Verilator through its RGMII pins: the board's gateware end to end.
+
+One Verilator build of ``sim/network_top.py`` (LiteEth core, ECP5 primitive models, front
+end, NicTop, SwitchTop), cached by content, and one simulator run for all the cocotb tests
+of ``sim/tb_network.py`` that this module's selected tests ask for (each simulator start
+costs seconds: the model is large); each pytest test then reports its own cocotb test.
+"""
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from sim.runner import BUILD, run_cocotb
+
+pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
+
+#: cocotb test -> its parameters (seeds and sizes; small enough for CI, see README)
+BENCHES = {
+    "arp_and_ping": {"seed": 1},
+    "nic_services": {"seed": 2, "packets": 12, "max_values": 600},
+    "control": {"seed": 3},
+    "lhc_round": {"seed": 4},
+    "drops": {"seed": 5},
+    "golden_board": {"seed": 7},
+    "line_rate": {"seed": 6, "per_service": 6},
+}
+
+
+@pytest.fixture(scope="module")
+def benches(request, tmp_path_factory):
+    """Run the selected benches in one simulator; ``{name: failure message or None}`` and
+    the folder of the run (reports)."""
+    from sim.network_top import TOP, network_top_sources
+    selected = [item.name[len("test_"):] for item in request.session.items
+                if item.module.__name__ == __name__ and item.name[len("test_"):] in BENCHES]
+    out = tmp_path_factory.mktemp("network_top")
+    params = {name: dict(BENCHES[name]) for name in selected}
+    params["line_rate"] = dict(BENCHES["line_rate"], report_file=str(out / "line_rate.json"))
+    verilog, extra = network_top_sources("ecpix5")
+    test_dir = BUILD / "sim" / "network_top-runs" / "-".join(selected)[:100]
+    test_dir.mkdir(parents=True, exist_ok=True)
+    for stale in test_dir.glob("*.xml"):
+        stale.unlink()
+    try:
+        run_cocotb(TOP, verilog, "sim.tb_network", testcase=selected, params=params,
+                   extra_sources=extra, test_dir=test_dir)
+    except SystemExit:
+        pass    # the results below say which test failed
+    results = {}
+    for path in test_dir.glob("*.xml"):
+        for case in ET.parse(path).getroot().iter("testcase"):
+            failure = case.find("failure")
+            if failure is None:
+                failure = case.find("error")
+            results[case.get("name")] = None if failure is None else (
+                failure.get("message") or (failure.text or "").strip()[-2000:] or "failed"
+            ) + f" (log: {test_dir / 'sim.log'})"
+    return results, out
+
+
+def check(benches, name):
+    results, _ = benches
+    assert name in results, f"{name} did not run (see the simulator log)"
+    assert results[name] is None, results[name]
+
+
+def test_arp_and_ping(benches):
+    check(benches, "arp_and_ping")
+
+
+def test_nic_services(benches):
+    check(benches, "nic_services")
+
+
+def test_control(benches):
+    check(benches, "control")
+
+
+def test_lhc_round(benches):
+    check(benches, "lhc_round")
+
+
+def test_drops(benches):
+    check(benches, "drops")
+
+
+def test_golden_board(benches):
+    check(benches, "golden_board")
+
+
+def test_line_rate(benches):
+    check(benches, "line_rate")
+    figures = json.loads((benches[1] / "line_rate.json").read_text())
+    for service in ("nic_tx", "nic_rx", "switch", "ctrl"):
+        assert figures[service]["datagrams"] == 6
+    assert figures["mixed"]["datagrams"] == 24
