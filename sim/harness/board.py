@@ -56,8 +56,9 @@ class VerilatorBoard(BoardBackend):
 
     Parameters
     ----------
-    key : int
-        The control key the gateware is built with.
+    key : int, optional
+        The control key the gateware is built with (default the simulation tops' public
+        ``hdl.net.top.SIMULATION_KEY``, whose build the tests share).
     port_base : int, optional
         The socket side's port base (the gateware's own ports are the configuration's;
         :class:`~host.board.virtual.VirtualBoard` translates).
@@ -74,9 +75,16 @@ class VerilatorBoard(BoardBackend):
         Record waveforms (``build/waves/network_top/``).
     """
 
-    def __init__(self, key: int, *, port_base: int | None = None, board: str = "ecpix5",
+    #: a delivery takes simulated time (tens of milliseconds, seconds for a window of jumbo
+    #: packets): the transports of a virtual board wait accordingly before resending
+    transport_options = {"timeout": 5.0, "min_timeout": 0.05, "max_timeout": 30.0}
+
+    def __init__(self, key: int | None = None, *, port_base: int | None = None, board: str = "ecpix5",
                  idle: int = IDLE_CYCLES, waves=None, max_count: int | None = None,
                  **switch_params):
+        if key is None:
+            from hdl.net.top import SIMULATION_KEY
+            key = SIMULATION_KEY
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 1 << 64:
             raise ValueError(f"the control key must be a 64-bit unsigned integer, not {key!r}")
         unknown = set(switch_params) - {"slots", "lanes", "max_workers", "jobs"}
@@ -98,7 +106,7 @@ class VerilatorBoard(BoardBackend):
         self.hosts: dict[str, str] = {}
         self.stats = dict.fromkeys(("datagrams_in", "datagrams_out", "frames_in", "frames_out",
                                     "arp_answered", "arp_unanswered", "other_frames",
-                                    "bad_frames", "runs", "cycles"), 0)
+                                    "bad_frames", "runs", "cycles", "max_gap"), 0)
 
     def describe(self) -> str:
         p = self.harness.switch_params
@@ -167,6 +175,7 @@ class VerilatorBoard(BoardBackend):
             self.stats["frames_in"] += len(frames)
             self.stats["frames_out"] += len(result.frames)
             self.stats["bad_frames"] += result.bad_frames
+            self.stats["max_gap"] = max(self.stats["max_gap"], result.max_gap)
             frames = []
             for raw in result.frames:
                 packet = Ether(raw)
