@@ -5,8 +5,11 @@
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
-#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, ENGINE=all | nic |
-#                    switch | none, ROUTER=router1 | router2), into build/bitstream/
+#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=selftest |
+#                    network, ENGINE=all | nic | switch | none (selftest), ROUTER=router1 |
+#                    router2, SEED=2,1,3 (default the board's seeds); network top: MAC=...,
+#                    IP=..., KEY=<hex> (default random, in the build's summary.json only,
+#                    mode 0600)), into build/bitstream/
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
 
@@ -16,6 +19,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.gradwire-installed
 BOARD   ?= ecpix5
 ENGINE  ?= all
+TOP     ?= selftest
 PYTEST_ARGS ?=
 
 export AMARANTH_USE_YOSYS := builtin
@@ -29,7 +33,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bitstream,ddp]'
+	$(PY) -m pip install --quiet -e '.[test,bitstream,ddp,net]'
 	@touch $@
 
 test: $(STAMP)
@@ -49,7 +53,10 @@ accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy
 
 bitstream: $(STAMP)
-	$(PY) -m hdl.board.build --board $(BOARD) --engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER))
+	@# the key goes through the environment (not echoed, not in the process list)
+	@GRADWIRE_KEY='$(KEY)' $(PY) -m hdl.board.build --board $(BOARD) --top $(TOP) \
+		--engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER)) $(if $(SEED),--seed $(SEED)) \
+		$(if $(MAC),--mac $(MAC)) $(if $(IP),--ip $(IP))
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -17,7 +17,7 @@ from .registers import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, 
 __all__ = [
     "DEFAULT_MAC", "DEFAULT_IP", "PORT_BASE", "Service", "SERVICE_OFFSETS", "service_ports",
     "MTU_DEFAULT", "MTU_JUMBO", "IP_UDP_HEADER_BYTES", "NIC_VALUES_PER_MTU", "nic_values_for_mtu",
-    "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
+    "CTRL_TYPE", "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
     "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int",
@@ -67,6 +67,10 @@ def nic_values_for_mtu(mtu: int) -> int:
 
 #: 360 at the standard MTU (spec section 2: (1472 - 32) / 4).
 NIC_VALUES_PER_MTU = nic_values_for_mtu(MTU_DEFAULT)
+
+
+#: ``type`` of a ``CTRL`` packet (header offset 2; aggregator-protocol.md section 1).
+CTRL_TYPE = 4
 
 
 class CtrlOp(enum.IntEnum):

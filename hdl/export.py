@@ -1,6 +1,8 @@
 """``make verilog``: write the Verilog of every exported top into a folder.
 
 :data:`TOPS` maps a top module name to a zero-argument factory of its Amaranth component.
+A top that instantiates other Verilog (the network top: the generated LiteEth core) lists
+it in ``verilog_sources``; those files are copied beside its own.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from pathlib import Path
 TOPS = {
     "nic_top": "hdl.nic.top:NicTop",
     "switch_top": "hdl.switch.top:SwitchTop",
+    "network_top": "hdl.net.top:NetworkTop",
 }
 
 
@@ -38,8 +41,13 @@ def main(argv=None) -> int:
         return 1
     for name in TOPS:
         path = out / f"{name}.v"
-        path.write_text(export_verilog(make_top(name), name))
+        top = make_top(name)
+        path.write_text(export_verilog(top, name))
         print(f"wrote {path}")
+        for source in getattr(top, "verilog_sources", ()):
+            copy = out / Path(source).name
+            copy.write_text(Path(source).read_text())
+            print(f"wrote {copy} (instantiated by {name})")
     return 0
 
 

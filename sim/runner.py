@@ -47,11 +47,13 @@ def wave_format() -> str:
     return "vcd"
 
 
-def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
+def build(name: str, verilog_text: str, *, waves: bool = False, extra_sources=()) -> Path:
     """Build (or reuse) the Verilator model of ``verilog_text``; return its build folder.
 
     With ``waves`` the model records ``dump.fst`` (or ``dump.vcd`` where the lz4 headers
     that FST needs are missing: ``apt-get install liblz4-dev``) in the test folder.
+    ``extra_sources`` are further Verilog files (e.g. a generated core and the models of
+    the FPGA primitives it instantiates); their contents are part of the cache key.
     """
     from cocotb_tools.runner import get_runner
 
@@ -60,7 +62,11 @@ def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
     if waves and fmt == "vcd":
         print("note: no lz4.h here, so waves are VCD, not FST (apt-get install liblz4-dev)",
               file=sys.stderr)
-    digest = hashlib.sha256(f"{waves}{fmt}\n{verilog_text}".encode()).hexdigest()[:16]
+    extra_sources = [Path(p).resolve() for p in extra_sources]
+    key = hashlib.sha256(f"{waves}{fmt}\n{verilog_text}".encode())
+    for extra in extra_sources:
+        key.update(extra.read_bytes())
+    digest = key.hexdigest()[:16]
     build_dir = BUILD / "sim" / f"{name}-{digest}"
     build_dir.mkdir(parents=True, exist_ok=True)
     binary = build_dir / name
@@ -71,7 +77,8 @@ def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
             source.write_text(verilog_text)
             runner = get_runner("verilator")
             runner.build(
-                sources=[source], hdl_toplevel=name, build_dir=build_dir, waves=waves,
+                sources=[source, *extra_sources], hdl_toplevel=name, build_dir=build_dir,
+                waves=waves,
                 timescale=("1ns", "1ps"),
                 build_args=["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC",
                             "-O3", "--x-assign", "fast", "--x-initial", "fast"]
@@ -82,7 +89,7 @@ def build(name: str, verilog_text: str, *, waves: bool = False) -> Path:
 
 
 def run_cocotb(name: str, verilog_text: str, test_module: str, *, testcase=None,
-               params=None, seed=None, waves=None, test_dir=None) -> Path:
+               params=None, seed=None, waves=None, test_dir=None, extra_sources=()) -> Path:
     """Run the cocotb tests of ``test_module`` against ``verilog_text``.
 
     Parameters
@@ -103,6 +110,8 @@ def run_cocotb(name: str, verilog_text: str, test_module: str, *, testcase=None,
         Record a VCD (``dump.vcd`` in the test folder); default from ``WAVES``.
     test_dir : path, optional
         Where the test runs and writes results; default a folder per test under the build.
+    extra_sources : paths, optional
+        More Verilog files for the model (see :func:`build`).
 
     Raises if any test fails (under pytest, cocotb's runner exits with an error).
     """
@@ -110,7 +119,7 @@ def run_cocotb(name: str, verilog_text: str, test_module: str, *, testcase=None,
 
     if waves is None:
         waves = os.environ.get("WAVES", "0") not in ("", "0")
-    build_dir = build(name, verilog_text, waves=waves)
+    build_dir = build(name, verilog_text, waves=waves, extra_sources=extra_sources)
     if test_dir is None:
         tag = (os.environ.get("PYTEST_CURRENT_TEST", "run").split(" ")[0]
                .replace("/", "_").replace(":", "_").replace("[", "_").replace("]", ""))[-120:]

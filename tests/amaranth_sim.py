@@ -10,7 +10,8 @@ import random
 from amaranth.sim import Simulator
 
 __all__ = ["run", "run_stream", "comb_eval", "consume", "count_events", "RegisterPort",
-           "packet_beats", "collect_axis", "reassemble", "beat_words"]
+           "packet_beats", "collect_axis", "reassemble", "beat_words", "send_items",
+           "take_items", "datagram_words", "words_to_bytes"]
 
 LANES = 8
 
@@ -151,3 +152,62 @@ def reassemble(beats):
             packets.append(current)
             current = b""
     return packets
+
+
+# -- streams by name (components with several ports) and datagram words ---------------------
+
+async def send_items(ctx, port, items, rng, p_stall=0.0):
+    """Drive ``items`` (payload values for ``ctx.set``) into the stream ``port``, idling
+    with probability ``p_stall`` before each; returns when the last one is taken."""
+    for item in items:
+        while rng.random() < p_stall:
+            await ctx.tick()
+        ctx.set(port.valid, 1)
+        ctx.set(port.p, item)
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+
+
+async def take_items(ctx, port, rng, *, count=None, until=None, p_block=0.0,
+                     timeout_cycles=100000, convert=None):
+    """Take payloads from the stream ``port`` (not ready with probability ``p_block``) until
+    ``count`` items, or until ``until(item)`` is true for one; ``convert`` maps a sampled
+    payload to the returned item (default: the sampled value itself)."""
+    got = []
+    for _ in range(timeout_cycles):
+        ctx.set(port.ready, rng.random() >= p_block)
+        _, _, payload, valid, ready = await ctx.tick().sample(port.p, port.valid, port.ready)
+        if valid and ready:
+            item = convert(payload) if convert else payload
+            got.append(item)
+            if (count is not None and len(got) == count) or (until and until(item)):
+                ctx.set(port.ready, 0)
+                return got
+    raise AssertionError(f"no progress after {timeout_cycles} cycles ({len(got)} items)")
+
+
+def datagram_words(payload, meta, *, rng=None, error=False):
+    """A datagram as the core's 32-bit words (``RxBeat``/``TxBeat`` payload dicts): byte 0 in
+    bits 7..0, ``last_be`` one-hot on the last byte (0 for an empty datagram), the same
+    ``meta`` on every word. With ``rng``, the bytes past the end of the last word are random
+    (as on the wire: the core does not clear them); ``error`` marks the last word."""
+    words = []
+    n = len(payload)
+    count = max(1, -(-n // 4))
+    for w in range(count):
+        chunk = bytes(payload[4 * w:4 * w + 4])
+        filler = bytes(rng.getrandbits(8) for _ in range(4 - len(chunk))) if rng else b""
+        word = int.from_bytes(chunk + filler + bytes(4), "little") & 0xFFFFFFFF
+        last = w == count - 1
+        last_be = (1 << (len(chunk) - 1)) if (last and chunk) else 0
+        item = {"data": word, "last_be": last_be, "last": int(last), "meta": dict(meta)}
+        if error is not None:
+            item["error"] = int(last and error)
+        words.append(item)
+    return words
+
+
+def words_to_bytes(words, length):
+    """Bytes of a datagram from sampled 32-bit word payloads, cut at ``length``."""
+    raw = b"".join(int(w.data).to_bytes(4, "little") for w in words)
+    return raw[:length]

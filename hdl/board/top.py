@@ -49,6 +49,7 @@ class Board:
     uart_tx: str
     leds: dict
     fault_input: object = None
+    network_leds: dict = dataclasses.field(default_factory=dict)
     preferences: str = ""
     notes: str = ""
     #: nextpnr seeds `make bitstream` tries in order, keeping the first that meets timing
@@ -92,6 +93,7 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
                 uart_tx=entry.pop("uart_tx"),
                 leds=dict(entry.pop("leds", {})),
                 fault_input=entry.pop("fault_input", None),
+                network_leds=dict(entry.pop("network_leds", {})),
                 preferences=entry.pop("preferences", ""),
                 notes=entry.pop("notes", ""),
                 seeds=tuple(int(s) for s in entry.pop("seeds", [1])),
@@ -102,6 +104,8 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
             raise ValueError(f"{path}: board {name!r} has unknown keys {sorted(entry)}")
         bad_engines = set(board.engines) - set(ENGINES)
         bad_leds = set(board.leds) - set(SelfTestStatus.members)
+        from hdl.board.network import NetworkStatus
+        bad_leds |= set(board.network_leds) - set(NetworkStatus.members)
         if bad_engines or bad_leds:
             raise ValueError(f"{path}: board {name!r}: unknown engines {sorted(bad_engines)} "
                              f"or status bits {sorted(bad_leds)}")

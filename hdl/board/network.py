@@ -1,0 +1,231 @@
+"""ECP5 board top of the network: the engines served over the board's RGMII port.
+
+What ``make bitstream`` builds by default (``TOP=selftest`` builds :mod:`hdl.board.top`'s
+self-test instead). One PLL makes both clocks: the engines' (``sync``, CLKOP, the board's
+``engine_mhz``) and LiteEth's (``eth``, CLKOS, the network configuration's ``sys_clk_hz``);
+each domain leaves reset on its own clock once the PLL has locked (and the board's reset
+button, if any, is released). The Ethernet PHY chip is held in reset until then and for
+10 ms after, as LiteX does.
+
+LEDs (``constraints/boards.toml``, ``network_leds``): heartbeat, PLL unlocked, link,
+datagrams in, datagrams out, drops (each activity LED lights for about 50 ms per event).
+The UART sends every network counter once a second (115200 8N1), one line:
+``net <n>: nic_tx_in=... drop_reply_full=...``.
+"""
+from __future__ import annotations
+
+from amaranth import (ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module,
+                      ResetSignal, Signal)
+from amaranth.lib import data, io
+from amaranth.lib.cdc import ResetSynchronizer
+
+from contract.counters import NET_COUNTERS
+from hdl.board.top import _pin_spec, pll_dividers
+from hdl.net.eth_core import rgmii_ports
+from hdl.net.top import ENGINES, NetworkTop
+from hdl.selftest.report import Report
+from hdl.selftest.uart_tx import UartTx, uart_divisor
+
+__all__ = ["NetworkStatus", "NetworkPLL", "NetworkBoardTop", "report_template"]
+
+#: LED status bits of the network top (names used by ``network_leds`` in boards.toml).
+NetworkStatus = data.StructLayout({
+    "heartbeat": 1,
+    "pll_unlocked": 1,
+    "link": 1,
+    "rx": 1,          # a datagram was taken by a service
+    "tx": 1,          # a reply left
+    "drop": 1,        # something was dropped and counted
+})
+
+#: PHY reset after the clocks are up, as LiteX's LiteEthPHYRGMII hardware reset.
+PHY_RESET_S = 10e-3
+#: How long an activity LED stays lit after an event.
+BLINK_S = 50e-3
+BAUD = 115200
+
+
+def report_template():
+    """The UART line: every network counter by name."""
+    return "net {line}:" + "".join(f" {name}={{{name}}}" for name in NET_COUNTERS) + "\r\n"
+
+
+class NetworkPLL(Elaboratable):
+    """An ``EHXPLLL``: CLKOP ``f_out_mhz`` (also the feedback), CLKOS ``f_os_mhz``.
+
+    CLKOS divides the same VCO, so ``f_os_mhz`` must divide it exactly.
+    """
+
+    def __init__(self, *, f_in_mhz, f_out_mhz, f_os_mhz):
+        self.f_in_mhz = f_in_mhz
+        self.dividers = d = dict(pll_dividers(f_in_mhz, f_out_mhz))
+        clkos_div = d["f_vco_mhz"] / f_os_mhz
+        if abs(clkos_div - round(clkos_div)) > 1e-9 or not 1 <= round(clkos_div) <= 128:
+            raise ValueError(f"{f_os_mhz} MHz is not the PLL's VCO ({d['f_vco_mhz']} MHz) "
+                             f"divided by an integer 1..128")
+        d["clkos_div"] = round(clkos_div)
+        d["f_os_mhz"] = d["f_vco_mhz"] / d["clkos_div"]
+        self.clk_in = Signal()
+        self.clk_out = Signal(attrs={"keep": 1})
+        self.clk_os = Signal(attrs={"keep": 1})
+        self.locked = Signal()
+
+    def elaborate(self, platform):
+        m = Module()
+        d = self.dividers
+        m.submodules.pll = Instance(
+            "EHXPLLL",
+            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+            p_DPHASE_SOURCE="DISABLED",
+            p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+            p_CLKI_DIV=d["clki_div"],
+            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=d["clkop_div"],
+            p_CLKOP_CPHASE=d["clkop_div"] // 2, p_CLKOP_FPHASE=0,
+            p_CLKOS_ENABLE="ENABLED", p_CLKOS_DIV=d["clkos_div"],
+            p_CLKOS_CPHASE=d["clkos_div"] // 2, p_CLKOS_FPHASE=0,
+            p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=d["clkfb_div"],
+            i_RST=Const(0), i_STDBY=Const(0),
+            i_CLKI=self.clk_in, o_CLKOP=self.clk_out, o_CLKOS=self.clk_os,
+            i_CLKFB=self.clk_out,
+            i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
+            i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
+            i_ENCLKOP=Const(0), i_ENCLKOS=Const(0),
+            o_LOCK=self.locked,
+            a_FREQUENCY_PIN_CLKI=f"{self.f_in_mhz:g}",
+            a_FREQUENCY_PIN_CLKOP=f"{d['f_out_mhz']:g}",
+            a_FREQUENCY_PIN_CLKOS=f"{d['f_os_mhz']:g}",
+            a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
+            a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
+        )
+        return m
+
+
+def _stretch(m, event, cycles, name):
+    """A signal high for ``cycles`` clocks after each ``event`` strobe."""
+    timer = Signal(range(cycles + 1), name=f"{name}_timer")
+    lit = Signal(name=f"{name}_lit")
+    with m.If(event):
+        m.d.sync += timer.eq(cycles)
+    with m.Elif(timer != 0):
+        m.d.sync += timer.eq(timer - 1)
+    m.d.comb += lit.eq(timer != 0)
+    return lit
+
+
+class NetworkBoardTop(Elaboratable):
+    """The network top on one board.
+
+    Parameters
+    ----------
+    board : hdl.board.top.Board
+    config : hdl.net.liteeth.NetworkConfig
+        The board's network configuration with the build's options (MAC, IP) applied.
+    key : int
+        The control key (64 bits).
+    engines : tuple of str, optional
+        Default the board's ``engines`` (what fits).
+    engine_mhz : float, optional
+        Default the board's ``engine_mhz``.
+
+    Attributes
+    ----------
+    pll : NetworkPLL (made at elaboration), network : NetworkTop
+    """
+
+    def __init__(self, board, config, *, key, engines=None, engine_mhz=None):
+        self.board, self.config = board, config
+        self.engines = tuple(board.engines if engines is None else engines)
+        if not self.engines or set(self.engines) - set(ENGINES):
+            raise ValueError(f"engines must be some of {ENGINES}, not {self.engines!r}")
+        self.engine_mhz = float(board.engine_mhz if engine_mhz is None else engine_mhz)
+        self.eth_mhz = config.sys_clk_hz / 1e6
+        self._key = key
+        self.pll = None
+        self.network = None
+
+    def __repr__(self):
+        return f"NetworkBoardTop({self.board.name}, engines={self.engines})"
+
+    def elaborate(self, platform):
+        m = Module()
+        requested = {}
+
+        def pin(spec, direction):
+            resource, number, sub = _pin_spec(spec)
+            if (resource, number) not in requested:
+                requested[resource, number] = platform.request(resource, number, dir="-")
+            port = requested[resource, number]
+            port = getattr(port, sub) if sub else port
+            name = f"{resource}{number}" + (f"_{sub}" if sub else "")
+            m.submodules[f"pin_{name}"] = buffer = io.Buffer(direction, port)
+            return buffer
+
+        # -- clocks and resets ------------------------------------------------------------
+        f_in_mhz = platform.default_clk_frequency / 1e6
+        clk_in = pin(f"{platform.default_clk}:0", "i")
+        m.submodules.pll = self.pll = pll = NetworkPLL(
+            f_in_mhz=f_in_mhz, f_out_mhz=self.engine_mhz, f_os_mhz=self.eth_mhz)
+        m.d.comb += pll.clk_in.eq(clk_in.i)
+        platform.add_clock_constraint(pll.clk_out, pll.dividers["f_out_mhz"] * 1e6)
+        platform.add_clock_constraint(pll.clk_os, pll.dividers["f_os_mhz"] * 1e6)
+
+        m.domains.sync = ClockDomain("sync")
+        m.domains.reset_source = ClockDomain("reset_source")
+        m.domains.eth_board = ClockDomain("eth_board")
+        m.d.comb += [ClockSignal("sync").eq(pll.clk_out),
+                     ClockSignal("reset_source").eq(pll.clk_out),
+                     ClockSignal("eth_board").eq(pll.clk_os)]
+        async_reset = ~pll.locked
+        if platform.default_rst is not None:
+            async_reset = async_reset | pin(f"{platform.default_rst}:0", "i").i
+        # As in the self-test top: the engines' reset goes over a global network (DCCA).
+        m.submodules.reset_sync = ResetSynchronizer(async_reset, domain="reset_source")
+        m.submodules.reset_buffer = Instance("DCCA", i_CLKI=ResetSignal("reset_source"),
+                                             i_CE=Const(1), o_CLKO=ResetSignal("sync"))
+        m.submodules.eth_reset_sync = ResetSynchronizer(async_reset, domain="eth_board")
+
+        # -- the network ------------------------------------------------------------------
+        name, number = self.config.resource
+        rgmii_resource = platform.request(name, number, dir="-")
+        rgmii = rgmii_ports(rgmii_resource, self.config.pins)
+        # the PHY's receive clock (RGMII at 1 Gb/s: 125 MHz) clocks LiteEth's PHY side
+        platform.add_clock_constraint(rgmii["rx_clk"], 125e6)
+        m.submodules.network = self.network = network = NetworkTop(
+            self.config, key=self._key, engines=self.engines, rgmii=rgmii)
+        m.d.comb += [network.eth_clk.eq(pll.clk_os), network.eth_rst.eq(ResetSignal("eth_board"))]
+        if hasattr(rgmii_resource, "rst"):
+            phy_reset_cycles = round(PHY_RESET_S * self.eth_mhz * 1e6)
+            timer = Signal(range(phy_reset_cycles + 1), init=phy_reset_cycles)
+            with m.If(timer != 0):
+                m.d.eth_board += timer.eq(timer - 1)
+            m.submodules.phy_reset = phy_reset = io.Buffer("o", rgmii_resource.rst)
+            m.d.comb += phy_reset.o.eq(timer != 0)       # the pin's polarity is the board's
+
+        # -- LEDs and the report ----------------------------------------------------------
+        clk_hz = round(pll.dividers["f_out_mhz"] * 1e6)
+        blink = round(BLINK_S * clk_hz)
+        status = Signal(NetworkStatus)
+        heartbeat_timer = Signal(range(clk_hz))
+        with m.If(heartbeat_timer == clk_hz - 1):
+            m.d.sync += [heartbeat_timer.eq(0), status.heartbeat.eq(~status.heartbeat)]
+        with m.Else():
+            m.d.sync += heartbeat_timer.eq(heartbeat_timer + 1)
+        m.d.comb += [
+            status.pll_unlocked.eq(~pll.locked),
+            status.link.eq(network.link),
+            status.rx.eq(_stretch(m, network.status.rx_datagram, blink, "rx")),
+            status.tx.eq(_stretch(m, network.status.tx_datagram, blink, "tx")),
+            status.drop.eq(_stretch(m, network.status.drop, blink, "drop")),
+        ]
+        for bit, spec in self.board.network_leds.items():
+            m.d.comb += pin(spec, "o").o.eq(getattr(status, bit))
+
+        m.submodules.report = report = Report(report_template(), period=clk_hz)
+        for name in NET_COUNTERS:
+            m.d.comb += getattr(report, name).eq(network.counters[name])
+        m.submodules.uart = uart = UartTx(divisor=uart_divisor(clk_hz, BAUD))
+        m.d.comb += [uart.data.valid.eq(report.o.valid), uart.data.payload.eq(report.o.payload),
+                     report.o.ready.eq(uart.data.ready)]
+        m.d.comb += pin(self.board.uart_tx, "o").o.eq(uart.tx)
+        return m

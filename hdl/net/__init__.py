@@ -1,0 +1,5 @@
+"""The network: Ethernet/IPv4/UDP (LiteEth) and the front end between it and the engines.
+
+:mod:`hdl.net.liteeth` generates the LiteEth core from ``constraints/network.toml``;
+:class:`hdl.net.eth_core.LiteEthCore` instantiates it in Amaranth with typed UDP streams.
+"""

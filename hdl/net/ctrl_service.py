@@ -1,0 +1,189 @@
+"""The control service (network.md section 4): ``CTRL`` packets read and write registers.
+
+A request is one ``CTRL`` packet: the 32-byte header (``op`` read or write, ``count``
+pairs, ``seq``, the 64-bit ``key``) and ``count`` (address, value) pairs of little-endian
+32-bit words. The reply is the request's header with ``RESULT`` set and the same pairs,
+each value replaced by the register's value (a write's read back after writing); the
+register accesses go out on :attr:`CtrlService.bus` in the order of the pairs.
+
+What happens to a request, checked in this order on its header beat (the input buffer has
+already checked its FCS and holds it whole):
+
+1. shorter than a header, or not magic/version/type ``CTRL``: not a control packet;
+   dropped, no reply, counted ``bad_ctrl``;
+2. key not the bitstream's: dropped, no reply, counted ``bad_key``; nothing it asked for
+   happens;
+3. ``count`` outside 1..64, ``op`` neither read nor write, or a length other than
+   ``32 + 8 * count`` bytes: refused; the reply is the header alone with ``RESULT`` and
+   ``ERROR`` set, counted ``bad_ctrl``; no register is touched;
+4. otherwise executed (``executed``).
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.header import HEADER_BYTES, MAGIC, VERSION, Flags
+from contract.network import (CTRL_COUNT_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
+                              CTRL_MAX_PAIRS, CTRL_OP_OFFSET, CTRL_TYPE, CtrlOp)
+from hdl.header import HeaderLayout
+from hdl.net.layouts import WORDS_PER_BEAT, ServiceBeat
+from hdl.stream.axis import DATA_BITS, axis_signature
+
+__all__ = ["RegisterBusSignature", "CtrlEvents", "CtrlService", "PAIR_BYTES"]
+
+PAIR_BYTES = 8
+PAIRS_PER_BEAT = WORDS_PER_BEAT // 2
+
+#: The control service's register bus, seen from the service: 32-bit network addresses
+#: (``contract.network.network_address``); ``rdata`` is valid the clock after ``re``.
+RegisterBusSignature = wiring.Signature({
+    "addr": Out(32),
+    "re": Out(1),
+    "we": Out(1),
+    "wdata": Out(32),
+    "rdata": In(32),
+})
+
+CtrlEvents = data.StructLayout({
+    "executed": 1,      # a request was carried out and answered
+    "bad_key": 1,       # wrong key: dropped, no reply
+    "bad_ctrl": 1,      # not a control packet (no reply) or refused (ERROR reply)
+    "no_reply": 1,      # the request ends without a reply (bad_key, or not a CTRL packet)
+})
+
+
+class CtrlService(wiring.Component):
+    """Executes ``CTRL`` requests on a register bus; one request at a time.
+
+    Parameters
+    ----------
+    key : int
+        The 64-bit control key, a constant of the bitstream.
+
+    Members
+    -------
+    i : In(stream.Signature(ServiceBeat))
+        Requests (``meta.length`` is the datagram's length in bytes).
+    o : Out(axis_signature())
+        Replies.
+    bus : Out(RegisterBusSignature)
+    events : Out(CtrlEvents)
+    """
+
+    def __init__(self, *, key):
+        if not isinstance(key, int) or not 0 <= key < 1 << (8 * CTRL_KEY_BYTES):
+            raise ValueError(f"The control key must be a {8 * CTRL_KEY_BYTES}-bit integer")
+        self._key = key
+        super().__init__({
+            "i": In(stream.Signature(ServiceBeat)),
+            "o": Out(axis_signature()),
+            "bus": Out(RegisterBusSignature),
+            "events": Out(CtrlEvents),
+        })
+
+    def __repr__(self):
+        return "CtrlService(key=<secret>)"      # the key never goes into logs
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o, bus = self.i, self.o, self.bus
+        beat = i.p
+        header = data.View(HeaderLayout, beat.data)
+        op = beat.data.word_select(CTRL_OP_OFFSET, 8)
+        key = beat.data[8 * CTRL_KEY_OFFSET:8 * (CTRL_KEY_OFFSET + CTRL_KEY_BYTES)]
+        count = beat.data.word_select(CTRL_COUNT_OFFSET // 4, 32)
+        length = beat.meta.length
+
+        is_ctrl = Signal()
+        key_ok = Signal()
+        well_formed = Signal()
+        m.d.comb += [
+            is_ctrl.eq((length >= HEADER_BYTES) & (header.magic == MAGIC)
+                       & (header.version == VERSION) & (header.type == CTRL_TYPE)),
+            key_ok.eq(key == Const(self._key, 8 * CTRL_KEY_BYTES)),
+            well_formed.eq((count >= 1) & (count <= CTRL_MAX_PAIRS)
+                           & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))
+                           & (length == HEADER_BYTES + PAIR_BYTES * count[:7])),
+        ]
+        # The reply's header: the request's, RESULT set (and ERROR when refused).
+        flags_offset = 8 * 3
+        reply_header = Signal(DATA_BITS)
+        m.d.comb += reply_header.eq(beat.data | (Mux(well_formed, Flags.RESULT,
+                                                      Flags.RESULT | Flags.ERROR)
+                                                  << flags_offset))
+
+        writing = Signal()
+        refused = Signal()
+        pairs_left = Signal(range(CTRL_MAX_PAIRS + 1))
+        pair = Signal(range(PAIRS_PER_BEAT))
+        out_data = Signal(DATA_BITS)     # the beat being answered, values replaced
+        pair_addr = beat.data.word_select(2 * pair, 32)
+        pair_value = beat.data.word_select(2 * pair + 1, 32)
+        m.d.comb += [bus.addr.eq(pair_addr), bus.wdata.eq(pair_value)]
+
+        m.d.sync += self.events.eq(0)
+        with m.FSM():
+            with m.State("HEADER"):
+                with m.If(i.valid):
+                    m.d.sync += [out_data.eq(reply_header), refused.eq(~well_formed),
+                                 writing.eq(op == CtrlOp.WRITE), pairs_left.eq(count[:7])]
+                    with m.If(~is_ctrl | ~key_ok):
+                        m.d.sync += [self.events.bad_ctrl.eq(~is_ctrl),
+                                     self.events.bad_key.eq(is_ctrl),
+                                     self.events.no_reply.eq(1)]
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.next = "REPLY_HEADER"
+            with m.State("REPLY_HEADER"):
+                # The header beat answers from a register, a clock after the request came.
+                m.d.comb += [o.valid.eq(1), o.p.data.eq(out_data),
+                             o.p.keep.eq((1 << (DATA_BITS // 8)) - 1), o.p.last.eq(refused)]
+                with m.If(o.ready):
+                    with m.If(refused):
+                        m.d.sync += self.events.bad_ctrl.eq(1)
+                        m.next = "DRAIN"
+                    with m.Else():
+                        m.d.comb += i.ready.eq(1)
+                        m.next = "PAIR_START"
+            with m.State("DRAIN"):
+                # the rest of a request that gets no (more) answer; `last` ends it
+                m.d.comb += i.ready.eq(1)
+                with m.If(i.valid & i.p.last):
+                    m.next = "HEADER"
+            with m.State("PAIR_START"):
+                with m.If(i.valid):
+                    m.d.sync += [out_data.eq(beat.data), pair.eq(0)]
+                    m.next = "ACCESS"
+            with m.State("ACCESS"):
+                # A write, then the read that answers it; a read alone.
+                m.d.comb += [bus.we.eq(writing), bus.re.eq(~writing)]
+                with m.If(writing):
+                    m.next = "READ"
+                with m.Else():
+                    m.next = "CAPTURE"
+            with m.State("READ"):
+                m.d.comb += bus.re.eq(1)
+                m.next = "CAPTURE"
+            with m.State("CAPTURE"):
+                with m.Switch(pair):
+                    for p in range(PAIRS_PER_BEAT):
+                        with m.Case(p):
+                            m.d.sync += out_data.word_select(2 * p + 1, 32).eq(bus.rdata)
+                m.d.sync += [pairs_left.eq(pairs_left - 1), pair.eq(pair + 1)]
+                with m.If((pair == PAIRS_PER_BEAT - 1) | (pairs_left == 1)):
+                    m.next = "EMIT"
+                with m.Else():
+                    m.next = "ACCESS"
+            with m.State("EMIT"):
+                m.d.comb += [o.valid.eq(1), o.p.data.eq(out_data), o.p.keep.eq(beat.keep),
+                             o.p.last.eq(beat.last)]
+                with m.If(o.ready):
+                    m.d.comb += i.ready.eq(1)
+                    with m.If(beat.last):
+                        m.d.sync += self.events.executed.eq(1)
+                        m.next = "HEADER"
+                    with m.Else():
+                        m.next = "PAIR_START"
+        return m

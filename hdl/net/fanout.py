@@ -1,0 +1,165 @@
+"""The switch's results to the job's workers (network.md section 3).
+
+A multicast result (worker ``0xFF``) goes as one datagram to every worker of its job whose
+worker-table entry is set (port not 0); a unicast answer to a retransmission goes to the
+retransmitting worker's entry. The result is stored once in the switch's output buffer and
+sent once per worker (the buffer's ``replay``). The next destination is looked up while the
+current copy is being sent, so a result's copies follow each other at the pace of the
+transmit path; the table is read as each copy is addressed, so the workers of a job are
+those with an entry at that moment.
+
+A result whose job has no worker entry at all goes nowhere (``undeliverable``): the
+host cleared the table while the job was running.
+"""
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.header import WORKER_MULTICAST
+from hdl.net.layouts import TxBeat, egress_word
+from hdl.net.worker_table import LookupSignature, WorkerEntry
+
+__all__ = ["ResultTag", "FanOut"]
+
+#: What the switch's output buffer keeps about a result: its job and worker fields.
+ResultTag = data.StructLayout({"job": 8, "worker": 8})
+
+
+class FanOut(wiring.Component):
+    """Addresses each stored result to its workers, one datagram per worker.
+
+    Parameters
+    ----------
+    port : int
+        The switch service's UDP port (the results' source port).
+    max_workers : int
+        Workers per job in the table.
+
+    Members
+    -------
+    i : In(stream.Signature(egress_word(ResultTag)))
+        Results, from the switch's output buffer.
+    replay : Out(1)
+        To the buffer: send the result again (another worker follows).
+    o : Out(stream.Signature(TxBeat))
+    table : Out(LookupSignature)
+    sent : Out(1)
+        One strobe per datagram handed on.
+    undeliverable : Out(1)
+        One strobe per result that had no worker to go to.
+    """
+
+    def __init__(self, *, port, max_workers):
+        if not isinstance(max_workers, int) or not 1 <= max_workers <= 32:
+            raise ValueError(f"FanOut max_workers must be 1..32, not {max_workers!r}")
+        self.port, self.max_workers = port, max_workers
+        super().__init__({
+            "i": In(stream.Signature(egress_word(ResultTag))),
+            "replay": Out(1),
+            "o": Out(stream.Signature(TxBeat)),
+            "table": Out(LookupSignature),
+            "sent": Out(1),
+            "undeliverable": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        i, o, table = self.i, self.o, self.table
+        W = self.max_workers
+
+        # -- the search: the next worker with an entry, candidates cand..last ------------
+        job = Signal(8)
+        searching = Signal()
+        cand = Signal(range(W + 1))
+        last_cand = Signal(range(W))
+        pending = Signal()               # a lookup of `pending_w` was issued last clock
+        pending_w = Signal(range(W))
+        found = Signal()
+        found_w = Signal(range(W))
+        found_entry = Signal(WorkerEntry)
+        start = Signal()                 # start a search this clock ...
+        start_from = Signal(range(W + 1))  # ... at this candidate ...
+        start_to = Signal(range(W))        # ... up to this one
+        hit = Signal()
+        m.d.comb += [
+            hit.eq(pending & table.valid & (table.entry.port != 0)),
+            table.job.eq(job),
+            table.worker.eq(cand),
+        ]
+        with m.If(start):
+            m.d.sync += [searching.eq(start_from < W), cand.eq(start_from), last_cand.eq(start_to),
+                         pending.eq(0), found.eq(0)]
+        with m.Elif(searching):
+            with m.If(hit):
+                m.d.sync += [searching.eq(0), pending.eq(0), found.eq(1), found_w.eq(pending_w),
+                             found_entry.eq(table.entry)]
+            with m.Elif(cand <= last_cand):
+                m.d.comb += table.en.eq(1)
+                m.d.sync += [pending.eq(1), pending_w.eq(cand), cand.eq(cand + 1)]
+            with m.Elif(pending):
+                m.d.sync += pending.eq(0)          # the last candidate's answer was a miss
+            with m.Else():
+                m.d.sync += searching.eq(0)
+
+        # -- sending ----------------------------------------------------------------------
+        entry = Signal(WorkerEntry)      # the copy being sent goes here
+        multicast = Signal()
+        current_w = Signal(range(W))
+        first_seen = Signal()
+        m.d.sync += [self.sent.eq(0), self.undeliverable.eq(0)]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(i.valid):
+                    is_multicast = i.p.tag.worker == WORKER_MULTICAST
+                    m.d.comb += [
+                        start.eq(1),
+                        start_from.eq(Mux(is_multicast, 0,
+                                          Mux(i.p.tag.worker < W, i.p.tag.worker, W))),
+                        start_to.eq(Mux(is_multicast, W - 1, i.p.tag.worker)),
+                    ]
+                    m.d.sync += [job.eq(i.p.tag.job), multicast.eq(is_multicast)]
+                    m.next = "FIRST"
+            with m.State("FIRST"):
+                with m.If(~searching):
+                    with m.If(found):
+                        m.d.sync += [entry.eq(found_entry), current_w.eq(found_w)]
+                        m.d.comb += [start.eq(1), start_from.eq(found_w + 1),
+                                     start_to.eq(Mux(multicast, W - 1, 0))]
+                        with m.If(~multicast):
+                            m.d.comb += start_from.eq(W)        # one copy only
+                        m.next = "SEND"
+                    with m.Else():
+                        m.next = "DRAIN"
+            with m.State("SEND"):
+                # The last word waits for the next destination's lookup: it decides replay.
+                hold = i.p.last & searching
+                m.d.comb += [
+                    o.valid.eq(i.valid & ~hold),
+                    i.ready.eq(o.ready & ~hold),
+                    self.replay.eq(found),
+                ]
+                with m.If(o.valid & o.ready & o.p.last):
+                    m.d.sync += self.sent.eq(1)
+                    with m.If(found):
+                        m.d.sync += [entry.eq(found_entry), current_w.eq(found_w)]
+                        m.d.comb += [start.eq(1), start_from.eq(found_w + 1),
+                                     start_to.eq(W - 1)]
+                    with m.Else():
+                        m.next = "IDLE"
+            with m.State("DRAIN"):
+                m.d.comb += [i.ready.eq(1), self.replay.eq(0)]
+                with m.If(i.valid & i.p.last):
+                    m.d.sync += self.undeliverable.eq(1)
+                    m.next = "IDLE"
+        m.d.comb += [
+            o.p.data.eq(i.p.data),
+            o.p.last.eq(i.p.last),
+            o.p.last_be.eq(Mux(i.p.last & (i.p.length != 0), 0b1000, 0)),
+            o.p.meta.ip_address.eq(entry.ip_address),
+            o.p.meta.dst_port.eq(entry.port),
+            o.p.meta.src_port.eq(self.port),
+            o.p.meta.length.eq(i.p.length),
+        ]
+        return m

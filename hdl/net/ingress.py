@@ -1,0 +1,205 @@
+"""A service's input buffer: takes a datagram whole or drops it whole, never stalls.
+
+The receive path cannot push back on the wire (the LiteEth core loses bytes if its output
+is stalled), and whether a datagram is good is known only at its last beat (the FCS, the
+UDP checksum, the worker-table check). So every service stores each datagram as it comes
+and publishes it to its engine only at its last beat, if it was good; a datagram that
+would not fit (decided at its first beat, from the length the core gives there) is not
+stored at all. One engine's back-pressure therefore fills only its own buffer, and a full
+buffer drops (and counts) only its own datagrams.
+"""
+from __future__ import annotations
+
+from amaranth import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from contract.header import BEAT_BYTES
+from hdl.net.layouts import (WORD_BYTES, WORDS_PER_BEAT, ServiceBeat, UdpMeta, WideBeat,
+                             beats_for_length, keep_for_words)
+from hdl.stream.axis import DATA_BITS
+
+__all__ = ["IngressEvents", "IngressBuffer"]
+
+#: One strobe per datagram that is neither core-flagged (``error``) nor refused by a check
+#: in front (``drop``), at its last beat: exactly one of these.
+IngressEvents = data.StructLayout({
+    "accepted": 1,     # stored whole; the engine will get it
+    "full": 1,         # no room for it when it started: dropped whole
+    "too_long": 1,     # longer than ``max_length`` bytes: dropped whole
+    "mismatch": 1,     # more or fewer beats than its length says (never from a good core)
+})
+
+
+class IngressBuffer(wiring.Component):
+    """Store-and-forward datagram buffer with whole-datagram admission.
+
+    A datagram is admitted at its first beat when its beats (``max(1, ceil(length / 32))``)
+    fit in the free space, the descriptor queue has room and ``length <= max_length``; its
+    beats are then written as they come and published (descriptor pushed) at its last
+    beat unless ``error`` or ``drop`` is set there, in which case they are forgotten. The
+    reader gets each published datagram as the engines' AXI-Stream beats, ``keep`` of the
+    last beat from the length (whole 32-bit words), ``first`` on the first beat and the
+    datagram's ``meta`` on every beat, one beat per clock.
+
+    Parameters
+    ----------
+    depth : int
+        Beats of storage (a power of two); a datagram of ``32 * depth`` bytes fits when
+        the buffer is empty.
+    datagrams : int
+        Published datagrams waiting at most (descriptor queue depth).
+    max_length : int, optional
+        Longest datagram taken, bytes; default what the buffer holds.
+
+    Members
+    -------
+    i : In(stream.Signature(WideBeat))
+        Always ready.
+    o : Out(stream.Signature(ServiceBeat))
+    events : Out(IngressEvents)
+    """
+
+    def __init__(self, *, depth, datagrams=16, max_length=None):
+        if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
+            raise ValueError(f"IngressBuffer depth must be a power of two >= 2 beats, "
+                             f"not {depth!r}")
+        if not isinstance(datagrams, int) or datagrams < 1:
+            raise ValueError(f"IngressBuffer must queue at least 1 datagram, not {datagrams!r}")
+        capacity = depth * BEAT_BYTES
+        if max_length is None:
+            max_length = min(capacity, 0xFFFF)
+        if not isinstance(max_length, int) or not 0 <= max_length <= min(capacity, 0xFFFF):
+            raise ValueError(f"IngressBuffer max_length must be 0..{min(capacity, 0xFFFF)} "
+                             f"bytes for depth {depth}, not {max_length!r}")
+        self.depth, self.datagrams, self.max_length = depth, datagrams, max_length
+        super().__init__({
+            "i": In(stream.Signature(WideBeat)),
+            "o": Out(stream.Signature(ServiceBeat)),
+            "events": Out(IngressEvents),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        depth = self.depth
+        abits = exact_log2(depth)
+        i, o = self.i, self.o
+
+        m.submodules.memory = memory = Memory(shape=DATA_BITS, depth=depth, init=[])
+        write = memory.write_port()
+        read = memory.read_port()
+        m.submodules.queue = queue = SyncFIFO(width=UdpMeta.size, depth=self.datagrams)
+
+        # Pointers with one extra bit: full and empty differ.
+        write_ptr = Signal(abits + 1)    # next entry to write
+        commit_ptr = Signal(abits + 1)   # end of the last published datagram
+        free_ptr = Signal(abits + 1)     # first entry not yet read (the reader's position)
+
+        # -- write side -------------------------------------------------------------------
+        m.d.comb += i.ready.eq(1)
+        first = Signal(init=1)
+        admitted = Signal()              # admitted at its first beat (held for the rest)
+        promised = Signal(abits + 2)     # beats its length says it has (held)
+        written = Signal(abits + 2)      # beats of it written so far
+        long_held = Signal()             # it was too long (held)
+        need = Signal(abits + 2)
+        free = Signal(abits + 2)
+        too_long = Signal()
+        admit_now = Signal()
+        m.d.comb += [
+            need.eq(beats_for_length(i.p.meta.length)),
+            free.eq(depth - (commit_ptr - free_ptr)[:abits + 1]),
+            too_long.eq(i.p.meta.length > self.max_length),
+            admit_now.eq(~too_long & (need <= free) & queue.w_rdy),
+        ]
+        storing, limit, count, long = Signal(), Signal(abits + 2), Signal(abits + 2), Signal()
+        m.d.comb += [
+            storing.eq(Mux(first, admit_now, admitted)),
+            limit.eq(Mux(first, need, promised)),
+            count.eq(Mux(first, 0, written)),
+            long.eq(Mux(first, too_long, long_held)),
+            write.addr.eq(write_ptr[:abits]),
+            write.data.eq(i.p.data),
+            queue.w_data.eq(i.p.meta),
+        ]
+        # A good datagram has exactly the beats its length says (the core's contract). One
+        # that has more or fewer is never published (the reader reads by the length, so it
+        # would take a stranger's beats): it is dropped and counted as `mismatch`.
+        room = Signal()
+        m.d.comb += room.eq(count < limit)
+        m.d.sync += self.events.eq(0)
+        with m.If(i.valid):
+            m.d.sync += first.eq(i.p.last)
+            with m.If(first):
+                m.d.sync += [admitted.eq(admit_now), promised.eq(need), long_held.eq(too_long)]
+            with m.If(storing & room):
+                m.d.comb += write.en.eq(1)
+                m.d.sync += [write_ptr.eq(write_ptr + 1), written.eq(count + 1)]
+            with m.If(i.p.last):
+                good = ~i.p.error & ~i.p.drop
+                exact = storing & (count + 1 == limit)
+                publish = exact & good
+                with m.If(publish):
+                    m.d.comb += queue.w_en.eq(1)
+                    m.d.sync += commit_ptr.eq(write_ptr + 1)
+                with m.Else():
+                    m.d.sync += write_ptr.eq(commit_ptr)
+                with m.If(good):
+                    m.d.sync += [
+                        self.events.accepted.eq(publish),
+                        self.events.too_long.eq(long),
+                        self.events.full.eq(~long & ~storing),
+                        self.events.mismatch.eq(storing & ~exact),
+                    ]
+
+        # -- read side --------------------------------------------------------------------
+        read_ptr = Signal(abits + 1)     # next entry to load into the output register
+        active = Signal()                # a datagram is being read
+        remaining = Signal(abits + 2)    # of its beats, not yet loaded
+        meta = Signal(UdpMeta)
+        last_keep = Signal(BEAT_BYTES)
+        at_first = Signal()
+        head = data.View(UdpMeta, queue.r_data)
+        words = Signal(16)
+        last_words = Signal(4)
+        m.d.comb += [
+            words.eq((head.length + (WORD_BYTES - 1)) >> 2),
+            last_words.eq(Mux(words[:3] == 0, Mux(words == 0, 0, WORDS_PER_BEAT), words[:3])),
+        ]
+        with m.If(~active & queue.r_rdy):
+            m.d.comb += queue.r_en.eq(1)
+            m.d.sync += [
+                active.eq(1),
+                meta.eq(queue.r_data),
+                remaining.eq(beats_for_length(head.length)),
+                last_keep.eq(keep_for_words(last_words)),
+                at_first.eq(1),
+            ]
+        load = Signal()
+        m.d.comb += [
+            load.eq(active & (remaining != 0) & (~o.valid | o.ready)),
+            read.addr.eq(read_ptr[:abits]),
+            read.en.eq(load),
+            o.p.data.eq(read.data),
+            free_ptr.eq(read_ptr),
+        ]
+        with m.If(load):
+            is_last = remaining == 1
+            m.d.sync += [
+                read_ptr.eq(read_ptr + 1),
+                remaining.eq(remaining - 1),
+                o.valid.eq(1),
+                o.p.last.eq(is_last),
+                o.p.first.eq(at_first),
+                o.p.keep.eq(Mux(is_last, last_keep, (1 << BEAT_BYTES) - 1)),
+                o.p.meta.eq(meta),
+                at_first.eq(0),
+            ]
+            with m.If(is_last):
+                m.d.sync += active.eq(0)
+        with m.Elif(o.ready):
+            m.d.sync += o.valid.eq(0)
+        return m

@@ -1,0 +1,169 @@
+"""The control service's address space: the engines' register ports and the front end's own.
+
+``CTRL`` addresses are 32 bits, ``region << 16 | local`` (``contract.network``): region
+``nic`` is the NIC top's (read-only) counter port, ``switch`` the switch top's register
+port, ``net`` the front end's own registers (:class:`NetRegisters`: its counters, the
+board's addresses, the link and the worker table). :class:`RegisterRouter` sends each
+access to its region; addresses in no region, or in the region of an engine this bitstream
+does not have, read 0 and ignore writes.
+"""
+from __future__ import annotations
+
+from amaranth import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.counters import NET_COUNTERS
+from contract.network import NETWORK_REGIONS
+from contract.registers import NET_REGISTERS, RegisterArray
+from hdl.ctrl_port import ctrl_port_members
+from hdl.net.ctrl_service import RegisterBusSignature
+from hdl.net.worker_table import LookupSignature, WorkerTable
+
+__all__ = ["ctrl_master_signature", "RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
+           "NetRegisters"]
+
+_REGION = {r.name: r.index for r in NETWORK_REGIONS}
+
+
+def ctrl_master_signature(*, writable=True):
+    """An engine top's ``ctrl_*`` port seen from the side that drives it."""
+    return wiring.Signature(ctrl_port_members(writable=writable)).flip()
+
+
+class RegisterRouter(wiring.Component):
+    """Decodes the control bus into the three regions.
+
+    Parameters
+    ----------
+    nic, switch : bool
+        Whether the design has that engine top (its region reads 0 otherwise).
+
+    Members
+    -------
+    bus : In(RegisterBusSignature)
+    nic : Out(ctrl_master_signature(writable=False))
+    switch : Out(ctrl_master_signature())
+    net : Out(ctrl_master_signature())
+    """
+
+    def __init__(self, *, nic=True, switch=True):
+        self._present = {"nic": nic, "switch": switch, "net": True}
+        super().__init__({
+            "bus": In(RegisterBusSignature),
+            "nic": Out(ctrl_master_signature(writable=False)),
+            "switch": Out(ctrl_master_signature()),
+            "net": Out(ctrl_master_signature()),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.bus
+        region = bus.addr[16:]
+        selected = {}
+        for name in ("nic", "switch", "net"):
+            port = getattr(self, name)
+            hit = Signal(name=f"{name}_hit")
+            m.d.comb += hit.eq((region == _REGION[name]) & self._present[name])
+            selected[name] = hit
+            m.d.comb += [port.ctrl_addr.eq(bus.addr[:16]), port.ctrl_re.eq(bus.re & hit)]
+            if name != "nic":
+                m.d.comb += [port.ctrl_wdata.eq(bus.wdata), port.ctrl_we.eq(bus.we & hit)]
+        # rdata the clock after re, from the region that was read
+        read_from = Signal(2)
+        with m.If(bus.re):
+            m.d.sync += read_from.eq(0)
+            for n, name in enumerate(("nic", "switch", "net"), 1):
+                with m.If(selected[name]):
+                    m.d.sync += read_from.eq(n)
+        with m.Switch(read_from):
+            for n, name in enumerate(("nic", "switch", "net"), 1):
+                with m.Case(n):
+                    m.d.comb += bus.rdata.eq(getattr(self, name).ctrl_rdata)
+        return m
+
+
+#: Increments per clock each counter can take (a strobe, or several outputs at once).
+NET_EVENT_WIDTHS = {name: 1 for name in NET_COUNTERS} | {"drop_reply_full": 3}
+#: One field per network counter: what to add this clock.
+NetEvents = data.StructLayout({name: unsigned(w) for name, w in NET_EVENT_WIDTHS.items()})
+
+
+class NetRegisters(wiring.Component):
+    """The ``net`` region: ``contract.registers.NET_REGISTERS``.
+
+    Parameters
+    ----------
+    mac, ip : int
+        The board's MAC (48 bits) and IPv4 (32 bits) addresses.
+    port_base : int
+        UDP port of the first service.
+    services : int
+        Bit i: the service at ``port_base + i`` exists.
+    jobs, max_workers : int
+        The worker table's size (the switch's).
+
+    Members
+    -------
+    ctrl_* : the register port (``hdl.ctrl_port``, writable)
+    events : In(NetEvents)
+    link : In(1)
+    check, fanout : In(LookupSignature)
+        The worker table's lookup ports.
+    counters : Out(StructLayout({name: 32 for name in NET_COUNTERS}))
+        The counters' values (for the board's report and LEDs).
+    """
+
+    def __init__(self, *, mac, ip, port_base, services, jobs, max_workers):
+        self._constants = {"mac_high": mac >> 32, "mac_low": mac & 0xFFFFFFFF, "ip": ip,
+                           "port_base": port_base, "services": services}
+        self._table = WorkerTable(jobs=jobs, max_workers=max_workers)
+        super().__init__({
+            **ctrl_port_members(writable=True),
+            "events": In(NetEvents),
+            "link": In(1),
+            "check": In(LookupSignature),
+            "fanout": In(LookupSignature),
+            "counters": Out(data.StructLayout({name: 32 for name in NET_COUNTERS})),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.table = table = self._table
+        wiring.connect(m, wiring.flipped(self.check), table.check)
+        wiring.connect(m, wiring.flipped(self.fanout), table.fanout)
+
+        for name in NET_COUNTERS:
+            counter = self.counters[name]
+            with m.If(self.events[name] != 0):
+                m.d.sync += counter.eq(counter + self.events[name])   # wraps at 2^32
+
+        addr = self.ctrl_addr
+        worker = NET_REGISTERS["worker"]
+        assert isinstance(worker, RegisterArray)
+        span = worker.field_bits + worker.index_bits
+        in_table = Signal()
+        m.d.comb += [
+            in_table.eq(addr[span:] == worker.base >> span),
+            table.reg_entry.eq(addr[worker.field_bits:span]),
+            table.reg_port_field.eq(addr[:worker.field_bits] == worker.field("port").address),
+            table.reg_re.eq(self.ctrl_re & in_table),
+            table.reg_we.eq(self.ctrl_we & in_table),
+            table.reg_wdata.eq(self.ctrl_wdata),
+        ]
+        value = Signal(32)
+        read_table = Signal()
+        with m.If(self.ctrl_re):
+            m.d.sync += [read_table.eq(in_table), value.eq(0)]
+            with m.Switch(addr):
+                for name, address in NET_REGISTERS["counter"].items():
+                    with m.Case(address):
+                        m.d.sync += value.eq(self.counters[name])
+                for name, constant in self._constants.items():
+                    register = NET_REGISTERS[name]
+                    with m.Case(register.address):
+                        m.d.sync += value.eq(constant & ((1 << register.width) - 1))
+                with m.Case(NET_REGISTERS["link"].address):
+                    m.d.sync += value.eq(self.link)
+        m.d.comb += self.ctrl_rdata.eq(Mux(read_table, table.reg_rdata, value))
+        return m
