@@ -19,7 +19,8 @@ from contract.header import HEADER_BYTES, Flags, Header, PacketType
 from contract.network import (CTRL_KEY_OFFSET, CTRL_OP_OFFSET, NET_REGISTERS,
                               CtrlOp, Service, ip_to_int, network_address)
 from contract.packet import Packet
-from contract.registers import COMMIT, SWITCH_REGISTERS
+from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus
+from hdl.net.top import SIMULATION_KEY
 from host.board import Datagram, GoldenBoard, VirtualBoard
 from host.driver.models import NicModelTransport
 from host.driver.switch import SwitchInterface
@@ -75,7 +76,9 @@ def test_control_reads_and_writes_with_the_key(verilated):
         assert identity[IDENTITY.index("ip")] == ip_to_int(backend.ip)
         ip, port = int(rng.integers(1, 1 << 32)), int(rng.integers(1, 1 << 16))
         workers = int(rng.integers(1, 33))
-        pairs = [(net("worker", 1 * 32 + 3, "ip"), ip), (net("worker", 1 * 32 + 3, "port"), port),
+        # job 3 worker 5: an entry no switch round of these tests uses (the gateware sends a
+        # job's results to every entry of the job that is set, see below)
+        pairs = [(net("worker", 3 * 32 + 5, "ip"), ip), (net("worker", 3 * 32 + 5, "port"), port),
                  (network_address("switch", SWITCH_REGISTERS["job"].address(2, "workers")),
                   workers)]
         assert t.write_many(pairs) == [v for _, v in pairs]
@@ -153,64 +156,142 @@ def agg(job, worker, values, *, slot, seq, op=PacketType.AGG_ADD_I32, version=0)
                   np.asarray(values, "<u4").tobytes()).to_bytes()
 
 
-def cross_check_traffic(rng, board_ip, port_base, key):
-    """``(source port, service, payload)`` of every kind the front end serves or drops."""
-    ctrl_port, a, b = 40100, 40201, 40202
-    ports = {s: port_base + i for i, s in enumerate((Service.NIC_TX, Service.NIC_RX,
-                                                     Service.SWITCH, Service.CTRL))}
+CTRL_PORT, WORKER_A, WORKER_B = 40100, 40201, 40202
+COUNTERS_COMPARED = [n for n in NET_COUNTERS if n not in NET_CORE_DROPS and not n.startswith("arp_")]
+
+
+def commit_address(job):
+    return network_address("switch", SWITCH_REGISTERS["job"].address(job, "commit"))
+
+
+def job_setup(key, job=0, workers=2, extra=()):
+    """``(source port, service, payload)``: the worker table of a job of two workers on
+    loopback ports, the job's registers and its commit, and a read of the commit status."""
+    sw = lambda name: network_address("switch", SWITCH_REGISTERS["job"].address(job, name))
+    table = []
+    for w, port in enumerate((WORKER_A, WORKER_B)[:workers]):
+        table += [(net("worker", job * 32 + w, "ip"), ip_to_int(LOOP)),
+                  (net("worker", job * 32 + w, "port"), port)]
+    return [
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.WRITE, [
+            *table, *extra, (sw("workers"), workers), (sw("slot_base"), 0),
+            (sw("slot_count"), 4)], seq=5)),
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.WRITE, [(sw("commit"), COMMIT)], seq=6)),
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [(sw("commit"), 0)], seq=7)),
+    ]
+
+
+def cross_check_traffic(rng, key):
+    """``(source port, service, payload)`` of every kind the front end serves or drops
+    (and on which the gateware and the golden board agree, see the tests after this)."""
     x = (rng.standard_normal(400) * 0.05).astype(np.float32)
     x[:6] = [np.nan, -0.0, np.inf, 1e-40, 2.0 ** -20, -3.0]
     tx = inceptionn.tensor_to_packets(x, 9, packet_values=200)
     compressed = [p.to_bytes() for p in NicModelTransport().exchange("tx", tx)]
-    job = SWITCH_REGISTERS["job"]
-    sw = lambda *args: network_address("switch", job.address(*args))
-    out = [
-        (ctrl_port, Service.CTRL, ctrl(key, CtrlOp.READ, [(net(n), 0) for n in IDENTITY], seq=1)),
-        (ctrl_port, Service.CTRL, ctrl(key ^ 1, CtrlOp.READ, [(net("ip"), 0)], seq=2)),
-        (ctrl_port, Service.CTRL, ctrl(key, CtrlOp.READ, [], seq=3, count=0)),      # ERROR
-        (ctrl_port, Service.CTRL, ctrl(key, 7, [(net("ip"), 0)], seq=4)),          # bad op
-        (ctrl_port, Service.CTRL, ctrl(key, CtrlOp.WRITE, [
-            (net("worker", 0, "ip"), ip_to_int(LOOP)), (net("worker", 0, "port"), a),
-            (net("worker", 1, "ip"), ip_to_int(LOOP)), (net("worker", 1, "port"), b),
-            (sw(0, "workers"), 2), (sw(0, "slot_base"), 0), (sw(0, "slot_count"), 4)], seq=5)),
-        (ctrl_port, Service.CTRL, ctrl(key, CtrlOp.WRITE, [(sw(0, "commit"), COMMIT)], seq=6)),
+    a, b = WORKER_A, WORKER_B
+    return [
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [(net(n), 0) for n in IDENTITY], seq=1)),
+        (CTRL_PORT, Service.CTRL, ctrl(key ^ 1, CtrlOp.READ, [(net("ip"), 0)], seq=2)),
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [], seq=3, count=0)),      # ERROR
+        (CTRL_PORT, Service.CTRL, ctrl(key, 7, [(net("ip"), 0)], seq=4)),          # bad op
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [(net("ip"), 0)], seq=4)[:-1]),
+        *job_setup(key),
         *[(40001, Service.NIC_TX, p.to_bytes()) for p in tx],
-        (40001, Service.NIC_TX, tx[0].to_bytes()[:-4]),           # count disagrees: dropped
-        (40001, Service.NIC_TX, bytes(range(20))),                # shorter than a header
+        (40001, Service.NIC_TX, tx[0].to_bytes()[:-4]),           # count disagrees
+        (40001, Service.NIC_TX, tx[1].to_bytes()[:-1]),           # not whole words
         *[(40002, Service.NIC_RX, p) for p in compressed],
-        (40002, Service.NIC_RX, compressed[0][:HEADER_BYTES + 5]),  # truncated bitstream
+        (40002, Service.NIC_RX, compressed[0][:HEADER_BYTES + 5]),  # truncated: dropped
+        (40002, Service.NIC_RX, tx[0].to_bytes()),                # raw: passed through
         (a, Service.SWITCH, agg(0, 0, rng.integers(0, 1 << 20, 64), slot=1, seq=10)),
-        (b, Service.SWITCH, agg(0, 0, rng.integers(0, 1 << 20, 64), slot=1, seq=10)),  # not b's
         (b, Service.SWITCH, agg(0, 1, rng.integers(0, 1 << 20, 64), slot=1, seq=11)),  # result
         (b, Service.SWITCH, agg(0, 1, rng.integers(0, 1 << 20, 64), slot=1, seq=11)),  # unicast
         (a, Service.SWITCH, agg(0, 0, [1 << k for k in range(32)] * 2, slot=2, seq=12,
                                 op=PacketType.AGG_OR32)),
         (b, Service.SWITCH, agg(0, 1, [3] * 64, slot=2, seq=13, op=PacketType.AGG_OR32)),
-        (ctrl_port, Service.CTRL, ctrl(key, CtrlOp.READ, [
-            (net("counter", n), 0) for n in NET_COUNTERS
-            if n not in NET_CORE_DROPS and not n.startswith("arp_")], seq=14)),
+        (a, Service.SWITCH, agg(0, 0, [1] * 64, slot=9, seq=14)),   # outside the job's slots
+        (a, Service.SWITCH, bytes(16)),                            # no header: bad_length
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [
+            (net("counter", n), 0) for n in COUNTERS_COMPARED], seq=15)),
     ]
-    return [Datagram(LOOP, sport, board_ip, ports[service], payload)
-            for sport, service, payload in out]
+
+
+def replies_of(traffic, *, compare_counters=True):
+    """Each of ``traffic`` through a fresh Verilated board and its golden twin, one at a
+    time; returns the mismatches ``[(index, golden replies, Verilated replies)]``."""
+    from sim.harness.board import VerilatorBoard
+    backend = VerilatorBoard()
+    mismatches = []
+    try:
+        twin = golden_twin(backend)
+        ports = {s: backend.port_base + i for i, s in enumerate(
+            (Service.NIC_TX, Service.NIC_RX, Service.SWITCH, Service.CTRL))}
+        commits = {commit_address(job) for job in range(4)}
+        for n, (sport, service, payload) in enumerate(traffic):
+            datagram = Datagram(LOOP, sport, backend.ip, ports[service], payload)
+            want = twin.deliver([datagram])
+            got = backend.deliver([datagram])
+            if service is Service.CTRL and len(payload) >= HEADER_BYTES and payload[
+                    CTRL_OP_OFFSET] == CtrlOp.WRITE and got:
+                # a commit's read-back is the job's status at that moment: BUSY while the
+                # gateware clears its slots, where the untimed model is done at once
+                words = list(struct.unpack_from(f"<{(len(got[0].payload) - 32) // 4}I",
+                                                got[0].payload, HEADER_BYTES))
+                for i in range(0, len(words), 2):
+                    if words[i] in commits:
+                        words[i + 1] &= ~JobStatus.BUSY
+                got = [got[0]._replace(payload=got[0].payload[:HEADER_BYTES] +
+                                       struct.pack(f"<{len(words)}I", *words))]
+            if got != want:
+                mismatches.append((n, want, got))
+        assert backend.stats["bad_frames"] == 0
+        if compare_counters:
+            counters = backend.counters()
+            assert {k: counters[k] for k in COUNTERS_COMPARED} == \
+                {k: twin.counters[k] for k in COUNTERS_COMPARED}
+            assert counters["arp_miss"] == 1        # one host on the wire: 127.0.0.1
+    finally:
+        backend.close()
+    return mismatches
 
 
 def test_the_golden_and_the_verilated_board_answer_the_same_datagrams_with_the_same_bytes():
-    from sim.harness.board import VerilatorBoard
-    rng = fresh_rng()
-    backend = VerilatorBoard()
-    try:
-        twin = golden_twin(backend)
-        traffic = cross_check_traffic(rng, backend.ip, backend.port_base, backend.key)
-        for n, datagram in enumerate(traffic):
-            want = twin.deliver([datagram])
-            got = backend.deliver([datagram])
-            assert got == want, f"datagram {n} (to port {datagram.dst_port}): replies differ"
-        assert backend.stats["bad_frames"] == 0
-        counters = backend.counters()
-        assert {k: v for k, v in counters.items()
-                if k not in NET_CORE_DROPS and not k.startswith("arp_")} == \
-            {k: v for k, v in twin.counters.items()
-             if k not in NET_CORE_DROPS and not k.startswith("arp_")}
-        assert counters["arp_miss"] == 1            # one host on the wire: 127.0.0.1
-    finally:
-        backend.close()
+    traffic = cross_check_traffic(fresh_rng(), SIMULATION_KEY)
+    mismatches = replies_of(traffic)
+    assert not mismatches, "\n".join(
+        f"datagram {n} ({traffic[n][1].value}, {traffic[n][2][:40].hex()}): golden {want}, "
+        f"Verilated {got}" for n, want, got in mismatches)
+
+
+# -- where the gateware and docs/network-contract.md (the golden board) disagree ----------
+# Found by the cross-check above; the gateware is issue 19's (hdl/net/). Strict: a fix
+# makes them pass, and the marks must then go.
+
+@pytest.mark.xfail(strict=True, reason="hdl/net passes a NIC datagram shorter than a header "
+                   "through as it is; the contract completes it with zeros to 32 bytes")
+def test_a_nic_datagram_shorter_than_a_header_is_completed_with_zeros():
+    assert not replies_of([(40001, Service.NIC_TX, bytes(range(20)))], compare_counters=False)
+
+
+@pytest.mark.xfail(strict=True, reason="hdl/net's FanOut sends a multicast result to every "
+                   "set entry of the job's worker table; the contract sends it to workers "
+                   "0 .. n-1 of the job (n its configured workers)")
+def test_a_multicast_result_goes_to_the_configured_workers_only():
+    key = SIMULATION_KEY
+    # a third entry on loopback (so that its ARP is answered) beyond the job's two workers
+    extra = [(net("worker", 2, "ip"), ip_to_int(LOOP)), (net("worker", 2, "port"), 40203)]
+    traffic = job_setup(key, extra=extra) + [
+        (WORKER_A, Service.SWITCH, agg(0, 0, [5] * 64, slot=1, seq=10)),
+        (WORKER_B, Service.SWITCH, agg(0, 1, [6] * 64, slot=1, seq=11))]
+    assert not replies_of(traffic, compare_counters=False)
+
+
+@pytest.mark.xfail(strict=True, reason="hdl/net does not count a switch datagram that fails "
+                   "the source check in switch_in; the contract counts every datagram to a "
+                   "service port there on arrival")
+def test_a_switch_datagram_from_the_wrong_source_counts_as_switch_in():
+    key = SIMULATION_KEY
+    traffic = job_setup(key) + [
+        (WORKER_B, Service.SWITCH, agg(0, 0, [5] * 64, slot=1, seq=10)),   # worker 0's entry
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [
+            (net("counter", n), 0) for n in COUNTERS_COMPARED], seq=15))]
+    assert not replies_of(traffic, compare_counters=False)
