@@ -311,6 +311,9 @@ def _in_process_board_run(backend_name, quick, seed=2):
                              "resends": s.resends,
                              "cycles_per_datagram": (c1 - c0) / max(1, d1 - d0)}
         if stats:
+            counters = backend.counters()
+            out["board_drops"] = {k: v for k, v in counters.items()
+                                  if k.startswith("drop_") and v}
             harness = backend.harness
             out["simulator"] = {"cycles": harness.cycles, "loop_seconds": harness.loop_seconds,
                                 "cycles_per_s": harness.cycles / max(harness.loop_seconds,
@@ -346,7 +349,7 @@ def run(quick=False):
     print("\n  Verilated network top behind the virtual board (the simulation ceiling), against "
           "the golden board on the same workload")
     print(f"  {'board':<10} {'stream':<8} {'dgrams/s':>10} {'Gb/s':>8} {'Mval/s':>7} "
-          f"{'vs golden':>9} {'cycles/dgram':>12}")
+          f"{'vs golden':>9} {'cycles/dgram':>12} {'at 125 MHz':>10}")
     golden = _in_process_board_run("golden", quick)
     verilated = _in_process_board_run("verilator", quick)
     results["verilated_board"] = {"golden": golden, "verilator": verilated}
@@ -354,14 +357,18 @@ def run(quick=False):
         for stream in ("nic_tx", "nic_rx", "switch"):
             f = board[stream]
             ratio = f["datagrams_per_s"] / golden[stream]["datagrams_per_s"]
-            cycles = f"{f['cycles_per_datagram']:>12,.0f}" if name == "verilator" else \
-                f"{'-':>12}"
+            # cycles per datagram in and, at the engines' 125 MHz, the board's own rate in
+            # simulated time (the gateware's, not the simulator's)
+            cycles = (f"{f['cycles_per_datagram']:>12,.0f} "
+                      f"{125e6 / f['cycles_per_datagram']:>10,.0f}/s"
+                      if name == "verilator" and f["cycles_per_datagram"] else "")
             print(f"  {name:<10} {stream:<8} {f['datagrams_per_s']:>10,.1f} {f['gbps']:>8.4f} "
                   f"{f['values_per_s'] / 1e6:>7.3f} {ratio:>9.4f} {cycles}", flush=True)
     sim = verilated["simulator"]
     print(f"  simulator: {sim['cycles']:,} engine cycles in {sim['loop_seconds']:.1f} s of "
           f"clock loop ({sim['cycles_per_s']:,.0f} cycles/s); longest silence "
-          f"{sim['max_gap']} cycles (a delivery ends after {sim['idle']})")
+          f"{sim['max_gap']} cycles (a delivery ends after {sim['idle']}); the gateware's "
+          f"drops: {verilated['board_drops'] or 'none'}")
     return results
 
 

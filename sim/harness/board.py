@@ -75,9 +75,11 @@ class VerilatorBoard(BoardBackend):
         Record waveforms (``build/waves/network_top/``).
     """
 
-    #: a delivery takes simulated time (tens of milliseconds, seconds for a window of jumbo
-    #: packets): the transports of a virtual board wait accordingly before resending
-    transport_options = {"timeout": 5.0, "min_timeout": 0.05, "max_timeout": 30.0}
+    #: A delivery takes simulated time: 15-40 ms for one small datagram, a second or more
+    #: for a window of large ones. The transports of a virtual board wait accordingly
+    #: before resending: a round-trip estimate from small requests would otherwise time
+    #: out the next large window, and every spurious resend is more simulation.
+    transport_options = {"timeout": 5.0, "min_timeout": 1.0, "max_timeout": 30.0}
 
     def __init__(self, key: int | None = None, *, port_base: int | None = None, board: str = "ecpix5",
                  idle: int = IDLE_CYCLES, waves=None, max_count: int | None = None,
