@@ -33,6 +33,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
+from contract.network import SERVICE_OFFSETS, Service
 from host.board.backend import BoardBackend, Datagram
 
 from .network import IDLE_CYCLES, NetworkHarness
@@ -43,6 +44,7 @@ BROADCAST = "ff:ff:ff:ff:ff:ff"
 #: runs of one delivery at most (each ARP exchange costs one more): a bound, not a limit
 #: any traffic reaches (one ARP request per destination address, and the cache keeps them)
 _MAX_RUNS = 64
+_SWITCH_OFFSET = SERVICE_OFFSETS[Service.SWITCH]
 
 
 def host_mac(ip: str) -> str:
@@ -166,12 +168,20 @@ class VerilatorBoard(BoardBackend):
     def deliver(self, datagrams: Sequence[Datagram]) -> list[Datagram]:
         frames = [self.frame(d) for d in datagrams]
         self.stats["datagrams_in"] += len(frames)
-        return self._run(frames)
+        # NIC and control requests bring at most one reply each (none when dropped or
+        # refused): once that many came, a short quiet time ends the delivery. The switch
+        # sends any number of results, so a batch with switch datagrams waits out the
+        # idle time.
+        switch = self.port_base + _SWITCH_OFFSET
+        expect = None if any(d.dst_port == switch for d in datagrams) else len(datagrams)
+        return self._run(frames, expect)
 
-    def _run(self, frames):
+    def _run(self, frames, expect=None):
         out = []
         for _ in range(_MAX_RUNS):
-            result = self.harness.run(frames, idle=self.idle, stop_on_arp=True)
+            result = self.harness.run(
+                frames, idle=self.idle, stop_on_arp=True,
+                expect=None if expect is None else max(0, expect - len(out)))
             self.stats["runs"] += 1
             self.stats["cycles"] += result.cycles
             self.stats["frames_in"] += len(frames)

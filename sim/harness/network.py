@@ -24,6 +24,7 @@ import signal
 import struct
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,9 +38,9 @@ __all__ = ["NetworkHarness", "RunResult", "network_sources", "TOP", "IDLE_CYCLES
 TOP = "network_top"
 PHY_SOURCE = Path(__file__).resolve().with_name("phy.cpp")
 OP_RUN, OP_IDLE, OP_CYCLE, OP_CLOSE, OP_INFO, OP_COUNTERS = 1, 4, 5, 6, 9, 10
-STOP_ON_ARP = 1
+STOP_ON_ARP, EXPECT = 1, 2
 _HEAD = struct.Struct("<BQ")
-_RUN_HEAD = struct.Struct("<BQQBI")
+_RUN_HEAD = struct.Struct("<BQQQIBI")
 _RUN_REPLY = struct.Struct("<QQQQQQQQQI")
 _U32 = struct.Struct("<I")
 #: Engine cycles without any activity (pins, counters) after which a run ends: over three
@@ -48,6 +49,8 @@ _U32 = struct.Struct("<I")
 #: engine into its output buffer: 597 cycles (a run's ``max_gap`` reports it).
 IDLE_CYCLES = 2000
 MAX_CYCLES = 20_000_000
+#: Quiet engine cycles after the last expected reply that end a run early (``expect``).
+SETTLE_CYCLES = 128
 
 
 @functools.lru_cache(maxsize=8)
@@ -117,6 +120,9 @@ class NetworkHarness:
         self.build: HarnessBuild = build_executable(TOP, files, PHY_SOURCE, waves=waves)
         self._timeout = timeout
         self._proc = None
+        # one request and its answer at a time: a virtual board's thread delivers while
+        # another thread may read the counters
+        self._lock = threading.Lock()
         self._tmp = tempfile.TemporaryDirectory(prefix="gradwire-phy-harness-")
         self.log_path = Path(self._tmp.name) / "harness.log"
         args = ["--clk-ps", str(clk_ps), "--eth-ps", str(eth_ps), "--rgmii-ps", str(rgmii_ps),
@@ -187,6 +193,10 @@ class NetworkHarness:
         return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _call(self, request):
+        with self._lock:
+            return self._call_locked(request)
+
+    def _call_locked(self, request):
         if self._proc is None:
             raise TransportError(f"the {TOP} PHY harness is closed")
         try:
@@ -204,11 +214,15 @@ class NetworkHarness:
     # ---- requests -------------------------------------------------------------------------
 
     def run(self, frames=(), *, idle: int = IDLE_CYCLES, max_cycles: int = MAX_CYCLES,
-            stop_on_arp: bool = False) -> RunResult:
+            stop_on_arp: bool = False, expect: int | None = None,
+            settle: int = SETTLE_CYCLES) -> RunResult:
         """Send ``frames`` (Ethernet frames without FCS, in order, back to back with the
         minimum gap) and run until every one was sent and the gateware has been idle for
-        ``idle`` engine cycles (or, with ``stop_on_arp``, it sent an ARP frame); return
-        what it sent meanwhile.
+        ``idle`` engine cycles; return what it sent meanwhile.
+
+        With ``stop_on_arp`` the run also ends once the gateware sent an ARP frame; with
+        ``expect`` once it sent that many UDP frames and then was quiet for ``settle``
+        cycles (for requests that bring at most one reply each).
 
         Raises
         ------
@@ -220,8 +234,9 @@ class NetworkHarness:
             raise ValueError("an Ethernet frame has at least its 14-byte header")
         if not 1 <= idle < 1 << 32 or not 1 <= max_cycles < 1 << 62:
             raise ValueError(f"idle {idle} or max_cycles {max_cycles} out of range")
-        parts = [_RUN_HEAD.pack(OP_RUN, idle, max_cycles, STOP_ON_ARP if stop_on_arp else 0,
-                                len(frames))]
+        flags = (STOP_ON_ARP if stop_on_arp else 0) | (EXPECT if expect is not None else 0)
+        parts = [_RUN_HEAD.pack(OP_RUN, idle, max_cycles, settle,
+                                max(0, expect or 0), flags, len(frames))]
         for f in frames:
             parts += [_U32.pack(len(f)), f]
         answer = self._call(b"".join(parts))

@@ -29,7 +29,9 @@
 // no receive or transmit activity on the pins and no change of the top's `counters` output
 // (every datagram a service takes, drops or sends moves a counter).
 // With the ARP flag a run also ends right after the design sent an ARP frame, so that the
-// host can answer it without waiting out the idle time.
+// host can answer it without waiting out the idle time. With the expect flag it ends
+// earlier too: once the design has sent `expect` UDP frames and been quiet for `settle`
+// cycles (the host knows how many replies a batch of requests can bring at most).
 //
 // Protocol (little-endian, on the file descriptors argv[1] and argv[2]): a request is an
 // opcode byte and its fields; a reply is a status byte (0 ok, 1 error), a u64 length and the
@@ -64,7 +66,7 @@ enum Op : uint8_t {
     OP_RUN = 1, OP_IDLE = 4, OP_CYCLE = 5, OP_CLOSE = 6, OP_INFO = 9, OP_COUNTERS = 10,
 };
 
-enum RunFlags : uint8_t { STOP_ON_ARP = 1 };
+enum RunFlags : uint8_t { STOP_ON_ARP = 1, EXPECT = 2 };
 
 constexpr uint8_t PREAMBLE = 0x55, SFD = 0xD5;
 constexpr size_t PREAMBLE_BYTES = 7, MIN_FRAME = 60, FCS_BYTES = 4, IFG_BYTES = 12;
@@ -322,6 +324,7 @@ private:
                 ++stats_.tx_frames;
                 stats_.tx_bytes += n;
                 if (n >= 14 && frame[12] == 0x08 && frame[13] == 0x06) arp_seen_ = true;
+                if (n >= 24 && frame[12] == 0x08 && frame[13] == 0x00 && frame[23] == 17) ++udp_out_;
             } else {
                 good = false;
             }
@@ -353,7 +356,8 @@ private:
     // ---- requests -----------------------------------------------------------------------------
 
     std::string run() {
-        uint64_t idle = read_u64(), max_cycles = read_u64();
+        uint64_t idle = read_u64(), max_cycles = read_u64(), settle = read_u64();
+        uint32_t expect = read_u32();
         uint8_t flags = read_u8();
         uint32_t count = read_u32();
         for (uint32_t i = 0; i < count; ++i) {
@@ -367,6 +371,7 @@ private:
         uint64_t start = cycle_;
         quiet_ = 0;
         arp_seen_ = false;
+        udp_out_ = 0;
         uint64_t bad_before = bad_frames_;
         auto started = std::chrono::steady_clock::now();
         std::string error;
@@ -374,6 +379,7 @@ private:
         for (;;) {
             step();
             if (!rx_busy_ && quiet_ >= idle) break;
+            if ((flags & EXPECT) && !rx_busy_ && udp_out_ >= expect && quiet_ >= settle) break;
             if ((flags & STOP_ON_ARP) && arp_seen_ && !tx_active_) {
                 stopped_on_arp = 1;
                 break;
@@ -495,6 +501,7 @@ private:
     uint8_t tx_low_ = 0;
     bool tx_en_ = false, tx_active_ = false, tx_error_ = false, tx_cycle_ = false;
     bool arp_seen_ = false;
+    uint64_t udp_out_ = 0;   // UDP frames from the design in this run
 };
 
 }  // namespace
