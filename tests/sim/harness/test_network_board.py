@@ -295,3 +295,46 @@ def test_a_switch_datagram_from_the_wrong_source_counts_as_switch_in():
         (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [
             (net("counter", n), 0) for n in COUNTERS_COMPARED], seq=15))]
     assert not replies_of(traffic, compare_counters=False)
+
+
+# -- gradwire board serve --backend verilator ----------------------------------------------
+
+def test_board_serve_runs_the_verilated_board_and_stops_on_sigterm():
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from host.board import free_port_base
+    from host.driver.udp import format_key
+
+    base = free_port_base()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "host.cli", "board", "serve", "--backend", "verilator",
+         "--key", format_key(SIMULATION_KEY), "--port-base", str(base)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=Path(__file__).resolve().parents[3])
+    try:
+        lines, deadline = [], time.monotonic() + 180     # the network top's export, cached build
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "ready" in line:
+                break
+        assert lines and "ready" in lines[-1], f"{lines} {process.stderr.read()}"
+        assert "Verilated network top" in "".join(lines)
+        with UdpTransport(LOOP, port_base=base, key=SIMULATION_KEY, timeout=5.0,
+                          max_timeout=10.0, retries=3) as t:
+            assert t.read(net("link")) == 1
+            assert t.read(net("port_base")) == 47570       # the gateware's, as built
+        process.send_signal(signal.SIGTERM)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, err
+    assert "stopped after 2 datagrams in, 2 out" in out
