@@ -26,11 +26,14 @@ from host.driver.models import NicModelTransport
 from host.driver.switch import SwitchInterface
 from host.driver.udp import NoReplyError, UdpTransport
 from host.golden import inceptionn, lhc
+from sim.nic_stimulus import rx_traffic, tx_traffic
 
 pytestmark = pytest.mark.slow
 
 LOOP = "127.0.0.1"
 IDENTITY = ("ip", "mac_high", "mac_low", "port_base", "services", "link")
+#: the largest UDP payload of a jumbo frame (9000-byte IP packet)
+MAX_DATAGRAM = 9000 - 28
 
 
 def fresh_rng():
@@ -210,6 +213,11 @@ def cross_check_traffic(rng, key):
         (b, Service.SWITCH, agg(0, 1, [3] * 64, slot=2, seq=13, op=PacketType.AGG_OR32)),
         (a, Service.SWITCH, agg(0, 0, [1] * 64, slot=9, seq=14)),   # outside the job's slots
         (a, Service.SWITCH, bytes(16)),                            # no header: bad_length
+        # the NIC benches' traffic: every k, lengths 0..360, bad k, wrong counts, bypassed
+        # types, bad magic; good, truncated, over-long and random compressed packets
+        *[(40001, Service.NIC_TX, p.to_bytes()) for p in tx_traffic(rng, 16, max_values=360)],
+        *[(40002, Service.NIC_RX, p.to_bytes()) for p in rx_traffic(rng, 16)
+          if len(p.to_bytes()) <= MAX_DATAGRAM],
         (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [
             (net("counter", n), 0) for n in COUNTERS_COMPARED], seq=15)),
     ]
