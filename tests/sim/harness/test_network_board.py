@@ -346,3 +346,38 @@ def test_board_serve_runs_the_verilated_board_and_stops_on_sigterm():
             process.wait()
     assert process.returncode == 0, err
     assert "stopped after 2 datagrams in, 2 out" in out
+
+
+# -- a faulty wire in front of the gateware ------------------------------------------------
+
+def test_loss_duplication_and_reordering_in_front_of_the_gateware_leave_the_results_identical():
+    from host.board import WireFaults
+    from sim.harness.board import VerilatorBoard
+    rng = fresh_rng()
+    seed = int(rng.integers(1 << 16))
+    x = (rng.standard_normal(8 * 336) * 0.05).astype(np.float32)
+    packets = inceptionn.tensor_to_packets(x, 10, packet_values=336)
+    tensors = []
+    for _ in range(2):
+        t = np.zeros(1000, np.float32)
+        hot = rng.random(t.size) < 0.05
+        t[hot] = (rng.standard_normal(hot.sum()) * 0.01).astype(np.float32)
+        tensors.append(t)
+    faults = WireFaults(0.1, seed=seed)
+    with VirtualBoard(VerilatorBoard(), port_base=None, faults=faults) as board:
+        with board.transport(region="nic") as t:
+            tx = t.exchange("tx", packets)
+            rx = t.exchange("rx", tx)
+            nic = t.network
+        with board.transport(region="switch") as t:
+            result, _ = SwitchInterface(t).allreduce(tensors, slot_count=4)
+            switch = t.network[Service.SWITCH]
+    model = NicModelTransport()
+    assert [p.to_bytes() for p in tx] == [p.to_bytes() for p in model.exchange("tx", packets)]
+    assert np.array_equal(bits(inceptionn.packets_to_tensor(rx, x.size)),
+                          bits(inceptionn.quantize(x, 10)))
+    assert np.array_equal(bits(result), bits(lhc.allreduce(tensors)[0]))
+    # about 150 datagrams cross the wire: losses and copies happen (a loss always ends in
+    # a resend: of the request, or of the worker whose result was lost)
+    assert faults.lost and faults.duplicated
+    assert nic[Service.NIC_TX].resends + nic[Service.NIC_RX].resends + switch.resends > 0
