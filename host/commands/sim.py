@@ -68,8 +68,9 @@ def run(args):
 
     backend_options = {}
     if args.backend == "udp":
-        backend_options = {"fault_rate": args.fault_rate, "fault_seed": args.fault_seed,
-                           "board_backend": args.board_backend}
+        backend_options = {"fault_rate": args.fault_rate, "fault_seed": args.fault_seed}
+        if args.board_backend != "golden":
+            backend_options["board_backend"] = args.board_backend
         if args.mtu is not None:
             backend_options["mtu"] = args.mtu
     elif args.fault_rate or args.mtu is not None or args.board_backend != "golden":
