@@ -75,6 +75,9 @@ class VerilatorBoard(BoardBackend):
         The NIC's largest packet; only the built one (2048) is accepted.
     waves : bool, optional
         Record waveforms (``build/waves/network_top/``).
+    rgmii_ps, rgmii_phase_ps : int
+        The PHY clock's period and phase (default in phase with the 125 MHz engine clock;
+        ``sim.harness.network.NetworkHarness``).
     """
 
     #: A delivery takes simulated time: 15-40 ms for one small datagram, a second or more
@@ -85,7 +88,7 @@ class VerilatorBoard(BoardBackend):
 
     def __init__(self, key: int | None = None, *, port_base: int | None = None, board: str = "ecpix5",
                  idle: int = IDLE_CYCLES, waves=None, max_count: int | None = None,
-                 **switch_params):
+                 rgmii_ps: int = 8000, rgmii_phase_ps: int = 0, **switch_params):
         if key is None:
             from hdl.net.top import SIMULATION_KEY
             key = SIMULATION_KEY
@@ -100,7 +103,8 @@ class VerilatorBoard(BoardBackend):
         self.key = key
         self.idle = int(idle)
         self.harness = NetworkHarness(key=key, board=board, waves=waves,
-                                      switch_params=switch_params or None)
+                                      switch_params=switch_params or None,
+                                      rgmii_ps=rgmii_ps, rgmii_phase_ps=rgmii_phase_ps)
         config = self.harness.config
         self.ip = str(ipaddress.IPv4Address(config.ip_address))
         self.mac = config.mac_address
