@@ -12,11 +12,11 @@ the in-band link status are the C++ side's, cycle by cycle on the three clocks o
 Clocks: the engines' ``clk`` at 125 MHz, LiteEth's ``eth_clk`` at the network
 configuration's ``sys_clk_hz`` (62.5 MHz on the ECPIX-5), the PHY's ``rgmii_rx_clk`` at
 125 MHz (1000BASE-T). By default the PHY clock runs in phase with ``clk``, so that the
-edges of all three clocks fall together and every eval of the model takes several: the
-cross-check traffic of ``tests/sim/harness/test_network_board.py`` runs in 1.3 s so, and
-in 9.7 s with the PHY clock 500 ppm slow and out of phase (``rgmii_ps=8004``,
-``rgmii_phase_ps``), as the cocotb benches (``sim/tb_network.py``) run it to stress the
-clock crossings; the tests run both.
+edges of all three clocks fall together and one eval of the model takes several: measured
+on the cross-check traffic of ``tests/sim/harness/test_network_board.py``, 93k engine
+cycles/s so against 61-75k with the PHY clock 500 ppm slow and out of phase
+(``rgmii_ps=8004``, ``rgmii_phase_ps``), as the cocotb benches (``sim/tb_network.py``)
+run it to stress the clock crossings; the tests run both.
 """
 from __future__ import annotations
 
