@@ -15,7 +15,13 @@ machine's two cores):
   NIC compress of gradients (``tx``), decompress (``rx``), and an LHC all-reduce of 4
   workers through the switch (``agg``), at wire fault rates 0, 1 %, 10 % and 30 %, with the
   datagrams, resends and discarded replies counted by the transport; the result of every
-  run is checked bit for bit against the golden models before it is reported.
+  run is checked bit for bit against the golden models before it is reported;
+- **transport vs Verilated board** (the simulation ceiling): the virtual board with
+  ``BOARD_BACKENDS["verilator"]`` behind it (LiteEth, the front end and the engines,
+  Verilated, behind a C++ RGMII PHY; its harness is a child process), with a smaller
+  workload of the same kinds, and the golden board in the same way (in this process) on
+  the same workload as its baseline; besides datagrams/s and Gb/s, the simulated engine
+  cycles per datagram and the simulator's cycles per second.
 
 Payload Gb/s counts the datagrams' bytes both ways (request and reply) per second.
 """
@@ -240,6 +246,83 @@ def _board_run(rate, quick, seed=1):
     return out
 
 
+def _in_process_board_run(backend_name, quick, seed=2):
+    """The Verilated board's workload (NIC compress and decompress at the standard MTU, an
+    all-reduce of 2 workers) through a virtual board served from this process."""
+    from host.board import VirtualBoard, open_board_backend
+    from host.driver.nic import NicInterface
+    from host.driver.switch import SwitchInterface
+    from host.golden import inceptionn, lhc
+
+    rng = np.random.default_rng(seed)
+    values = 336 * (8 if quick else 48)
+    x = (rng.standard_normal(values) * 0.01).astype(np.float32)
+    n = 2000 if quick else 8000
+    tensors = []
+    for _ in range(2):
+        t = np.zeros(n, np.float32)
+        hot = rng.random(n) < 0.05
+        t[hot] = (rng.standard_normal(hot.sum()) * 0.01).astype(np.float32)
+        tensors.append(t)
+    params = {} if backend_name == "verilator" else {"key": KEY}
+    backend = open_board_backend(backend_name, **params)
+    out = {}
+    with VirtualBoard(backend, port_base=None) as board:
+        stats = getattr(backend, "stats", None)
+
+        def cycles():
+            return (stats["cycles"], stats["datagrams_in"]) if stats else (0, 0)
+
+        with board.transport(region="nic", window=WINDOW) as t:
+            nic = NicInterface(t)
+            for service, step in ((Service.NIC_TX, lambda: nic.transmit(x, 10)),
+                                  (Service.NIC_RX, lambda: nic.receive(wire, x.size))):
+                c0, d0 = cycles()
+                started = time.perf_counter()
+                result = step()
+                seconds = time.perf_counter() - started
+                c1, d1 = cycles()
+                if service is Service.NIC_TX:
+                    wire = result
+                elif not np.array_equal(result.view(np.uint32),
+                                        inceptionn.quantize(x, 10).view(np.uint32)):
+                    raise AssertionError(f"NIC round trip through the {backend_name} board "
+                                         f"differs")
+                s = t.network[service]
+                out[service.value] = {
+                    **_figures(s.datagrams + s.replies, s.bytes_out + s.bytes_in, seconds),
+                    "values_per_s": values / seconds, "datagrams": s.datagrams,
+                    "resends": s.resends, "cycles_per_datagram": (c1 - c0) / max(1, d1 - d0)}
+        with board.transport(region="switch") as t:
+            switch = SwitchInterface(t)
+            c0, d0 = cycles()
+            started = time.perf_counter()
+            result, _ = switch.allreduce(tensors)
+            seconds = time.perf_counter() - started
+            c1, d1 = cycles()
+            if not np.array_equal(result.view(np.uint32),
+                                  lhc.allreduce(tensors)[0].view(np.uint32)):
+                raise AssertionError(f"all-reduce through the {backend_name} board differs")
+            s = t.network[Service.SWITCH]
+            results_in = s.bytes_in // (32 + 4 * switch.lanes)
+            out["switch"] = {**_figures(s.datagrams + results_in, s.bytes_out + s.bytes_in,
+                                        seconds),
+                             "values_per_s": 2 * n / seconds, "datagrams": s.datagrams,
+                             "resends": s.resends,
+                             "cycles_per_datagram": (c1 - c0) / max(1, d1 - d0)}
+        if stats:
+            counters = backend.counters()
+            out["board_drops"] = {k: v for k, v in counters.items()
+                                  if k.startswith("drop_") and v}
+            harness = backend.harness
+            out["simulator"] = {"cycles": harness.cycles, "loop_seconds": harness.loop_seconds,
+                                "cycles_per_s": harness.cycles / max(harness.loop_seconds,
+                                                                     1e-9),
+                                "build_seconds": harness.build.seconds,
+                                "max_gap": stats["max_gap"], "idle": backend.idle}
+    return out
+
+
 def run(quick=False):
     results = {"window": WINDOW, "echo": _echo_section(quick), "board": {}}
     print(f"UdpTransport on loopback, window {WINDOW}; datagrams/s and Gb/s count both "
@@ -263,6 +346,29 @@ def run(quick=False):
             print(f"  {rate:>5g} {name:<14} {f['datagrams_per_s']:>10,.0f} {f['gbps']:>7.3f} "
                   f"{f['values_per_s'] / 1e6:>7.2f} {f['datagrams']:>9,} {f['resends']:>8,} "
                   f"{f['discarded']:>9,}", flush=True)
+    print("\n  Verilated network top behind the virtual board (the simulation ceiling), against "
+          "the golden board on the same workload")
+    print(f"  {'board':<10} {'stream':<8} {'dgrams/s':>10} {'Gb/s':>8} {'Mval/s':>7} "
+          f"{'vs golden':>9} {'cycles/dgram':>12} {'at 125 MHz':>10}")
+    golden = _in_process_board_run("golden", quick)
+    verilated = _in_process_board_run("verilator", quick)
+    results["verilated_board"] = {"golden": golden, "verilator": verilated}
+    for name, board in (("golden", golden), ("verilator", verilated)):
+        for stream in ("nic_tx", "nic_rx", "switch"):
+            f = board[stream]
+            ratio = f["datagrams_per_s"] / golden[stream]["datagrams_per_s"]
+            # cycles per datagram in and, at the engines' 125 MHz, the board's own rate in
+            # simulated time (the gateware's, not the simulator's)
+            cycles = (f"{f['cycles_per_datagram']:>12,.0f} "
+                      f"{125e6 / f['cycles_per_datagram']:>10,.0f}/s"
+                      if name == "verilator" and f["cycles_per_datagram"] else "")
+            print(f"  {name:<10} {stream:<8} {f['datagrams_per_s']:>10,.1f} {f['gbps']:>8.4f} "
+                  f"{f['values_per_s'] / 1e6:>7.3f} {ratio:>9.4f} {cycles}", flush=True)
+    sim = verilated["simulator"]
+    print(f"  simulator: {sim['cycles']:,} engine cycles in {sim['loop_seconds']:.1f} s of "
+          f"clock loop ({sim['cycles_per_s']:,.0f} cycles/s); longest silence "
+          f"{sim['max_gap']} cycles (a delivery ends after {sim['idle']}); the gateware's "
+          f"drops: {verilated['board_drops'] or 'none'}")
     return results
 
 

@@ -21,12 +21,14 @@ The interface (:class:`BoardBackend`):
 - ``poll() -> list[Datagram]``: datagrams sent since the last call without new input (a
   clocked backend's late outputs); the golden model has none;
 - ``key`` (int or None): the control key it was built with, if the socket side may show it;
+- ``transport_options`` (dict): defaults for the transports of a virtual board serving it
+  (a simulated backend answers slowly, so they wait longer before resending);
 - ``describe() -> str``: one line for the ``ready`` message;
 - ``close()``.
 
 Backends are named in :data:`BOARD_BACKENDS` (``"module:callable"``, imported when opened,
-so that ``host`` never imports ``sim``): the Verilated network top is added there as
-``"verilator"`` by the package that builds it.
+so that ``host`` never imports ``sim``): ``"golden"`` and ``"verilator"``, the Verilated
+network top (``sim.harness.board.VerilatorBoard``).
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class BoardBackend(abc.ABC):
     ip: str
     port_base: int
     key: int | None = None
+    transport_options: dict = {}
 
     @abc.abstractmethod
     def deliver(self, datagrams: Sequence[Datagram]) -> list[Datagram]:
@@ -72,6 +75,8 @@ class BoardBackend(abc.ABC):
 #: and the backend's own parameters and returns a :class:`BoardBackend`.
 BOARD_BACKENDS = {
     "golden": "host.board.golden:GoldenBoard",
+    # the Verilated network top behind a C++ RGMII PHY (the compiled harness)
+    "verilator": "sim.harness.board:VerilatorBoard",
 }
 
 

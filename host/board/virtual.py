@@ -169,9 +169,11 @@ class VirtualBoard:
         self.stop()
 
     def transport(self, **options):
-        """A :class:`~host.driver.udp.UdpTransport` to this board (with its key; unless
-        given, resends enough for the loss its wire injects)."""
+        """A :class:`~host.driver.udp.UdpTransport` to this board (with its key and its
+        backend's ``transport_options``; unless given, resends enough for the loss its wire
+        injects)."""
         from host.driver.udp import UdpTransport, retries_for_loss
+        options = {**getattr(self.backend, "transport_options", {}), **options}
         if "retries" not in options:
             options["retries"] = retries_for_loss(self.faults.loss if self.faults else 0.0)
         return UdpTransport(self.host, port_base=self.port_base, key=self.key, **options)

@@ -29,6 +29,10 @@ def add_arguments(p):
                    help="udp: probability of loss, duplication and delay of each datagram on "
                         "the virtual board's wire (default 0)")
     p.add_argument("--fault-seed", type=int, default=0, help="udp: seed of the wire faults")
+    p.add_argument("--board-backend", choices=("golden", "verilator"), default="golden",
+                   help="udp: what the virtual board runs: the golden board (default) or the "
+                        "Verilated network top (LiteEth, front end and engines behind a C++ "
+                        "RGMII PHY; slow)")
     p.add_argument("--mtu", type=int, default=None,
                    help="udp: IP MTU of the path to the board (default 1500; 9000: jumbo)")
     p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
@@ -65,10 +69,12 @@ def run(args):
     backend_options = {}
     if args.backend == "udp":
         backend_options = {"fault_rate": args.fault_rate, "fault_seed": args.fault_seed}
+        if args.board_backend != "golden":
+            backend_options["board_backend"] = args.board_backend
         if args.mtu is not None:
             backend_options["mtu"] = args.mtu
-    elif args.fault_rate or args.mtu is not None:
-        raise CliError("--fault-rate and --mtu apply to --backend udp")
+    elif args.fault_rate or args.mtu is not None or args.board_backend != "golden":
+        raise CliError("--fault-rate, --mtu and --board-backend apply to --backend udp")
     try:
         report = e2e.run(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
                          backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),

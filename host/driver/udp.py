@@ -962,13 +962,15 @@ _TOP_PARAMS = {"nic_top": ("max_count",), "switch_top": ("slots", "lanes", "max_
 
 
 def open_top(top, *, waves=None, board=None, key=None, mtu=None, port_base=None,
-             fault_rate=0.0, fault_seed=0, **params):
+             fault_rate=0.0, fault_seed=0, board_backend="golden", **params):
     """A :class:`UdpTransport` for ``top``'s region: ``host.driver.backends``'s ``"udp"``.
 
     With ``board`` (``HOST[:PORT_BASE]``) or :data:`ENV_BOARD` set, it talks to that board
     (key from ``key`` or :data:`ENV_KEY`); otherwise it starts a virtual board with the
-    golden backend and ``params`` on free ports of 127.0.0.1, with ``fault_rate`` /
-    ``fault_seed`` on its wire, and stops it on ``close()``.
+    ``board_backend`` of ``host.board.BOARD_BACKENDS`` (``"golden"``, or ``"verilator"``:
+    the Verilated network top, with the simulation key unless ``key`` is given) and
+    ``params`` on free ports of 127.0.0.1, with ``fault_rate`` / ``fault_seed`` on its wire,
+    and stops it on ``close()``.
     """
     if top not in _TOP_REGIONS:
         raise ValueError(f"the udp backend serves {', '.join(_TOP_REGIONS)}, not {top!r}")
@@ -984,14 +986,20 @@ def open_top(top, *, waves=None, board=None, key=None, mtu=None, port_base=None,
         settings = board_settings(board, port_base=port_base, key=key, mtu=mtu)
         return UdpTransport(settings["host"], port_base=settings["port_base"],
                             key=settings["key"], mtu=settings["mtu"], region=_TOP_REGIONS[top])
-    from host.board import VirtualBoard, WireFaults
+    from host.board import VirtualBoard, WireFaults, open_board_backend
     faults = WireFaults(fault_rate, seed=fault_seed) if fault_rate else None
-    virtual = VirtualBoard("golden", port_base=port_base, key=key, faults=faults,
-                           **params).start()
+    if board_backend == "golden":
+        virtual = VirtualBoard("golden", port_base=port_base, key=key, faults=faults, **params)
+    else:
+        # built here so that its own default key (a simulation build's) is the board's
+        backend = open_board_backend(board_backend, key=key, port_base=port_base, **params)
+        virtual = VirtualBoard(backend, port_base=port_base, faults=faults)
+    virtual.start()
     try:
+        options = dict(getattr(virtual.backend, "transport_options", {}))
         return UdpTransport(virtual.host, port_base=virtual.port_base, key=virtual.key,
                             mtu=mtu or MTU_DEFAULT, region=_TOP_REGIONS[top], owns=virtual,
-                            retries=retries_for_loss(faults.loss if faults else 0.0))
+                            retries=retries_for_loss(faults.loss if faults else 0.0), **options)
     except BaseException:
         virtual.stop()
         raise

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["HarnessBuild", "HarnessBuildError", "top_ports", "build_harness", "AXIS_MEMBERS"]
+__all__ = ["HarnessBuild", "HarnessBuildError", "top_ports", "build_harness", "build_executable",
+           "AXIS_MEMBERS"]
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "harness.cpp"
@@ -184,16 +185,33 @@ def build_harness(top: str, verilog: str, streams: dict, *, ctrl: bool = True,
     HarnessBuildError
         With the tail of the build log.
     """
+    header = ports_header(top, verilog, streams, ctrl=ctrl)
+    return build_executable(top, {f"{top}.v": verilog}, SOURCE,
+                            support={"harness_ports.h": header}, waves=waves, jobs=jobs)
+
+
+def build_executable(top: str, verilog_files: dict, main_source: Path, *,
+                     support: dict | None = None, waves: bool = False,
+                     jobs: int | None = None) -> HarnessBuild:
+    """Build (or reuse) ``main_source`` with the Verilated model of ``top``.
+
+    ``verilog_files`` maps file names to Verilog text (the top's and any it instantiates),
+    ``support`` file names to other text the C++ includes (a generated header). The cache
+    key is all of it, the flags and the Verilator version; a file lock serialises
+    concurrent builds of the same content.
+    """
     from sim.runner import BUILD, verilator_environment, wave_format
 
     verilator_environment()
-    header = ports_header(top, verilog, streams, ctrl=ctrl)
+    support = dict(support or {})
     fmt = wave_format() if waves else ""
     flags = VERILATOR_FLAGS + {"fst": ["--trace-fst"], "vcd": ["--trace"], "": []}[fmt]
-    source = SOURCE.read_text()
-    digest = hashlib.sha256("\n\0".join(
-        [top, verilog, source, header, " ".join(flags), OPT_FAST, _verilator_version()]
-    ).encode()).hexdigest()[:16]
+    source = Path(main_source).read_text()
+    cpp_name = Path(main_source).name
+    parts = [top, cpp_name, source, " ".join(flags), OPT_FAST, _verilator_version()]
+    for name, text in (*sorted(verilog_files.items()), *sorted(support.items())):
+        parts += [name, text]
+    digest = hashlib.sha256("\n\0".join(parts).encode()).hexdigest()[:16]
     directory = BUILD / "sim" / "harness" / f"{top}-{digest}"
     directory.mkdir(parents=True, exist_ok=True)
     executable = directory / "harness"
@@ -203,16 +221,17 @@ def build_harness(top: str, verilog: str, streams: dict, *, ctrl: bool = True,
         if executable.exists() and info_file.exists():
             info = json.loads(info_file.read_text())
             return HarnessBuild(top, executable, directory, fmt, info["seconds"], True)
-        (directory / f"{top}.v").write_text(verilog)
-        (directory / "harness.cpp").write_text(source)
-        (directory / "harness_ports.h").write_text(header)
+        for name, text in (*verilog_files.items(), *support.items()):
+            (directory / name).write_text(text)
+        (directory / cpp_name).write_text(source)
         jobs = jobs or min(os.cpu_count() or 1, 4)
         command = [
             "verilator", "--cc", "--exe", "--build", "-j", str(jobs),
             "--top-module", top, "--prefix", "Vtop", "-Mdir", str(directory / "obj"),
             "-o", str(executable), "--timescale", "1ns/1ps",
             "-MAKEFLAGS", f"OPT_FAST={OPT_FAST}",
-            *flags, str(directory / f"{top}.v"), str(directory / "harness.cpp"),
+            *flags, *(str(directory / name) for name in verilog_files),
+            str(directory / cpp_name),
         ]
         log = directory / "build.log"
         started = time.perf_counter()

@@ -65,3 +65,6 @@ def test_cli_sim_rejects_bad_options(tmp_path, capsys):
     assert main(["sim", "--backend", "golden", "--fault-rate", "0.1",
                  "--out", str(tmp_path)]) == 2
     assert "--backend udp" in capsys.readouterr().err
+    assert main(["sim", "--backend", "verilator", "--board-backend", "verilator",
+                 "--out", str(tmp_path)]) == 2
+    assert "--board-backend" in capsys.readouterr().err
