@@ -1,15 +1,18 @@
 """The switch's results to the job's workers (network.md section 3).
 
-A multicast result (worker ``0xFF``) goes as one datagram to every worker of its job whose
+A multicast result (worker ``0xFF``) goes as one datagram to each of workers ``0 .. n - 1``
+of its job (``n`` the job's configured workers, :mod:`hdl.net.job_workers`) whose
 worker-table entry is set (port not 0); a unicast answer to a retransmission goes to the
 retransmitting worker's entry. The result is stored once in the switch's output buffer and
 sent once per worker (the buffer's ``replay``). The next destination is looked up while the
 current copy is being sent, so a result's copies follow each other at the pace of the
 transmit path; the table is read as each copy is addressed, so the workers of a job are
-those with an entry at that moment.
+those with an entry at that moment. ``n`` is read once per result, as its first copy is
+addressed.
 
-A result whose job has no worker entry at all goes nowhere (``undeliverable``): the
-host cleared the table while the job was running.
+A result whose job has no worker to go to (an unconfigured job, or no entry among its
+workers) goes nowhere (``undeliverable``): the host cleared the table or reconfigured the
+job while the job was running.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.header import WORKER_MULTICAST
+from hdl.net.job_workers import JobWorkersLookup
 from hdl.net.layouts import TxBeat, egress_word
 from hdl.net.worker_table import LookupSignature, WorkerEntry
 
@@ -45,6 +49,8 @@ class FanOut(wiring.Component):
         To the buffer: send the result again (another worker follows).
     o : Out(stream.Signature(TxBeat))
     table : Out(LookupSignature)
+    jobs : Out(JobWorkersLookup)
+        Each job's configured workers (combinational).
     sent : Out(1)
         One strobe per datagram handed on.
     undeliverable : Out(1)
@@ -60,6 +66,7 @@ class FanOut(wiring.Component):
             "replay": Out(1),
             "o": Out(stream.Signature(TxBeat)),
             "table": Out(LookupSignature),
+            "jobs": Out(JobWorkersLookup),
             "sent": Out(1),
             "undeliverable": Out(1),
         })
@@ -106,6 +113,12 @@ class FanOut(wiring.Component):
         # -- sending ----------------------------------------------------------------------
         entry = Signal(WorkerEntry)      # the copy being sent goes here
         multicast = Signal()
+        last_w = Signal(range(W))        # a multicast result's last worker, n - 1
+        workers = Signal(range(W + 1))   # n of the job of the result at the output
+        m.d.comb += [
+            self.jobs.job.eq(i.p.tag.job),
+            workers.eq(Mux(self.jobs.workers > W, W, self.jobs.workers)),
+        ]
         current_w = Signal(range(W))
         first_seen = Signal()
         m.d.sync += [self.sent.eq(0), self.undeliverable.eq(0)]
@@ -115,18 +128,20 @@ class FanOut(wiring.Component):
                     is_multicast = i.p.tag.worker == WORKER_MULTICAST
                     m.d.comb += [
                         start.eq(1),
-                        start_from.eq(Mux(is_multicast, 0,
+                        # an unconfigured job's multicast result searches nothing
+                        start_from.eq(Mux(is_multicast, Mux(workers == 0, W, 0),
                                           Mux(i.p.tag.worker < W, i.p.tag.worker, W))),
-                        start_to.eq(Mux(is_multicast, W - 1, i.p.tag.worker)),
+                        start_to.eq(Mux(is_multicast, workers - 1, i.p.tag.worker)),
                     ]
-                    m.d.sync += [job.eq(i.p.tag.job), multicast.eq(is_multicast)]
+                    m.d.sync += [job.eq(i.p.tag.job), multicast.eq(is_multicast),
+                                 last_w.eq(workers - 1)]
                     m.next = "FIRST"
             with m.State("FIRST"):
                 with m.If(~searching):
                     with m.If(found):
                         m.d.sync += [entry.eq(found_entry), current_w.eq(found_w)]
                         m.d.comb += [start.eq(1), start_from.eq(found_w + 1),
-                                     start_to.eq(Mux(multicast, W - 1, 0))]
+                                     start_to.eq(Mux(multicast, last_w, 0))]
                         with m.If(~multicast):
                             m.d.comb += start_from.eq(W)        # one copy only
                         m.next = "SEND"
@@ -145,7 +160,7 @@ class FanOut(wiring.Component):
                     with m.If(found):
                         m.d.sync += [entry.eq(found_entry), current_w.eq(found_w)]
                         m.d.comb += [start.eq(1), start_from.eq(found_w + 1),
-                                     start_to.eq(W - 1)]
+                                     start_to.eq(last_w)]
                     with m.Else():
                         m.next = "IDLE"
             with m.State("DRAIN"):

@@ -11,6 +11,9 @@
     switch -> EgressBuffer -> FanOut (to the job's workers) -+-> TxArbiter -> core tx (32 bit)
     CtrlService -> EgressBuffer -> ReplyPort ---------------+
 
+    CtrlService -> RegisterRouter -> switch's register port
+                                  -> JobWorkers (the jobs' configured workers, for FanOut)
+
 Every part runs in one clock domain (the engines'); :class:`hdl.net.cdc.EthCrossing`
 connects it to the core. The receive path never stalls: each service takes a datagram
 whole into its own buffer or drops it whole (counted), so an engine that is slow or busy
@@ -38,6 +41,7 @@ from hdl.net.egress import EgressBuffer
 from hdl.net.eth_core import CoreEvents, RxBeat, TxBeat
 from hdl.net.fanout import FanOut, ResultTag
 from hdl.net.ingress import IngressBuffer
+from hdl.net.job_workers import JobWorkers
 from hdl.net.layouts import ReplyTag
 from hdl.net.registers import NetRegisters, RegisterRouter, ctrl_master_signature
 from hdl.net.reply import OneInFlight, ReplyPort
@@ -89,8 +93,9 @@ class NetworkFrontEnd(wiring.Component):
         The 64-bit control key.
     nic, switch : bool
         Whether the design has the NIC engines (two services) and the aggregator.
-    jobs, max_workers : int
-        The switch's, for the worker table.
+    jobs, max_workers, slots : int
+        The switch's, for the worker table and the jobs' configuration
+        (:mod:`hdl.net.job_workers`).
     sizes : BufferSizes
 
     Members
@@ -105,6 +110,9 @@ class NetworkFrontEnd(wiring.Component):
         The engines' outputs (always ready).
     nic_rx_dropped : In(1)
         The receive engine dropped its packet (any of its drop strobes).
+    switch_drained : In(1)
+        The switch engine's ``drained`` (it holds no packet; present with the switch): when
+        the switch grants a commit of a job's configuration.
     nic_ctrl : Out(ctrl_master_signature(writable=False))
     switch_ctrl : Out(ctrl_master_signature())
     status : Out(FrontEndStatus)
@@ -113,7 +121,7 @@ class NetworkFrontEnd(wiring.Component):
     """
 
     def __init__(self, *, mac, ip, port_base, key, nic=True, switch=True, jobs=4,
-                 max_workers=32, sizes=BufferSizes()):
+                 max_workers=32, slots=64, sizes=BufferSizes()):
         if not (nic or switch):
             raise ValueError("A network front end needs at least one engine (nic or switch)")
         service_ports(port_base)                      # checks the range
@@ -127,6 +135,8 @@ class NetworkFrontEnd(wiring.Component):
             mac=mac, ip=ip, port_base=port_base, jobs=jobs, max_workers=max_workers,
             services=sum(1 << SERVICE_OFFSETS[s] for s in self.services))
         self.max_workers = max_workers
+        self._job_workers = (JobWorkers(slots=slots, max_workers=max_workers, jobs=jobs)
+                             if switch else None)
         members = {
             "rx": In(stream.Signature(RxBeat)),
             "tx": Out(stream.Signature(TxBeat)),
@@ -145,7 +155,8 @@ class NetworkFrontEnd(wiring.Component):
             })
         if switch:
             members.update({"switch_in": Out(axis_signature()),
-                            "switch_out": In(axis_signature())})
+                            "switch_out": In(axis_signature()),
+                            "switch_drained": In(1)})
         super().__init__(members)
 
     def __repr__(self):
@@ -251,6 +262,13 @@ class NetworkFrontEnd(wiring.Component):
             wiring.connect(m, results.o, fanout.i)
             m.d.comb += results.replay.eq(fanout.replay)
             wiring.connect(m, fanout.table, registers.fanout)
+            # The jobs' configured workers, from the writes the switch's register port gets
+            m.submodules.job_workers = job_workers = self._job_workers
+            wiring.connect(m, fanout.jobs, job_workers.lookup)
+            m.d.comb += [job_workers.ctrl_addr.eq(self.switch_ctrl.ctrl_addr),
+                         job_workers.ctrl_wdata.eq(self.switch_ctrl.ctrl_wdata),
+                         job_workers.ctrl_we.eq(self.switch_ctrl.ctrl_we),
+                         job_workers.drained.eq(self.switch_drained)]
             m.d.comb += events.switch_out.eq(fanout.sent)
             replies.append(fanout.o)
         else:

@@ -14,7 +14,8 @@ both from one PLL (:mod:`hdl.board.network`); the simulation top (``make verilog
 
 The engines are the very tops that ``make verilog`` exports (``nic_top``, ``switch_top``),
 unchanged; the NIC top's receive-path drop strobes are tapped (not changed) for the
-front end's one-request-in-flight rule (:mod:`hdl.net.reply`).
+front end's one-request-in-flight rule (:mod:`hdl.net.reply`), and the switch engine's
+``drained`` for the front end's copy of the jobs' configuration (:mod:`hdl.net.job_workers`).
 """
 from __future__ import annotations
 
@@ -29,9 +30,11 @@ from hdl.net.eth_core import LiteEthCore
 from hdl.net.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
 from hdl.net.liteeth import NetworkConfig, generate, load_network_config
 from hdl.nic.top import NicTop
+from hdl.switch.aggregator import Aggregator
 from hdl.switch.top import SwitchTop
 
-__all__ = ["SIMULATION_KEY", "ENGINES", "port_base_of", "NicEngines", "NetworkTop"]
+__all__ = ["SIMULATION_KEY", "ENGINES", "port_base_of", "NicEngines", "SwitchEngines",
+           "NetworkTop"]
 
 #: The control key of simulation tops (``make verilog``, the cocotb benches): public, so
 #: never a board's (``make bitstream`` draws a random one).
@@ -67,6 +70,33 @@ class NicEngines(NicTop):
         m.d.comb += self.rx_dropped.eq(Cat(*(events[n] for n in NIC_RX_COUNTERS
                                              if n.startswith("drop_"))).any())
         return m
+
+
+class _DrainedAggregator(Aggregator):
+    """:class:`hdl.switch.aggregator.Aggregator` as it is, with ``drained``: its control
+    block's input of that name (tapped)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.drained = Signal()
+
+    def elaborate(self, platform):
+        m = super().elaborate(platform)
+        m.d.comb += self.drained.eq(m.submodules.control.drained)
+        return m
+
+
+class SwitchEngines(SwitchTop):
+    """:class:`hdl.switch.top.SwitchTop` as it is, with ``drained``: the engine holds no
+    packet, the condition on which its control block grants a commit (tapped, for the front
+    end's copy of the jobs' configuration)."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        engine = self.engine
+        self.engine = _DrainedAggregator(slots=engine.slots, lanes=engine.lanes,
+                                         max_workers=engine.max_workers, jobs=engine.jobs)
+        self.drained = self.engine.drained
 
 
 def _drive_flat(m, stream, top, prefix):
@@ -133,7 +163,8 @@ class NetworkTop(wiring.Component):
             mac=mac_to_int(self.config.mac_address), ip=self.config.ip_int,
             port_base=self.port_base, key=key, nic="nic" in engines,
             switch="switch" in engines, jobs=self.switch_params["jobs"],
-            max_workers=self.switch_params["max_workers"], sizes=sizes)
+            max_workers=self.switch_params["max_workers"], slots=self.switch_params["slots"],
+            sizes=sizes)
         super().__init__({
             "eth_clk": In(1),
             "eth_rst": In(1),
@@ -179,10 +210,11 @@ class NetworkTop(wiring.Component):
                          nic.ctrl_re.eq(front.nic_ctrl.ctrl_re),
                          front.nic_ctrl.ctrl_rdata.eq(nic.ctrl_rdata)]
         if "switch" in self.engines:
-            m.submodules.switch = switch = SwitchTop(**self.switch_params)
+            m.submodules.switch = switch = SwitchEngines(**self.switch_params)
             _drive_flat(m, front.switch_in, switch, "s_axis")
             _from_flat(m, switch, "m_axis", front.switch_out)
             for name in ("ctrl_addr", "ctrl_re", "ctrl_we", "ctrl_wdata"):
                 m.d.comb += getattr(switch, name).eq(getattr(front.switch_ctrl, name))
-            m.d.comb += front.switch_ctrl.ctrl_rdata.eq(switch.ctrl_rdata)
+            m.d.comb += [front.switch_ctrl.ctrl_rdata.eq(switch.ctrl_rdata),
+                         front.switch_drained.eq(switch.drained)]
         return m

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.counters import NET_COUNTERS
 from contract.network import CtrlOp, Service, network_address, service_ports
-from contract.registers import NET_REGISTERS
+from contract.registers import COMMIT, NET_REGISTERS, SWITCH_REGISTERS
 from hdl.net.front_end import BufferSizes, NetworkFrontEnd
 from hdl.stream.axis import axis_signature
 from tests.amaranth_sim import datagram_words, run
@@ -27,6 +27,7 @@ BASE = 47570
 PORTS = service_ports(BASE)
 MAC, IP = 0x024757000001, 0xC0A84D02
 HOST = 0xC0A84D0A
+SWITCH_JOB = SWITCH_REGISTERS["job"]
 
 
 class Echo(wiring.Component):
@@ -87,6 +88,7 @@ class Bench(wiring.Component):
         m.d.comb += f.nic_rx_dropped.eq(self.rx_engine.dropped)
         wiring.connect(m, f.switch_in, self.switch.i)
         wiring.connect(m, self.switch.o, f.switch_out)
+        m.d.comb += f.switch_drained.eq(1)      # the stand-in holds no commit back
         # a one-register switch port and a NIC port that reads its address back
         with m.If(f.switch_ctrl.ctrl_we):
             m.d.sync += self.switch_reg.eq(f.switch_ctrl.ctrl_wdata)
@@ -240,11 +242,15 @@ def test_requests_replies_and_counters():
 
 
 def test_worker_table_source_check_and_fan_out():
+    """Sources checked against the worker table; a multicast result to the job's workers
+    0 .. n - 1 with an entry, n the workers of the job's last commit (a pending value is
+    not one; a rejected commit unconfigures the job); a unicast one to its worker."""
     rng = random.Random(2)
     dut = Bench()
     host = Host(dut, rng)
     worker = NET_REGISTERS["worker"]
     workers = {0: (0x0A000010, 50010), 1: (0x0A000011, 50011), 3: (0x0A000013, 50013)}
+    src = PORTS[Service.SWITCH]
 
     def agg(job, w, completes=False):
         header = bytearray(32)
@@ -252,23 +258,33 @@ def test_worker_table_source_check_and_fan_out():
         header[7] = 0x80 if completes else 0
         return bytes(header) + bytes(rng.getrandbits(8) for _ in range(64))
 
+    def job_regs(job, **fields):
+        return [(network_address("switch", SWITCH_JOB.address(job, field)), value)
+                for field, value in fields.items()]
+
+    def multicast():
+        """A packet from worker 0 that completes its slot: the result, as sent."""
+        p = agg(1, 0, completes=True)
+        host.datagram(p, src, ip=workers[0][0], sport=workers[0][1])
+        return p[:6] + b"\xff" + p[7:]
+
     async def bench(ctx):
         pairs = []
         for w, (ip, port) in workers.items():
             pairs += [(network_address("net", worker.address(1 * 32 + w, "ip")), ip),
                       (network_address("net", worker.address(1 * 32 + w, "port")), port)]
-        host.ctrl(CtrlOp.WRITE, pairs)
+        # job 1 with 2 workers: the entry of worker 3 is a stale one
+        host.ctrl(CtrlOp.WRITE, pairs + job_regs(1, workers=2, slot_base=0, slot_count=4,
+                                                 commit=COMMIT))
         await host.wait(ctx)
         host.sent.clear()
         c0 = counters(ctx, dut)
         # from worker 1's entry: the "switch" answers with the packet itself (worker 1:
         # a unicast answer to worker 1)
         p1 = agg(1, 1)
-        host.datagram(p1, PORTS[Service.SWITCH], ip=workers[1][0], sport=workers[1][1])
-        # a multicast result goes to every worker with an entry, in worker order
-        p2 = agg(1, 0, completes=True)
-        host.datagram(p2, PORTS[Service.SWITCH], ip=workers[0][0], sport=workers[0][1])
-        p2 = p2[:6] + b"\xff" + p2[7:]
+        host.datagram(p1, src, ip=workers[1][0], sport=workers[1][1])
+        # a multicast result goes to workers 0 and 1, in worker order
+        p2 = multicast()
         # strangers: wrong port, wrong address, a job or worker without an entry
         bad = [(agg(1, 1), workers[1][0], workers[1][1] + 1),
                (agg(1, 1), workers[1][0] + 1, workers[1][1]),
@@ -277,13 +293,35 @@ def test_worker_table_source_check_and_fan_out():
                (agg(0, 1), workers[1][0], workers[1][1]),
                (agg(3, 1), workers[1][0], workers[1][1])]
         for raw, ip, port in bad:
-            host.datagram(raw, PORTS[Service.SWITCH], ip=ip, sport=port)
+            host.datagram(raw, src, ip=ip, sport=port)
         await host.wait(ctx, 1500)
-        src = PORTS[Service.SWITCH]
         assert host.sent == [((workers[1][0], src, workers[1][1]), p1)] + [
-            ((ip, src, port), p2) for ip, port in workers.values()]
-        assert delta(c0, counters(ctx, dut)) == {"switch_in": 2 + len(bad), "switch_out": 4,
-                                                 "drop_bad_source": len(bad)}
+            ((workers[w][0], src, workers[w][1]), p2) for w in (0, 1)]
+        c1 = counters(ctx, dut)
+        assert delta(c0, c1) == {"switch_in": 2 + len(bad), "switch_out": 3,
+                                 "drop_bad_source": len(bad)}
+
+        # recommitted with 4 workers: every entry of the job; a pending value alone
+        # changes nothing
+        for regs, targets in ((job_regs(1, workers=4, commit=COMMIT), (0, 1, 3)),
+                              (job_regs(1, workers=1), (0, 1, 3)),
+                              (job_regs(1, workers=3, commit=COMMIT), (0, 1))):
+            host.ctrl(CtrlOp.WRITE, regs)
+            await host.wait(ctx)
+            host.sent.clear()
+            p = multicast()
+            await host.wait(ctx, 600)
+            assert host.sent == [((workers[w][0], src, workers[w][1]), p) for w in targets]
+        # a commit the switch rejects (an empty range) unconfigures the job: its results
+        # go nowhere
+        host.ctrl(CtrlOp.WRITE, job_regs(1, workers=4, slot_count=0, commit=COMMIT))
+        await host.wait(ctx)
+        host.sent.clear()
+        c2 = counters(ctx, dut)
+        multicast()
+        await host.wait(ctx, 600)
+        assert host.sent == []
+        assert delta(c2, counters(ctx, dut)) == {"switch_in": 1}
 
     run(dut, bench, background=(host.rx, host.tx))
 

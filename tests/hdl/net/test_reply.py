@@ -2,7 +2,7 @@
 import random
 
 import pytest
-from amaranth import Module
+from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 
 from hdl.net.egress import EgressBuffer
@@ -119,10 +119,14 @@ def test_drop_strobe_early_or_with_the_first_beat(when):
 
 
 class FanOutBench(wiring.Component):
-    def __init__(self, workers):
+    """A FanOut behind its output buffer and a worker table; ``job_workers[j]`` is job j's
+    configured worker count (what :class:`hdl.net.job_workers.JobWorkers` reports)."""
+
+    def __init__(self, workers, jobs=4):
         self.buffer = EgressBuffer(depth=512, packets=32, tag_shape=ResultTag)
         self.fanout = FanOut(port=47572, max_workers=workers)
-        self.table = WorkerTable(jobs=4, max_workers=workers)
+        self.table = WorkerTable(jobs=jobs, max_workers=workers)
+        self.job_workers = [Signal(range(33), name=f"job_workers{j}") for j in range(jobs)]
         super().__init__({})
 
     def elaborate(self, platform):
@@ -132,35 +136,49 @@ class FanOutBench(wiring.Component):
         wiring.connect(m, self.buffer.o, self.fanout.i)
         m.d.comb += self.buffer.replay.eq(self.fanout.replay)
         wiring.connect(m, self.fanout.table, self.table.fanout)
+        lookup = self.fanout.jobs
+        n = 0
+        for j, workers in enumerate(self.job_workers):
+            n = Mux(lookup.job == j, workers, n)
+        m.d.comb += lookup.workers.eq(n)
         return m
 
 
 @pytest.mark.parametrize("seed,workers,p_block", [(4, 8, 0.0), (5, 8, 0.5), (6, 32, 0.3)])
 def test_fanout_sends_each_result_to_every_worker_of_its_job(seed, workers, p_block):
+    """A multicast result goes to the job's workers 0 .. n - 1 with an entry, in worker
+    order: not to an entry beyond n (job 1's last, a stale entry), nor anywhere for an
+    unconfigured job (job 0, n = 0, entries set) or a job without entries (job 2)."""
     rng = random.Random(seed)
     dut = FanOutBench(workers)
+    configured = {0: 0, 1: 6, 2: 3, 3: workers}
     table = {}
     for w in (0, 2, 5, workers - 1):
         table[1, w] = (0x0A000100 | w, 50000 + w)
     for w in range(workers):
         table[3, w] = (0x0A000300 | w, 51000 + w)
     table[3, 4] = (0x0A000304, 0)               # cleared entry: no worker
+    for w in (0, 1):
+        table[0, w] = (0x0A000000 | w, 52000 + w)
     results = []
     for n in range(30):
-        job = rng.choice([1, 1, 2, 3])
-        worker = rng.choice([0xFF, 0xFF, rng.randrange(workers)])
+        job = rng.choice([0, 1, 1, 2, 3])
+        worker = rng.choice([0xFF, 0xFF, rng.randrange(configured[job] or workers)])
         words = [rng.getrandbits(32) for _ in range(rng.choice([8, 72, 16, 3]))]
         results.append((job, worker, words))
     want = []
     undeliverable = 0
     for job, worker, words in results:
-        targets = [w for w in range(workers) if worker in (0xFF, w)
+        targets = [w for w in range(workers)
+                   if (w == worker or worker == 0xFF and w < configured[job])
                    and table.get((job, w), (0, 0))[1]]
         want += [(table[job, w][0], table[job, w][1], words) for w in targets]
         undeliverable += not targets
     got, strobes = [], {"sent": 0, "undeliverable": 0}
 
     async def producer(ctx):
+        for job, n in configured.items():
+            ctx.set(dut.job_workers[job], n)
         for (job, w), (ip, port) in table.items():
             await write_entry(ctx, dut.table, job, w, ip, port)
         for job, worker, words in results:

@@ -303,9 +303,6 @@ def test_reserved_bytes_of_a_passed_through_nic_packet():
     assert not replies_of([(40001, Service.NIC_TX, bytes(range(32)))], compare_counters=False)
 
 
-@pytest.mark.xfail(strict=True, reason="hdl/net's FanOut sends a multicast result to every "
-                   "set entry of the job's worker table; the contract sends it to workers "
-                   "0 .. n-1 of the job (n its configured workers)")
 def test_a_multicast_result_goes_to_the_configured_workers_only():
     key = SIMULATION_KEY
     # a third entry on loopback (so that its ARP is answered) beyond the job's two workers

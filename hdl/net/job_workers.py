@@ -1,0 +1,86 @@
+"""Each job's configured worker count, as the switch engine holds it (network.md section 3).
+
+A multicast result goes to workers ``0 .. n - 1`` of its job, ``n`` the job's *active*
+``workers`` (``contract.registers.SWITCH_REGISTERS["job"]``): the value its last accepted
+commit applied, 0 after a rejected one or before any. The front end cannot read that from
+the switch's register port (a read of ``workers`` returns the pending value, not the
+active one), so :class:`JobWorkers` keeps its own copy of the switch's job configuration:
+an instance of the engine's very control block (:class:`hdl.switch.control.AggControl`)
+that sees every access the control service makes to the switch region and the engine's
+``drained`` signal. With the same inputs in the same clocks, that copy holds the same
+active configuration as the engine's, clock for clock: pending values, a commit that waits
+for the engine to drain, commits of several jobs granted lowest job first, a commit that is
+rejected (a range beyond the pool or overlapping another job's, ``n > max_workers``) and
+so unconfigures the job, a job beyond the engine's ``jobs`` never configured. Its
+register reads and counters are unused (and optimised away).
+"""
+from __future__ import annotations
+
+from amaranth import Module, Mux
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.registers import MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE
+from hdl.ctrl_port import ctrl_port_members
+from hdl.switch.control import AggControl
+
+__all__ = ["JobWorkersLookup", "JobWorkers"]
+
+#: A combinational lookup, seen from its user: ``workers`` is job ``job``'s active worker
+#: count (0: unconfigured, or a job beyond the switch's).
+JobWorkersLookup = wiring.Signature({
+    "job": Out(8),
+    "workers": In(range(MAX_WORKERS_IN_TABLE + 1)),
+})
+
+
+class JobWorkers(wiring.Component):
+    """The switch's active worker count per job, kept beside the switch.
+
+    Parameters
+    ----------
+    slots, max_workers, jobs : int
+        The switch engine's (all three decide whether a commit is accepted).
+
+    Members
+    -------
+    ctrl_addr, ctrl_wdata, ctrl_we : In
+        The writes the switch's register port gets, in the same clocks (reads change no
+        configuration).
+    drained : In(1)
+        The switch engine's own ``drained`` (it holds no packet): when a commit is granted.
+    lookup : In(JobWorkersLookup)
+    """
+
+    def __init__(self, *, slots, max_workers, jobs):
+        if not isinstance(jobs, int) or not 1 <= jobs <= MAX_JOBS_IN_TABLE:
+            raise ValueError(f"JobWorkers jobs must be 1..{MAX_JOBS_IN_TABLE}, not {jobs!r}")
+        if not isinstance(max_workers, int) or not 1 <= max_workers <= MAX_WORKERS_IN_TABLE:
+            raise ValueError(f"JobWorkers max_workers must be 1..{MAX_WORKERS_IN_TABLE}, "
+                             f"not {max_workers!r}")
+        if not isinstance(slots, int) or not 1 <= slots < 1 << 16:
+            raise ValueError(f"JobWorkers slots must be 1..65535, not {slots!r}")
+        self.slots, self.max_workers, self.jobs = slots, max_workers, jobs
+        super().__init__({
+            **{name: member for name, member in ctrl_port_members().items()
+               if name in ("ctrl_addr", "ctrl_wdata", "ctrl_we")},
+            "drained": In(1),
+            "lookup": In(JobWorkersLookup),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        # lanes only sets the `params` register's value, which this copy never serves
+        m.submodules.control = control = AggControl(
+            slots=self.slots, lanes=1, max_workers=self.max_workers, jobs=self.jobs)
+        m.d.comb += [
+            control.ctrl_addr.eq(self.ctrl_addr),
+            control.ctrl_wdata.eq(self.ctrl_wdata),
+            control.ctrl_we.eq(self.ctrl_we),
+            control.ctrl_re.eq(0),
+            control.count_inc.eq(0),
+            control.drained.eq(self.drained),
+            control.lookup_job.eq(self.lookup.job),
+            self.lookup.workers.eq(Mux(control.lookup_configured, control.lookup_workers, 0)),
+        ]
+        return m
