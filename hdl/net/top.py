@@ -29,7 +29,9 @@ from hdl.net.cdc import EthCrossing
 from hdl.net.eth_core import LiteEthCore
 from hdl.net.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
 from hdl.net.liteeth import NetworkConfig, generate, load_network_config
+from hdl.ctrl_port import ctrl_port_members
 from hdl.nic.top import NicTop
+from hdl.stream.axis import flat_axis_members
 from hdl.switch.aggregator import Aggregator
 from hdl.switch.top import SwitchTop
 
@@ -91,12 +93,17 @@ class SwitchEngines(SwitchTop):
     packet, the condition on which its control block grants a commit (tapped, for the front
     end's copy of the jobs' configuration)."""
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        engine = self.engine
-        self.engine = _DrainedAggregator(slots=engine.slots, lanes=engine.lanes,
-                                         max_workers=engine.max_workers, jobs=engine.jobs)
+    def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
+        # SwitchTop's ports around the tapped engine (SwitchTop.__init__ would build an
+        # engine without the tap, to be thrown away)
+        self.engine = _DrainedAggregator(slots=slots, lanes=lanes, max_workers=max_workers,
+                                         jobs=jobs)
         self.drained = self.engine.drained
+        wiring.Component.__init__(self, {
+            **flat_axis_members("s_axis", sink=True),
+            **flat_axis_members("m_axis", sink=False),
+            **ctrl_port_members(),
+        })
 
 
 def _drive_flat(m, stream, top, prefix):
