@@ -653,11 +653,12 @@ async def golden_board(dut):
         network_address("nic", 0x7FFF), network_address("switch", SWITCH_REGISTERS["params"]
                                                         .address))]), Service.CTRL)
     # the worker table (a 16-bit port keeps its low bits; entries beyond the switch's jobs
-    # and workers ignore writes; read-only registers too), then a 2-worker job. (Only the
-    # job's workers 0 and 1 have entries: the gateware sends a multicast result to every
-    # entry of the job with a port, the golden board to workers 0 .. n - 1 only.)
+    # and workers ignore writes; read-only registers too), then a 2-worker job. Worker 3's
+    # entry (the third host's address) is beyond the job's n = 2: a multicast result goes
+    # to workers 0 and 1 only.
     ip_int = lambda ip: int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
-    pairs = [(entry(job, w, field), value) for w, (ip, port) in enumerate(workers[:2])
+    pairs = [(entry(job, w, field), value)
+             for w, (ip, port) in ((0, workers[0]), (1, workers[1]), (3, workers[2]))
              for field, value in (("ip", ip_int(ip)), ("port", port))]
     pairs += [(entry(2, 5, "port"), 0x1_2345), (entry(4, 0, "port"), 7),
               (entry(0, 31, "ip"), 0xDEADBEEF), (net("ip"), 1), (net("port_base"), 9)]

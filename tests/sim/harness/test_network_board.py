@@ -79,8 +79,7 @@ def test_control_reads_and_writes_with_the_key(verilated):
         assert identity[IDENTITY.index("ip")] == ip_to_int(backend.ip)
         ip, port = int(rng.integers(1, 1 << 32)), int(rng.integers(1, 1 << 16))
         workers = int(rng.integers(1, 33))
-        # job 3 worker 5: an entry no switch round of these tests uses (the gateware sends a
-        # job's results to every entry of the job that is set, see below)
+        # job 3 worker 5: an entry no switch round of these tests uses
         pairs = [(net("worker", 3 * 32 + 5, "ip"), ip), (net("worker", 3 * 32 + 5, "port"), port),
                  (network_address("switch", SWITCH_REGISTERS["job"].address(2, "workers")),
                   workers)]
