@@ -25,11 +25,11 @@ from amaranth.lib.wiring import In, Out
 
 from contract.counters import NET_COUNTERS, NIC_RX_COUNTERS
 from contract.network import Service, mac_to_int, service_ports
+from hdl.ctrl_port import ctrl_port_members
 from hdl.net.cdc import EthCrossing
 from hdl.net.eth_core import LiteEthCore
 from hdl.net.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
 from hdl.net.liteeth import NetworkConfig, generate, load_network_config
-from hdl.ctrl_port import ctrl_port_members
 from hdl.nic.top import NicTop
 from hdl.stream.axis import flat_axis_members
 from hdl.switch.aggregator import Aggregator
