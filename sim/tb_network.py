@@ -21,7 +21,6 @@ import cocotb
 import numpy as np
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, Timer, with_timeout
-from cocotb.utils import get_sim_time
 from scapy.layers.inet import ICMP, IP, UDP, IPOption_NOP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw

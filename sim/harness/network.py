@@ -23,19 +23,15 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import select
-import signal
 import struct
-import subprocess
-import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from host.driver.transport import TransportError
 
 from .build import HarnessBuild, build_executable
-from .transport import LOG_TAIL_LINES, _grow_pipe, _waves_from_environment
+from .child import HarnessProcess
+from .transport import _waves_from_environment
 
 __all__ = ["NetworkHarness", "RunResult", "network_sources", "TOP", "IDLE_CYCLES"]
 
@@ -43,7 +39,6 @@ TOP = "network_top"
 PHY_SOURCE = Path(__file__).resolve().with_name("phy.cpp")
 OP_RUN, OP_IDLE, OP_CYCLE, OP_CLOSE, OP_INFO, OP_COUNTERS = 1, 4, 5, 6, 9, 10
 STOP_ON_ARP, EXPECT = 1, 2
-_HEAD = struct.Struct("<BQ")
 _RUN_HEAD = struct.Struct("<BQQQIBI")
 _RUN_REPLY = struct.Struct("<QQQQQQQQQI")
 _U32 = struct.Struct("<I")
@@ -127,7 +122,7 @@ class RunResult:
     loop_seconds: float = 0.0
 
 
-class NetworkHarness:
+class NetworkHarness(HarnessProcess):
     """The Verilated network top behind a C++ RGMII PHY.
 
     Parameters
@@ -147,6 +142,9 @@ class NetworkHarness:
         Wall-clock seconds to wait for any one answer.
     """
 
+    name = TOP
+    label = f"the {TOP} PHY harness"
+
     def __init__(self, *, key: int, board: str = "ecpix5", switch_params=None, waves=None,
                  clk_ps: int = 8000, rgmii_ps: int = 8000, rgmii_phase_ps: int = 0,
                  timeout=None):
@@ -160,12 +158,9 @@ class NetworkHarness:
         waves = _waves_from_environment() if waves is None else bool(waves)
         self.build: HarnessBuild = build_executable(TOP, files, PHY_SOURCE, waves=waves)
         self._timeout = timeout
-        self._proc = None
         # one request and its answer at a time: a virtual board's thread delivers while
         # another thread may read the counters
         self._lock = threading.Lock()
-        self._tmp = tempfile.TemporaryDirectory(prefix="gradwire-phy-harness-")
-        self.log_path = Path(self._tmp.name) / "harness.log"
         args = ["--clk-ps", str(clk_ps), "--eth-ps", str(eth_ps), "--rgmii-ps", str(rgmii_ps),
                 "--rgmii-phase-ps", str(rgmii_phase_ps)]
         self.waves_path = None
@@ -175,19 +170,7 @@ class NetworkHarness:
             folder.mkdir(parents=True, exist_ok=True)
             self.waves_path = folder / f"dump.{self.build.waves}"
             args += ["--waves", str(self.waves_path)]
-        request_r, self._request_w = os.pipe()
-        self._reply_r, reply_w = os.pipe()
-        for fd in (self._request_w, self._reply_r):
-            _grow_pipe(fd)
-        try:
-            with open(self.log_path, "wb") as log:
-                self._proc = subprocess.Popen(
-                    [str(self.build.executable), str(request_r), str(reply_w), *args],
-                    pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, close_fds=True)
-        finally:
-            os.close(request_r)
-            os.close(reply_w)
+        self._start(self.build.executable, args, "gradwire-phy-harness-")
         info = self._call(bytes([OP_INFO]))
         self.periods_ps = struct.unpack_from("<QQQ", info)
         self.counters_bytes = _U32.unpack_from(info, 24)[0]
@@ -197,60 +180,9 @@ class NetworkHarness:
 
     # ---- the pipes ------------------------------------------------------------------------
 
-    def _log_tail(self):
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(lines[-LOG_TAIL_LINES:]) or "(the log is empty)"
-
-    def _died(self, what):
-        proc, code = self._proc, None
-        if proc is not None:
-            try:
-                code = proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-        how = ("is gone" if code is None else f"was killed by {signal.Signals(-code).name}"
-               if code < 0 else f"exited with status {code}")
-        self._proc = None
-        raise TransportError(f"the {TOP} PHY harness {how} {what}; its log "
-                             f"({self.log_path}):\n{self._log_tail()}")
-
-    def _read(self, n):
-        chunks, left = [], n
-        while left:
-            if self._timeout is not None:
-                ready, _, _ = select.select([self._reply_r], [], [], self._timeout)
-                if not ready:
-                    self._proc.kill()
-                    self._died(f"after no answer for {self._timeout} s")
-            chunk = os.read(self._reply_r, min(left, 1 << 20))
-            if not chunk:
-                self._died("while answering")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
     def _call(self, request):
         with self._lock:
-            return self._call_locked(request)
-
-    def _call_locked(self, request):
-        if self._proc is None:
-            raise TransportError(f"the {TOP} PHY harness is closed")
-        try:
-            view = memoryview(request)
-            while view:
-                view = view[os.write(self._request_w, view):]
-        except OSError:
-            self._died("before it took a request")
-        status, length = _HEAD.unpack(self._read(_HEAD.size))
-        payload = self._read(length) if length else b""
-        if status != 0:
-            raise TransportError(f"{TOP}: {payload.decode(errors='replace')}")
-        return payload
+            return self._request(request)
 
     # ---- requests -------------------------------------------------------------------------
 
@@ -311,23 +243,7 @@ class NetworkHarness:
         return dict(zip(NET_COUNTERS, words))
 
     def close(self) -> None:
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            try:
-                if proc.poll() is None:
-                    os.write(self._request_w, bytes([OP_CLOSE]))
-                    proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
-            for fd in (self._request_w, self._reply_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        if getattr(self, "_tmp", None) is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._stop()
 
     def __enter__(self):
         return self

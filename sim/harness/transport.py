@@ -15,17 +15,13 @@ from __future__ import annotations
 
 import functools
 import os
-import select
-import signal
 import struct
-import subprocess
-import tempfile
-from pathlib import Path
 
 from contract.tops import TOP_PORTS
 from host.driver.transport import Transport, TransportError
 
 from .build import build_harness, top_ports
+from .child import LOG_TAIL_LINES, HarnessProcess  # noqa: F401 (LOG_TAIL_LINES: re-export)
 from .patterns import IN, OUT, ExchangeOptions, PausePattern
 from .verilog_cache import cached_verilog
 
@@ -36,8 +32,6 @@ OP_EXCHANGE, OP_WRITE, OP_READ, OP_IDLE, OP_CYCLE, OP_CLOSE, OP_PATTERN, OP_BARE
 _EXCHANGE_HEAD = struct.Struct("<BBQQQQQQQI")
 _EXCHANGE_REPLY = struct.Struct("<QQQQQQqqqqI")
 _U32 = struct.Struct("<I")
-_HEAD = struct.Struct("<BQ")
-LOG_TAIL_LINES = 40
 
 
 def _fields(o: ExchangeOptions):
@@ -59,16 +53,6 @@ def _exchange_fields(**options):
         return _fields(ExchangeOptions.from_dict(options))
 
 
-def _grow_pipe(fd, size=1 << 20):
-    """Make a pipe hold a whole typical request, so that the writer does not wait for the
-    reader to drain it (Linux; elsewhere, or above the system's limit, it stays as it is)."""
-    try:
-        import fcntl
-        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
-    except OSError:
-        pass
-
-
 def _waves_from_environment():
     return os.environ.get("WAVES", "0") not in ("", "0")
 
@@ -81,7 +65,7 @@ def open_top(top, *, waves=None, **params):
                             ctrl=True, waves=waves)
 
 
-class HarnessTransport(Transport):
+class HarnessTransport(HarnessProcess, Transport):
     """The Verilated gateware of ``top`` behind the compiled harness.
 
     Parameters
@@ -116,7 +100,8 @@ class HarnessTransport(Transport):
     def __init__(self, top, verilog, streams, *, ctrl=True, waves=None, period_ns=8,
                  max_cycles=10_000_000, timeout=None):
         super().__init__()
-        self.top = top
+        self.top = self.name = top
+        self.label = f"the {top} harness"
         self.streams = dict(streams)
         self._index = {name: i for i, name in enumerate(self.streams)}
         self._max_cycles = int(max_cycles)
@@ -129,8 +114,6 @@ class HarnessTransport(Transport):
         self._ports = top_ports(verilog, top)
         waves = _waves_from_environment() if waves is None else bool(waves)
         self.build = build_harness(top, verilog, self.streams, ctrl=ctrl, waves=waves)
-        self._tmp = tempfile.TemporaryDirectory(prefix=f"gradwire-harness-{top}-")
-        self.log_path = Path(self._tmp.name) / "harness.log"
         args = []
         self.waves_path = None
         if waves:
@@ -141,19 +124,7 @@ class HarnessTransport(Transport):
             args += ["--waves", str(self.waves_path)]
         args += ["--period-ps", str(int(period_ns * 1000))]
 
-        request_r, self._request_w = os.pipe()
-        self._reply_r, reply_w = os.pipe()
-        for fd in (self._request_w, self._reply_r):
-            _grow_pipe(fd)
-        try:
-            with open(self.log_path, "wb") as log:
-                self._proc = subprocess.Popen(
-                    [str(self.build.executable), str(request_r), str(reply_w), *args],
-                    pass_fds=(request_r, reply_w), stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=log, close_fds=True)
-        finally:
-            os.close(request_r)
-            os.close(reply_w)
+        self._start(self.build.executable, args, f"gradwire-harness-{top}-")
         info = self._call(bytes([OP_INFO]))
         names, at = [], 4
         for _ in range(_U32.unpack_from(info)[0]):
@@ -167,61 +138,8 @@ class HarnessTransport(Transport):
 
     # ---- the pipes ----------------------------------------------------------------------
 
-    def _log_tail(self):
-        try:
-            lines = self.log_path.read_text(errors="replace").splitlines()
-        except OSError:
-            return "(no log)"
-        return "\n".join(lines[-LOG_TAIL_LINES:]) or "(the log is empty)"
-
-    def _died(self, what):
-        proc = self._proc
-        code = None
-        if proc is not None:
-            try:
-                code = proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-        if code is None:
-            how = "is gone"
-        elif code < 0:
-            how = f"was killed by {signal.Signals(-code).name}"
-        else:
-            how = f"exited with status {code}"
-        raise TransportError(f"the {self.top} harness {how} {what}; its log "
-                             f"({self.log_path}):\n{self._log_tail()}")
-
-    def _read(self, n):
-        chunks, left = [], n
-        while left:
-            if self._timeout is not None:
-                ready, _, _ = select.select([self._reply_r], [], [], self._timeout)
-                if not ready:
-                    self._proc.kill()
-                    self._died(f"after no answer for {self._timeout} s")
-            chunk = os.read(self._reply_r, min(left, 1 << 20))
-            if not chunk:
-                self._died("while answering")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
     def _call(self, request):
-        """Send one request; return the answer's bytes; raise on an error answer."""
-        if self._proc is None:
-            raise TransportError(f"the {self.top} harness is closed")
-        try:
-            view = memoryview(request)
-            while view:
-                view = view[os.write(self._request_w, view):]
-        except (BrokenPipeError, OSError):
-            self._died("before it took a request")
-        status, length = _HEAD.unpack(self._read(_HEAD.size))
-        payload = self._read(length) if length else b""
-        if status != 0:
-            raise TransportError(f"{self.top}: {payload.decode(errors='replace')}")
-        return payload
+        return self._request(request)
 
     # ---- the Transport API --------------------------------------------------------------
 
@@ -322,23 +240,7 @@ class HarnessTransport(Transport):
         return cycles / (nanoseconds * 1e-9), beats
 
     def close(self):
-        proc, self._proc = self._proc, None
-        if proc is not None:
-            try:
-                if proc.poll() is None:
-                    os.write(self._request_w, bytes([OP_CLOSE]))
-                    proc.wait(timeout=30)
-            except (OSError, subprocess.TimeoutExpired):
-                proc.kill()
-                proc.wait()
-            for fd in (self._request_w, self._reply_r):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-        if getattr(self, "_tmp", None) is not None:
-            self._tmp.cleanup()
-            self._tmp = None
+        self._stop()
 
     def __del__(self):
         try:
