@@ -61,7 +61,6 @@ import torch.distributed as dist
 from contract.header import HEADER_BYTES, Header, PacketType
 from contract.packet import Packet
 
-from .golden import inceptionn as _inc
 
 __all__ = ["HookBackendError", "INCEPTIONN_BACKENDS", "LHC_BACKENDS", "NicRingCodec",
            "UdpSwitch", "RING_FAILED", "frame_packets", "unframe_packets", "check_board"]

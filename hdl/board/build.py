@@ -335,7 +335,15 @@ def main(argv=None) -> int:
 
 #: Which clock of a build is which, by its net name in nextpnr's report (the PLL's outputs
 #: are kept under their names; the network top's third clock is the PHY's receive clock).
-CLOCK_NETS = {"engine": "pll.clk_out", "eth": "pll.clk_os"}
+#: nextpnr names a clock by its global net: ``$glbnet$clk_out`` after routing, the
+#: hierarchical ``pll.clk_out`` in its constraints.
+CLOCK_NETS = {"engine": "clk_out", "eth": "clk_os"}
+
+
+def _clock_net(clock):
+    """A clock's net name without nextpnr's global-net prefix and the PLL's hierarchy."""
+    name = clock.removeprefix("$glbnet$")
+    return name.removeprefix("pll.")
 
 
 def classify_clocks(fmax, engine_mhz=None):
@@ -347,7 +355,8 @@ def classify_clocks(fmax, engine_mhz=None):
     """
     out = {}
     for clock, value in fmax.items():
-        kind = next((k for k, net in CLOCK_NETS.items() if net in clock), "rgmii_rx")
+        kind = next((k for k, net in CLOCK_NETS.items() if _clock_net(clock) == net),
+                    "rgmii_rx")
         out.setdefault(kind, {})[clock] = value
     if "engine" not in out and "eth" not in out and engine_mhz is not None:
         others = out.pop("rgmii_rx", {})

@@ -2,7 +2,7 @@
 
 ::
 
-    python -m hdl.board.engine_timing compressor|decompressor|aggregator [--freq MHZ] [--seed N]
+    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end [--freq MHZ] [--seed N]
                                 [--router router1|router2] [--build-dir DIR]
 
 An engine has far more ports than the package has pins, so it is wrapped in a harness: every
@@ -53,8 +53,21 @@ def _aggregator():
     return Aggregator(slots=64, lanes=64, max_workers=32, jobs=4)
 
 
-#: Engine name -> constructor (the configurations the board top builds).
-ENGINES = {"compressor": _compressor, "decompressor": _decompressor, "aggregator": _aggregator}
+def _network_front_end():
+    from contract.network import mac_to_int
+    from hdl.net.front_end import NetworkFrontEnd
+    from hdl.net.liteeth import load_network_config
+    from hdl.net.top import SIMULATION_KEY, port_base_of
+    config = load_network_config("ecpix5")
+    return NetworkFrontEnd(mac=mac_to_int(config.mac_address), ip=config.ip_int,
+                           port_base=port_base_of(config), key=SIMULATION_KEY, nic=True,
+                           switch=True, jobs=4, max_workers=32, slots=64)
+
+
+#: Engine name -> constructor (the configurations the board top builds; ``front_end`` is
+#: the network top's engine-clock part between the clock crossing and the engines).
+ENGINES = {"compressor": _compressor, "decompressor": _decompressor, "aggregator": _aggregator,
+           "front_end": _network_front_end}
 
 
 class EngineHarness(wiring.Component):

@@ -20,7 +20,7 @@ from amaranth.lib import data, io
 from amaranth.lib.cdc import ResetSynchronizer
 
 from contract.counters import NET_COUNTERS
-from hdl.board.top import _pin_spec, pll_dividers
+from hdl.board.top import pin_buffers, pll_dividers
 from hdl.net.eth_core import rgmii_ports
 from hdl.net.top import ENGINES, NetworkTop
 from hdl.selftest.report import Report
@@ -149,17 +149,7 @@ class NetworkBoardTop(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        requested = {}
-
-        def pin(spec, direction):
-            resource, number, sub = _pin_spec(spec)
-            if (resource, number) not in requested:
-                requested[resource, number] = platform.request(resource, number, dir="-")
-            port = requested[resource, number]
-            port = getattr(port, sub) if sub else port
-            name = f"{resource}{number}" + (f"_{sub}" if sub else "")
-            m.submodules[f"pin_{name}"] = buffer = io.Buffer(direction, port)
-            return buffer
+        pin = pin_buffers(m, platform)
 
         # -- clocks and resets ------------------------------------------------------------
         f_in_mhz = platform.default_clk_frequency / 1e6

@@ -33,7 +33,8 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
 from hdl.selftest.top import ENGINES, SelfTest, SelfTestStatus
 
-__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "BoardTop"]
+__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "pin_buffers",
+           "BoardTop"]
 
 BOARDS_FILE = Path(__file__).resolve().parents[2] / "constraints" / "boards.toml"
 
@@ -204,6 +205,28 @@ def _pin_spec(spec):
     return resource, int(number), (sub or None)
 
 
+def pin_buffers(m, platform):
+    """``pin(spec, direction)``: an ``io.Buffer`` (submodule ``pin_<resource><n>[_<sub>]``
+    of ``m``) for the board pin ``"resource:number[.subsignal]"``.
+
+    A resource is requested once, even if several specs use its subsignals (unused
+    subsignals stay unbuffered: LEDs off via pull-up).
+    """
+    requested = {}
+
+    def pin(spec, direction):
+        resource, number, sub = _pin_spec(spec)
+        if (resource, number) not in requested:
+            requested[resource, number] = platform.request(resource, number, dir="-")
+        port = requested[resource, number]
+        port = getattr(port, sub) if sub else port
+        name = f"{resource}{number}" + (f"_{sub}" if sub else "")
+        m.submodules[f"pin_{name}"] = buffer = io.Buffer(direction, port)
+        return buffer
+
+    return pin
+
+
 class BoardTop(Elaboratable):
     """The whole design for one board.
 
@@ -234,19 +257,7 @@ class BoardTop(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        requested = {}
-
-        def pin(spec, direction):
-            """A buffer for one pin; a resource is requested once, even if several specs
-            use its subsignals (unused subsignals stay unbuffered: LEDs off via pull-up)."""
-            resource, number, sub = _pin_spec(spec)
-            if (resource, number) not in requested:
-                requested[resource, number] = platform.request(resource, number, dir="-")
-            port = requested[resource, number]
-            port = getattr(port, sub) if sub else port
-            name = f"{resource}{number}" + (f"_{sub}" if sub else "")
-            m.submodules[f"pin_{name}"] = buffer = io.Buffer(direction, port)
-            return buffer
+        pin = pin_buffers(m, platform)
 
         # clock and reset
         f_in_mhz = platform.default_clk_frequency / 1e6

@@ -20,7 +20,7 @@ already checked its FCS and holds it whole):
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -120,9 +120,12 @@ class CtrlService(wiring.Component):
         pairs_left = Signal(range(CTRL_MAX_PAIRS + 1))
         pair = Signal(range(PAIRS_PER_BEAT))
         out_data = Signal(DATA_BITS)     # the beat being answered, values replaced
-        pair_addr = beat.data.word_select(2 * pair, 32)
-        pair_value = beat.data.word_select(2 * pair + 1, 32)
-        m.d.comb += [bus.addr.eq(pair_addr), bus.wdata.eq(pair_value)]
+        # The bus's address and value come from registers: the regions' decoders and the
+        # engines' register ports behind them are a clock of their own away from the
+        # input buffer's memory and the pair selection.
+        bus_addr = Signal(32)
+        bus_wdata = Signal(32)
+        m.d.comb += [bus.addr.eq(bus_addr), bus.wdata.eq(bus_wdata)]
 
         m.d.sync += self.events.eq(0)
         with m.FSM():
@@ -155,7 +158,9 @@ class CtrlService(wiring.Component):
                     m.next = "HEADER"
             with m.State("PAIR_START"):
                 with m.If(i.valid):
-                    m.d.sync += [out_data.eq(beat.data), pair.eq(0)]
+                    m.d.sync += [out_data.eq(beat.data), pair.eq(0),
+                                 bus_addr.eq(beat.data.word_select(0, 32)),
+                                 bus_wdata.eq(beat.data.word_select(1, 32))]
                     m.next = "ACCESS"
             with m.State("ACCESS"):
                 # A write, then the read that answers it; a read alone.
@@ -172,7 +177,11 @@ class CtrlService(wiring.Component):
                     for p in range(PAIRS_PER_BEAT):
                         with m.Case(p):
                             m.d.sync += out_data.word_select(2 * p + 1, 32).eq(bus.rdata)
-                m.d.sync += [pairs_left.eq(pairs_left - 1), pair.eq(pair + 1)]
+                # the next pair's address and value (words the capture leaves alone)
+                next_pair = (pair + 1)[:len(pair)]
+                m.d.sync += [pairs_left.eq(pairs_left - 1), pair.eq(pair + 1),
+                             bus_addr.eq(out_data.word_select(2 * next_pair, 32)),
+                             bus_wdata.eq(out_data.word_select(2 * next_pair + 1, 32))]
                 with m.If((pair == PAIRS_PER_BEAT - 1) | (pairs_left == 1)):
                     m.next = "EMIT"
                 with m.Else():

@@ -120,7 +120,6 @@ class FanOut(wiring.Component):
             workers.eq(Mux(self.jobs.workers > W, W, self.jobs.workers)),
         ]
         current_w = Signal(range(W))
-        first_seen = Signal()
         m.d.sync += [self.sent.eq(0), self.undeliverable.eq(0)]
         with m.FSM():
             with m.State("IDLE"):

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from amaranth import Cat, Module, Mux, Signal
+from amaranth import Cat, Module, Mux
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 

@@ -23,7 +23,7 @@ from amaranth import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.counters import NET_COUNTERS, NIC_RX_COUNTERS
+from contract.counters import NIC_RX_COUNTERS
 from contract.network import Service, mac_to_int, service_ports
 from hdl.ctrl_port import ctrl_port_members
 from hdl.net.cdc import EthCrossing

@@ -20,7 +20,6 @@ __all__ = ["Upsizer", "Downsizer", "downsizer_beat", "mask_last_word"]
 def mask_last_word(word, last_be):
     """``word`` with the bytes after the one ``last_be`` marks set to zero (``last_be`` is
     one-hot on the last kept byte; zero keeps no byte, for an empty datagram)."""
-    keep = Signal(WORD_BYTES)
     # Byte i is kept when the marker is at byte i or above: a running OR from the top.
     bits = []
     running = Const(0, 1)

@@ -26,6 +26,7 @@ __all__ = ["HarnessBuild", "HarnessBuildError", "top_ports", "build_harness", "b
 
 HERE = Path(__file__).resolve().parent
 SOURCE = HERE / "harness.cpp"
+PIPE_HEADER = HERE / "pipe.h"
 
 #: flat AXI-Stream members: name -> required
 AXIS_MEMBERS = {"tdata": True, "tkeep": False, "tlast": False, "tvalid": True, "tready": True}
@@ -203,7 +204,8 @@ def build_executable(top: str, verilog_files: dict, main_source: Path, *,
     from sim.runner import BUILD, verilator_environment, wave_format
 
     verilator_environment()
-    support = dict(support or {})
+    # every harness speaks the pipe protocol of pipe.h
+    support = {PIPE_HEADER.name: PIPE_HEADER.read_text(), **(support or {})}
     fmt = wave_format() if waves else ""
     flags = VERILATOR_FLAGS + {"fst": ["--trace-fst"], "vcd": ["--trace"], "": []}[fmt]
     source = Path(main_source).read_text()

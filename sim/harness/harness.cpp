@@ -20,11 +20,9 @@
 // * pause patterns are sim/harness/patterns.py's (splitmix64, counter based), active from
 //   the first edge of the exchange up to and including its last.
 //
-// Protocol (little-endian; the host is sim/harness/transport.py): a request is one opcode
-// byte and its fields; a reply is a status byte, 0 (ok) or 1 (error), a u64 length and that
-// many bytes: the answer, or the error message. The protocol uses the file descriptors the host passes as argv[1] and
-// argv[2]; stdout is redirected to stderr (the harness log) so that nothing the model
-// prints can corrupt it.
+// Protocol: sim/harness/pipe.h (the host is sim/harness/transport.py), on the file
+// descriptors the host passes as argv[1] and argv[2]; stdout is redirected to stderr (the
+// harness log) so that nothing the model prints can corrupt it.
 
 #include <cerrno>
 #include <chrono>
@@ -39,6 +37,7 @@
 #include <unistd.h>
 
 #include "Vtop.h"
+#include "pipe.h"
 #include "verilated.h"
 #if VM_TRACE_FST
 #include "verilated_fst_c.h"
@@ -182,10 +181,10 @@ struct ExchangeStats {
     int64_t first_in = -1, last_in = -1, first_out = -1, last_out = -1;
 };
 
-class Harness {
+class Harness : public RequestPipe {
 public:
     Harness(int in_fd, int out_fd, const char* waves, uint64_t period_ps)
-        : in_fd_(in_fd), out_fd_(out_fd), period_ps_(period_ps) {
+        : RequestPipe(in_fd, out_fd), period_ps_(period_ps) {
         context_ = std::make_unique<VerilatedContext>();
         context_->timeunit(-9);
         context_->timeprecision(-12);
@@ -222,40 +221,26 @@ public:
     }
 
     int serve() {
-        for (;;) {
-            uint8_t op;
-            if (!read_exact(&op, 1)) return 0;   // the host went away: end quietly
-            reply_.clear();
-            std::string error;
-            bool close = false;
+        return RequestPipe::serve([this](uint8_t op, bool& close) -> std::string {
             switch (op) {
-            case OP_EXCHANGE: error = exchange(); break;
-            case OP_WRITE: error = write_register(); break;
-            case OP_READ: error = read_register(); break;
+            case OP_EXCHANGE: return exchange();
+            case OP_WRITE: return write_register();
+            case OP_READ: return read_register();
             case OP_IDLE: {
                 uint64_t n = read_u64();
                 for (uint64_t i = 0; i < n; ++i) step();
-                break;
+                return "";
             }
-            case OP_CYCLE: put_u64(cycle_); break;
-            case OP_CLOSE: close = true; break;
-            case OP_PATTERN: pattern(); break;
-            case OP_BARE: error = bare(); break;
-            case OP_INFO: info(); break;
+            case OP_CYCLE: put_u64(cycle_); return "";
+            case OP_CLOSE: close = true; return "";
+            case OP_PATTERN: pattern(); return "";
+            case OP_BARE: return bare();
+            case OP_INFO: info(); return "";
             default:
-                error = "unknown request " + std::to_string(op);
                 close = true;   // the byte stream is out of step: nothing after is a request
+                return "unknown request " + std::to_string(op);
             }
-            if (!error.empty()) reply_.assign(error.begin(), error.end());
-            uint8_t head[9];
-            head[0] = error.empty() ? 0 : 1;
-            uint64_t length = reply_.size();
-            std::memcpy(head + 1, &length, 8);
-            if (!write_all(head, sizeof head) || !write_all(reply_.data(), reply_.size())) {
-                return 3;
-            }
-            if (close) return 0;
-        }
+        });
     }
 
 private:
@@ -590,69 +575,6 @@ private:
         }
     }
 
-    // ---- bytes -----------------------------------------------------------------------------
-
-    // Buffered: a request of many small frames costs a few large reads, not two per frame.
-    bool read_exact(void* to, size_t n) {
-        uint8_t* p = static_cast<uint8_t*>(to);
-        for (;;) {
-            size_t have = in_end_ - in_at_;
-            size_t take = have < n ? have : n;
-            std::memcpy(p, in_buf_.data() + in_at_, take);
-            in_at_ += take;
-            p += take;
-            n -= take;
-            if (!n) return true;
-            if (n >= in_buf_.size()) {   // a large frame: straight into its place
-                ssize_t got = ::read(in_fd_, p, n);
-                if (got < 0 && errno == EINTR) continue;
-                if (got <= 0) return false;
-                p += got;
-                n -= static_cast<size_t>(got);
-                if (!n) return true;
-                continue;
-            }
-            ssize_t got = ::read(in_fd_, in_buf_.data(), in_buf_.size());
-            if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) return false;
-            in_at_ = 0;
-            in_end_ = static_cast<size_t>(got);
-        }
-    }
-
-    bool write_all(const void* from, size_t n) {
-        const uint8_t* p = static_cast<const uint8_t*>(from);
-        while (n) {
-            ssize_t put = ::write(out_fd_, p, n);
-            if (put < 0 && errno == EINTR) continue;
-            if (put <= 0) return false;
-            p += put;
-            n -= static_cast<size_t>(put);
-        }
-        return true;
-    }
-
-    template <typename T> T read_le() {
-        T v;
-        if (!read_exact(&v, sizeof v)) std::exit(0);   // the host went away mid-request
-        return v;
-    }
-    uint8_t read_u8() { return read_le<uint8_t>(); }
-    uint32_t read_u32() { return read_le<uint32_t>(); }
-    uint64_t read_u64() { return read_le<uint64_t>(); }
-
-    template <typename T> void put_le(T v) {
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
-        reply_.insert(reply_.end(), p, p + sizeof v);
-    }
-    void put_u8(uint8_t v) { reply_.push_back(v); }
-    void put_u32(uint32_t v) { put_le(v); }
-    void put_u64(uint64_t v) { put_le(v); }
-    void put_i64(int64_t v) { put_le(v); }
-
-    int in_fd_, out_fd_;
-    std::vector<uint8_t> in_buf_ = std::vector<uint8_t>(1 << 20);
-    size_t in_at_ = 0, in_end_ = 0;
     uint64_t period_ps_;
     std::unique_ptr<VerilatedContext> context_;
     std::unique_ptr<Vtop> top_;
@@ -664,7 +586,6 @@ private:
     uint64_t cycle_ = 0;   // cycles since reset, as the bridge's `cycle`
     uint64_t edges_ = 0;   // clock edges since power-up (pattern and wave time base)
     uint64_t rdata_sample_ = 0;
-    std::vector<uint8_t> reply_;
 };
 
 }  // namespace

@@ -33,9 +33,8 @@
 // earlier too: once the design has sent `expect` UDP frames and been quiet for `settle`
 // cycles (the host knows how many replies a batch of requests can bring at most).
 //
-// Protocol (little-endian, on the file descriptors argv[1] and argv[2]): a request is an
-// opcode byte and its fields; a reply is a status byte (0 ok, 1 error), a u64 length and the
-// answer or the error message. stdout goes to stderr (the log) so the model cannot corrupt it.
+// Protocol: sim/harness/pipe.h, on the file descriptors argv[1] and argv[2]. stdout goes to
+// stderr (the log) so the model cannot corrupt it.
 
 #include <cerrno>
 #include <chrono>
@@ -51,6 +50,7 @@
 #include <unistd.h>
 
 #include "Vtop.h"
+#include "pipe.h"
 #include "verilated.h"
 #if VM_TRACE_FST
 #include "verilated_fst_c.h"
@@ -101,11 +101,11 @@ struct RunStats {
     uint64_t tx_bytes = 0, bad_frames = 0;
 };
 
-class PhyHarness {
+class PhyHarness : public RequestPipe {
 public:
     PhyHarness(int in_fd, int out_fd, const char* waves, uint64_t clk_ps, uint64_t eth_ps,
                uint64_t rgmii_ps, uint64_t rgmii_phase_ps)
-        : in_fd_(in_fd), out_fd_(out_fd) {
+        : RequestPipe(in_fd, out_fd) {
         context_ = std::make_unique<VerilatedContext>();
         context_->timeunit(-9);
         context_->timeprecision(-12);
@@ -136,40 +136,28 @@ public:
     }
 
     int serve() {
-        for (;;) {
-            uint8_t op;
-            if (!read_exact(&op, 1)) return 0;
-            reply_.clear();
-            std::string error;
-            bool close = false;
+        return RequestPipe::serve([this](uint8_t op, bool& close) -> std::string {
             switch (op) {
-            case OP_RUN: error = run(); break;
+            case OP_RUN: return run();
             case OP_IDLE: {
                 uint64_t n = read_u64();
                 uint64_t end = cycle_ + n;
                 while (cycle_ < end) step();
-                break;
+                return "";
             }
-            case OP_CYCLE: put_u64(cycle_); break;
-            case OP_CLOSE: close = true; break;
-            case OP_INFO: info(); break;
+            case OP_CYCLE: put_u64(cycle_); return "";
+            case OP_CLOSE: close = true; return "";
+            case OP_INFO: info(); return "";
             case OP_COUNTERS: {
                 const uint8_t* c = reinterpret_cast<const uint8_t*>(&top_->counters);
                 reply_.insert(reply_.end(), c, c + counters_size_);
-                break;
+                return "";
             }
             default:
-                error = "unknown request " + std::to_string(op);
-                close = true;
+                close = true;   // the byte stream is out of step: nothing after is a request
+                return "unknown request " + std::to_string(op);
             }
-            if (!error.empty()) reply_.assign(error.begin(), error.end());
-            uint8_t head[9];
-            head[0] = error.empty() ? 0 : 1;
-            uint64_t length = reply_.size();
-            std::memcpy(head + 1, &length, 8);
-            if (!write_all(head, sizeof head) || !write_all(reply_.data(), reply_.size())) return 3;
-            if (close) return 0;
-        }
+        });
     }
 
 private:
@@ -425,57 +413,6 @@ private:
 #endif
     }
 
-    // ---- bytes --------------------------------------------------------------------------------
-
-    bool read_exact(void* to, size_t n) {
-        uint8_t* p = static_cast<uint8_t*>(to);
-        for (;;) {
-            size_t have = in_end_ - in_at_;
-            size_t take = have < n ? have : n;
-            std::memcpy(p, in_buf_.data() + in_at_, take);
-            in_at_ += take;
-            p += take;
-            n -= take;
-            if (!n) return true;
-            ssize_t got = ::read(in_fd_, in_buf_.data(), in_buf_.size());
-            if (got < 0 && errno == EINTR) continue;
-            if (got <= 0) return false;
-            in_at_ = 0;
-            in_end_ = static_cast<size_t>(got);
-        }
-    }
-
-    bool write_all(const void* from, size_t n) {
-        const uint8_t* p = static_cast<const uint8_t*>(from);
-        while (n) {
-            ssize_t put = ::write(out_fd_, p, n);
-            if (put < 0 && errno == EINTR) continue;
-            if (put <= 0) return false;
-            p += put;
-            n -= static_cast<size_t>(put);
-        }
-        return true;
-    }
-
-    template <typename T> T read_le() {
-        T v;
-        if (!read_exact(&v, sizeof v)) std::exit(0);
-        return v;
-    }
-    uint8_t read_u8() { return read_le<uint8_t>(); }
-    uint32_t read_u32() { return read_le<uint32_t>(); }
-    uint64_t read_u64() { return read_le<uint64_t>(); }
-    template <typename T> void put_le(T v) {
-        const uint8_t* p = reinterpret_cast<const uint8_t*>(&v);
-        reply_.insert(reply_.end(), p, p + sizeof v);
-    }
-    void put_u8(uint8_t v) { reply_.push_back(v); }
-    void put_u32(uint32_t v) { put_le(v); }
-    void put_u64(uint64_t v) { put_le(v); }
-
-    int in_fd_, out_fd_;
-    std::vector<uint8_t> in_buf_ = std::vector<uint8_t>(1 << 20);
-    size_t in_at_ = 0, in_end_ = 0;
     std::unique_ptr<VerilatedContext> context_;
     std::unique_ptr<Vtop> top_;
 #if VM_TRACE
@@ -486,7 +423,6 @@ private:
     size_t counters_size_ = 0;
     std::vector<uint8_t> last_counters_;
     RunStats stats_;
-    std::vector<uint8_t> reply_;
 
     // receive side
     std::deque<std::vector<uint8_t>> rx_queue_;

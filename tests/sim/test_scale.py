@@ -7,12 +7,9 @@ import pytest
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
 from host.switch_packets import FaultInjector
+from tests.helpers import bits
 
 pytestmark = pytest.mark.cocotb
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 def sparse(rng, n, length, density):

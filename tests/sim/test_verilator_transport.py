@@ -2,21 +2,23 @@
 import numpy as np
 import pytest
 
-from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_limits,
-                                decode_switch_params)
+from contract.header import Header, PacketType
+from contract.packet import Packet
+from contract.registers import (
+    COMMIT,
+    SWITCH_REGISTERS,
+    JobStatus,
+    decode_switch_limits,
+    decode_switch_params,
+)
 from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import inceptionn, lhc
-from contract.header import Header, PacketType
-from contract.packet import Packet
 from host.switch_packets import FaultInjector
+from tests.helpers import bits
 
 pytestmark = pytest.mark.cocotb
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 def nic_traffic(rng):

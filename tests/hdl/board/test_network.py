@@ -79,6 +79,13 @@ def test_clocks_are_told_apart_by_net():
     kinds = classify_clocks(fmax)
     assert set(kinds) == {"engine", "eth", "rgmii_rx"}
     assert list(kinds["eth"]) == ["pll.clk_os"]
+    # as a routed network top's report names them (nextpnr's global nets)
+    routed = {"$glbnet$clk_os": {"achieved_mhz": 73.3}, "$glbnet$clk_out": {"achieved_mhz": 75.1},
+              "$glbnet$eth_rgmii_0__rx_clk__io$TRELLIS_IO_IN": {"achieved_mhz": 179.2}}
+    kinds = classify_clocks(routed, 125.0)
+    assert {kind: list(clocks) for kind, clocks in kinds.items()} == {
+        "engine": ["$glbnet$clk_out"], "eth": ["$glbnet$clk_os"],
+        "rgmii_rx": ["$glbnet$eth_rgmii_0__rx_clk__io$TRELLIS_IO_IN"]}
 
 
 def test_selftest_is_the_default_top():
@@ -111,13 +118,14 @@ def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):
         return _summary(tmp_path, "gradwire", board, ("nic", "switch"), [], top, 1.0, args,
                         None, 1)
 
-    clocks = {"$glbnet$pll.clk_out": (131.2, 125.0), "$glbnet$pll.clk_os": (88.0, 62.5),
-              "$glbnet$rgmii_0__rx_clk": (160.0, 125.0)}
+    # the names a routed network top's report gives its clocks
+    clocks = {"$glbnet$clk_out": (131.2, 125.0), "$glbnet$clk_os": (88.0, 62.5),
+              "$glbnet$eth_rgmii_0__rx_clk__io$TRELLIS_IO_IN": (160.0, 125.0)}
     good = summary(network, clocks)
     assert (good["engine_fmax_mhz"], good["eth_fmax_mhz"], good["rgmii_rx_fmax_mhz"]) == \
         (131.2, 88.0, 160.0)
     assert good["timing_met"]
-    slow_eth = summary(network, clocks | {"$glbnet$pll.clk_os": (60.1, 62.5)})
+    slow_eth = summary(network, clocks | {"$glbnet$clk_os": (60.1, 62.5)})
     assert slow_eth["eth_fmax_mhz"] == 60.1 and not slow_eth["timing_met"]
     no_eth = summary(network, {k: v for k, v in clocks.items() if "clk_os" not in k})
     assert no_eth["eth_fmax_mhz"] is None and not no_eth["timing_met"]

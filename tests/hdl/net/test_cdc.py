@@ -19,7 +19,6 @@ def test_words_events_and_link_cross_unchanged():
                                                                           error=None)]
     pulses = [(rng.choice(list(EVENTS)), rng.randint(0, 40)) for _ in range(40)]
     got_rx, got_tx, counted = [], [], {name: 0 for name in EVENTS}
-    done = {"rx": False, "tx": False}
 
     async def core_side(ctx):
         """The core: writes rx at most one word per eth clock, never stalled here; takes tx

@@ -9,9 +9,8 @@ so that this test checks the front end alone; the real engines behind the real c
 import random
 import struct
 
-import pytest
 from amaranth import Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.counters import NET_COUNTERS

@@ -29,7 +29,6 @@ def test_one_in_flight_pairs_every_reply_with_its_request(seed):
     dut = OneInFlight()
     requests = [(40000 + n, rng.randint(1, 4), rng.random() < 0.3) for n in range(40)]
     replies = []
-    log = {"max_in_engine": 0}
 
     async def producer(ctx):
         await send_items(ctx, dut.i, [b for src, n, _ in requests for b in service_beats(n, src)],
@@ -72,7 +71,6 @@ def test_drop_strobe_early_or_with_the_first_beat(when):
     in the very clock the first beat is taken (the control service's wrong key) counts for
     that request, also for a one-beat request, and so does one that comes while the first
     beat still waits to be taken (the control service's ERROR reply)."""
-    rng = random.Random(3)
     dut = OneInFlight()
     first_len = 1 if when == "with_single" else 5
     order = []

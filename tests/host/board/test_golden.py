@@ -1,34 +1,40 @@
 """The golden board (``host/board/golden.py``) against ``docs/network-contract.md``: every
 service, every drop, every register, datagram by datagram (no sockets)."""
-import secrets
 import struct
 
 import numpy as np
 import pytest
 
 from contract.counters import NET_COUNTERS
-from contract.header import HEADER_BYTES, Flags, Header, PacketType, WORKER_MULTICAST
-from contract.network import (CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET, DEFAULT_IP,
-                              MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
-                              SWITCH_REGISTERS, CtrlOp, Service, ip_to_int, mac_to_int,
-                              network_address, service_ports)
+from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, PacketType
+from contract.network import (
+    CTRL_KEY_OFFSET,
+    CTRL_MAX_PAIRS,
+    CTRL_OP_OFFSET,
+    DEFAULT_IP,
+    MAX_WORKERS_IN_TABLE,
+    NET_REGISTERS,
+    NIC_REGISTERS,
+    SWITCH_REGISTERS,
+    CtrlOp,
+    Service,
+    ip_to_int,
+    mac_to_int,
+    network_address,
+    service_ports,
+)
 from contract.packet import Packet
 from contract.registers import COMMIT, switch_params_word
 from host.aggregator import AggregatorModel
 from host.board import Datagram, GoldenBoard
 from host.golden import inceptionn
+from tests.helpers import fresh_rng
 
 KEY = 0x0123_4567_89AB_CDEF
 HOST = "127.0.0.1"
 PORTS = service_ports(40000)
 TABLE = NET_REGISTERS["worker"]
 JOB = SWITCH_REGISTERS["job"]
-
-
-def fresh_rng():
-    seed = secrets.randbits(32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
 
 
 def board(**params):

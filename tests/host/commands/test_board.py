@@ -5,8 +5,6 @@ import json
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 
 import numpy as np
@@ -18,6 +16,7 @@ from contract.registers import SWITCH_REGISTERS, decode_switch_params
 from host.board import VirtualBoard, free_port_base
 from host.cli import main
 from host.driver.udp import UdpTransport, format_key
+from tests.helpers import serve_board
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
 
@@ -41,29 +40,10 @@ def where(b, key=True):
     return args + (["--key", format_key(b.key)] if key else [])
 
 
-def serve(*args):
-    """A `gradwire board serve` process and the lines it printed up to `ready`."""
-    process = subprocess.Popen([sys.executable, "-m", "host.cli", "board", "serve", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=REPO)
-    lines = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "ready" in line:
-            return process, lines
-    process.kill()
-    process.wait()
-    raise AssertionError(f"no ready line: {lines} {process.stderr.read()}")
-
-
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_serve_prints_ready_answers_and_stops_cleanly(signum):
     base = free_port_base()
-    process, lines = serve("--port-base", str(base), "--fault-rate", "0.05", "--slots", "8")
+    process, lines = serve_board("--port-base", str(base), "--fault-rate", "0.05", "--slots", "8")
     try:
         key = int(re.search(r"control key ([0-9a-f]{16})", "".join(lines)).group(1), 16)
         with UdpTransport("127.0.0.1", port_base=base, key=key, region="switch",
@@ -84,7 +64,7 @@ def test_serve_prints_ready_answers_and_stops_cleanly(signum):
 
 def test_serve_uses_the_given_key_and_refuses_a_bad_one(capsys):
     base = free_port_base()
-    process, lines = serve("--port-base", str(base), "--key", "00000000000000ff",
+    process, lines = serve_board("--port-base", str(base), "--key", "00000000000000ff",
                            "--without", "switch")
     try:
         assert not any("control key" in line for line in lines)     # not printed when given

@@ -2,19 +2,16 @@
 import numpy as np
 import pytest
 
+from contract.header import Header, PacketType
+from contract.packet import Packet
 from host.driver.lockstep import LockstepTransport, MismatchError
 from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface
 from host.driver.switch import SwitchInterface
 from host.golden import inceptionn, lhc
-from contract.header import Header, PacketType
-from contract.packet import Packet
 from host.ring import ring_allreduce, ring_error_bound
 from host.switch_packets import FaultInjector
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
+from tests.helpers import bits
 
 
 def test_nic_transmit_receive_round_trip_matches_quantize():

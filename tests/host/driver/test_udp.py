@@ -2,7 +2,6 @@
 register, the key, MTU sizes, loss/duplication/reordering at 1, 10 and 30 %, a board that
 stops answering, two jobs at once. Loopback only; every loop is bounded by the transport's
 retry limit."""
-import secrets
 import socket
 import threading
 import time
@@ -11,9 +10,17 @@ import numpy as np
 import pytest
 
 from contract.header import HEADER_BYTES, WORKER_MULTICAST, Header, PacketType
-from contract.network import (MAX_WORKERS_IN_TABLE, MTU_JUMBO, NET_REGISTERS, NIC_REGISTERS,
-                              SWITCH_REGISTERS, NETWORK_REGIONS, Service, ip_to_int,
-                              network_address)
+from contract.network import (
+    MAX_WORKERS_IN_TABLE,
+    MTU_JUMBO,
+    NET_REGISTERS,
+    NETWORK_REGIONS,
+    NIC_REGISTERS,
+    SWITCH_REGISTERS,
+    Service,
+    ip_to_int,
+    network_address,
+)
 from contract.packet import Packet
 from host.aggregator import AggregatorModel
 from host.board import GoldenBoard, VirtualBoard, WireFaults, free_port_base
@@ -22,23 +29,22 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.driver.transport import TransportError
-from host.driver.udp import (NoReplyError, RttEstimator, UdpTransport, board_settings,
-                             inc_max_bytes, nic_packet_values, parse_key, retries_for_loss)
+from host.driver.udp import (
+    NoReplyError,
+    RttEstimator,
+    UdpTransport,
+    board_settings,
+    inc_max_bytes,
+    nic_packet_values,
+    parse_key,
+    retries_for_loss,
+)
 from host.golden import inceptionn, lhc
+from tests.helpers import bits, fresh_rng
 
 LOOP = "127.0.0.1"
 #: short timeouts: the board is in this process, a round trip takes about a millisecond
 FAST = dict(timeout=0.05, min_timeout=0.01, max_timeout=0.2)
-
-
-def fresh_rng():
-    seed = secrets.randbits(32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 def sparse(rng, workers, n, density):

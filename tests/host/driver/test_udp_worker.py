@@ -3,7 +3,6 @@ runs it, against the virtual board on 127.0.0.1. The workers run in threads of t
 here (each with its own socket, as separate processes would); loss, duplication and
 reordering on the board's wire; a job that never completes; a board that is gone. Every
 wait is bounded by the worker's timeout."""
-import secrets
 import socket
 import threading
 import time
@@ -17,15 +16,10 @@ from host.board import VirtualBoard, WireFaults, free_port_base
 from host.driver.transport import TransportError
 from host.driver.udp import NoReplyError, UdpTransport
 from host.driver.udp_worker import JobLayout, UdpSwitchWorker, configure_job
+from tests.helpers import fresh_rng
 
 SLOTS = 8
 FAST = dict(rto=0.05, min_rto=0.01, max_rto=0.2)
-
-
-def fresh_rng():
-    seed = secrets.randbits(32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
 
 
 @pytest.fixture

@@ -8,16 +8,22 @@ every test here; each test starts its own harness process (a reset board) where 
 of another test would matter. Loopback only; every wait is bounded by a transport's retry
 limit or the harness's cycle budget.
 """
-import secrets
 import struct
 
 import numpy as np
 import pytest
 
 from contract.counters import NET_CORE_DROPS, NET_COUNTERS
-from contract.header import HEADER_BYTES, Flags, Header, PacketType
-from contract.network import (CTRL_KEY_OFFSET, CTRL_OP_OFFSET, NET_REGISTERS,
-                              CtrlOp, Service, ip_to_int, network_address)
+from contract.header import HEADER_BYTES, Header, PacketType
+from contract.network import (
+    CTRL_KEY_OFFSET,
+    CTRL_OP_OFFSET,
+    NET_REGISTERS,
+    CtrlOp,
+    Service,
+    ip_to_int,
+    network_address,
+)
 from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus
 from hdl.net.top import SIMULATION_KEY
@@ -27,6 +33,7 @@ from host.driver.switch import SwitchInterface
 from host.driver.udp import NoReplyError, UdpTransport
 from host.golden import inceptionn, lhc
 from sim.nic_stimulus import rx_traffic, tx_traffic
+from tests.helpers import bits, fresh_rng, serve_board
 
 pytestmark = pytest.mark.slow
 
@@ -34,16 +41,6 @@ LOOP = "127.0.0.1"
 IDENTITY = ("ip", "mac_high", "mac_low", "port_base", "services", "link")
 #: the largest UDP payload of a jumbo frame (9000-byte IP packet)
 MAX_DATAGRAM = 9000 - 28
-
-
-def fresh_rng():
-    seed = secrets.randbits(32)
-    print(f"seed {seed}")
-    return np.random.default_rng(seed)
-
-
-def bits(a):
-    return np.asarray(a, np.float32).view(np.uint32)
 
 
 def net(name, *args):
@@ -325,30 +322,15 @@ def test_a_switch_datagram_from_the_wrong_source_counts_as_switch_in():
 
 def test_board_serve_runs_the_verilated_board_and_stops_on_sigterm():
     import signal
-    import subprocess
-    import sys
-    import time
-    from pathlib import Path
 
     from host.board import free_port_base
     from host.driver.udp import format_key
 
     base = free_port_base()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "host.cli", "board", "serve", "--backend", "verilator",
-         "--key", format_key(SIMULATION_KEY), "--port-base", str(base)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        cwd=Path(__file__).resolve().parents[3])
+    # the network top's export and its harness build are cached
+    process, lines = serve_board("--backend", "verilator", "--key", format_key(SIMULATION_KEY),
+                                 "--port-base", str(base), timeout=180)
     try:
-        lines, deadline = [], time.monotonic() + 180     # the network top's export, cached build
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "ready" in line:
-                break
-        assert lines and "ready" in lines[-1], f"{lines} {process.stderr.read()}"
         assert "Verilated network top" in "".join(lines)
         with UdpTransport(LOOP, port_base=base, key=SIMULATION_KEY, timeout=5.0,
                           max_timeout=10.0, retries=3) as t:
