@@ -76,6 +76,9 @@ class IngressBuffer(wiring.Component):
     events : Out(IngressEvents)
     """
 
+    #: Clocks from a datagram's last beat in (``i.valid & i.p.last``) to its event strobe.
+    EVENT_LATENCY = 2
+
     def __init__(self, *, depth, datagrams=16, max_length=None, byte_keep=False):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"IngressBuffer depth must be a power of two >= 2 beats, "
@@ -110,25 +113,33 @@ class IngressBuffer(wiring.Component):
         # Pointers with one extra bit: full and empty differ.
         write_ptr = Signal(abits + 1)    # next entry to write
         commit_ptr = Signal(abits + 1)   # end of the last published datagram
-        free_ptr = Signal(abits + 1)     # first entry not yet read (the reader's position)
+        # Free entries, depth - (commit_ptr - read_ptr), kept in a register of its own (a
+        # publish takes its datagram's beats, a load frees one): the admission below
+        # compares a register with a register, no pointer arithmetic in front.
+        free = Signal(abits + 2, init=depth)
 
         # -- write side -------------------------------------------------------------------
+        # The input register: a beat, its datagram's length in beats and whether it is too
+        # long, so that the admission decision starts from registers, not from the
+        # dispatch's port decoding in front (the input never stalls, so this is one clock
+        # of latency and nothing else).
         m.d.comb += i.ready.eq(1)
+        beat = Signal(WideBeat)
+        beat_valid = Signal()
+        need = Signal(abits + 2)
+        too_long = Signal()
+        m.d.sync += beat_valid.eq(i.valid)
+        with m.If(i.valid):
+            m.d.sync += [beat.eq(i.p), need.eq(beats_for_length(i.p.meta.length)),
+                         too_long.eq(i.p.meta.length > self.max_length)]
+
         first = Signal(init=1)
         admitted = Signal()              # admitted at its first beat (held for the rest)
         promised = Signal(abits + 2)     # beats its length says it has (held)
         written = Signal(abits + 2)      # beats of it written so far
         long_held = Signal()             # it was too long (held)
-        need = Signal(abits + 2)
-        free = Signal(abits + 2)
-        too_long = Signal()
         admit_now = Signal()
-        m.d.comb += [
-            need.eq(beats_for_length(i.p.meta.length)),
-            free.eq(depth - (commit_ptr - free_ptr)[:abits + 1]),
-            too_long.eq(i.p.meta.length > self.max_length),
-            admit_now.eq(~too_long & (need <= free) & queue.w_rdy),
-        ]
+        m.d.comb += admit_now.eq(~too_long & (need <= free) & queue.w_rdy)
         storing, limit, count, long = Signal(), Signal(abits + 2), Signal(abits + 2), Signal()
         m.d.comb += [
             storing.eq(Mux(first, admit_now, admitted)),
@@ -136,26 +147,27 @@ class IngressBuffer(wiring.Component):
             count.eq(Mux(first, 0, written)),
             long.eq(Mux(first, too_long, long_held)),
             write.addr.eq(write_ptr[:abits]),
-            write.data.eq(i.p.data),
-            queue.w_data.eq(i.p.meta),
+            write.data.eq(beat.data),
+            queue.w_data.eq(beat.meta),
         ]
         # A good datagram has exactly the beats its length says (the core's contract). One
         # that has more or fewer is never published (the reader reads by the length, so it
         # would take a stranger's beats): it is dropped and counted as `mismatch`.
         room = Signal()
         m.d.comb += room.eq(count < limit)
+        publish = Signal()
         m.d.sync += self.events.eq(0)
-        with m.If(i.valid):
-            m.d.sync += first.eq(i.p.last)
+        with m.If(beat_valid):
+            m.d.sync += first.eq(beat.last)
             with m.If(first):
                 m.d.sync += [admitted.eq(admit_now), promised.eq(need), long_held.eq(too_long)]
             with m.If(storing & room):
                 m.d.comb += write.en.eq(1)
                 m.d.sync += [write_ptr.eq(write_ptr + 1), written.eq(count + 1)]
-            with m.If(i.p.last):
-                good = ~i.p.error & ~i.p.drop
+            with m.If(beat.last):
+                good = ~beat.error & ~beat.drop
                 exact = storing & (count + 1 == limit)
-                publish = exact & good
+                m.d.comb += publish.eq(exact & good)
                 with m.If(publish):
                     m.d.comb += queue.w_en.eq(1)
                     m.d.sync += commit_ptr.eq(write_ptr + 1)
@@ -199,8 +211,11 @@ class IngressBuffer(wiring.Component):
             read.addr.eq(read_ptr[:abits]),
             read.en.eq(load),
             o.p.data.eq(read.data),
-            free_ptr.eq(read_ptr),
         ]
+        # a publish takes `limit` entries, a load frees one (both may happen in a clock)
+        freed = Signal(abits + 2)
+        m.d.comb += freed.eq(free + load)
+        m.d.sync += free.eq(Mux(publish, freed - limit, freed))
         with m.If(load):
             is_last = remaining == 1
             m.d.sync += [

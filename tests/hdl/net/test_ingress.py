@@ -52,16 +52,19 @@ def drive(dut, datagrams, rng, *, p_gap=0.0, consumer, hold=None):
         done["input"] = True
 
     async def watch(ctx):
-        tags = []
+        # a datagram's event strobe comes EVENT_LATENCY clocks after its last beat went in
+        ended = {}
+        cycle = 0
         async for _, _, valid, p, accepted, full, too_long, mismatch in ctx.tick().sample(
                 dut.i.valid, dut.i.p, dut.events.accepted, dut.events.full,
                 dut.events.too_long, dut.events.mismatch):
             for name, strobe in (("accepted", accepted), ("full", full),
                                  ("too_long", too_long), ("mismatch", mismatch)):
                 if strobe:
-                    events[name].append(tags[-1])
+                    events[name].append(ended[cycle - IngressBuffer.EVENT_LATENCY])
             if valid and p.last:
-                tags.append(int(p.meta.src_port))
+                ended[cycle] = int(p.meta.src_port)
+            cycle += 1
 
     run(dut, producer, consumer(done), background=(watch,))
     return events
