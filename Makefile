@@ -7,7 +7,8 @@
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
 #   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=selftest |
 #                    network, ENGINE=all | nic | switch | none (selftest), ROUTER=router1 |
-#                    router2, SEED=2,1,3 (default the board's seeds); network top: MAC=...,
+#                    router2, SEED=2,1,3 (default the board's seeds), FREQ=<engine MHz>
+#                    (default the board's engine_mhz); network top: MAC=...,
 #                    IP=..., KEY=<hex> (default random, in the build's summary.json only,
 #                    mode 0600)), into build/bitstream/
 #   make setup       just create/refresh the virtualenv
@@ -56,6 +57,7 @@ bitstream: $(STAMP)
 	@# the key goes through the environment (not echoed, not in the process list)
 	@GRADWIRE_KEY='$(KEY)' $(PY) -m hdl.board.build --board $(BOARD) --top $(TOP) \
 		--engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER)) $(if $(SEED),--seed $(SEED)) \
+		$(if $(FREQ),--freq $(FREQ)) \
 		$(if $(MAC),--mac $(MAC)) $(if $(IP),--ip $(IP))
 
 clean:

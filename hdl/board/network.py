@@ -58,11 +58,17 @@ class NetworkPLL(Elaboratable):
 
     def __init__(self, *, f_in_mhz, f_out_mhz, f_os_mhz):
         self.f_in_mhz = f_in_mhz
-        self.dividers = d = dict(pll_dividers(f_in_mhz, f_out_mhz))
+        alone = pll_dividers(f_in_mhz, f_out_mhz)
+        try:
+            d = dict(pll_dividers(f_in_mhz, f_out_mhz, vco_divisible_by=f_os_mhz))
+        except ValueError:
+            d = None
+        # CLKOS must not cost CLKOP its frequency: the VCO has to make both
+        if d is None or abs(d["f_out_mhz"] - alone["f_out_mhz"]) > 1e-9:
+            raise ValueError(f"{f_os_mhz} MHz is not a VCO that makes {alone['f_out_mhz']:g} "
+                             f"MHz divided by an integer 1..128")
+        self.dividers = d
         clkos_div = d["f_vco_mhz"] / f_os_mhz
-        if abs(clkos_div - round(clkos_div)) > 1e-9 or not 1 <= round(clkos_div) <= 128:
-            raise ValueError(f"{f_os_mhz} MHz is not the PLL's VCO ({d['f_vco_mhz']} MHz) "
-                             f"divided by an integer 1..128")
         d["clkos_div"] = round(clkos_div)
         d["f_os_mhz"] = d["f_vco_mhz"] / d["clkos_div"]
         self.clk_in = Signal()

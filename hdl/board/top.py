@@ -120,12 +120,14 @@ VCO_MHZ = (400.0, 800.0)
 OUT_MHZ = (10.0, 400.0)
 
 
-def pll_dividers(f_in_mhz, f_out_mhz):
+def pll_dividers(f_in_mhz, f_out_mhz, *, vco_divisible_by=None):
     """EHXPLLL dividers for ``f_out`` from ``f_in`` with CLKOP as the feedback path.
 
     Returns ``dict(clki_div, clkfb_div, clkop_div, f_out_mhz, f_vco_mhz)``: the exact or
-    closest reachable frequency, then the VCO closest to 600 MHz (mid-range). Raises
-    ``ValueError`` when the output is out of the PLL's range.
+    closest reachable frequency, then the VCO closest to 600 MHz (mid-range). With
+    ``vco_divisible_by`` (MHz) only VCO frequencies that it divides by an integer 1..128
+    are taken (a second output, CLKOS, divides the same VCO). Raises ``ValueError`` when
+    the output is out of the PLL's range.
     """
     if not OUT_MHZ[0] <= f_out_mhz <= OUT_MHZ[1]:
         raise ValueError(f"The ECP5 PLL cannot make {f_out_mhz} MHz "
@@ -141,7 +143,11 @@ def pll_dividers(f_in_mhz, f_out_mhz):
                 f_vco = f_out * clkop_div
                 if not VCO_MHZ[0] <= f_vco <= VCO_MHZ[1]:
                     continue
-                key = (round(abs(f_out - f_out_mhz), 9), abs(f_vco - 600))
+                if vco_divisible_by is not None:
+                    os_div = f_vco / vco_divisible_by
+                    if abs(os_div - round(os_div)) > 1e-9 or not 1 <= round(os_div) <= 128:
+                        continue
+                key = (round(abs(f_out - f_out_mhz), 9), round(abs(f_vco - 600), 6))
                 if best is None or key < best[0]:
                     best = (key, dict(clki_div=clki_div, clkfb_div=clkfb_div,
                                       clkop_div=clkop_div, f_out_mhz=f_out, f_vco_mhz=f_vco))

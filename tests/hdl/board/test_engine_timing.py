@@ -63,7 +63,10 @@ def test_harness_checks_its_argument():
 
 
 def test_engine_names():
-    assert sorted(ENGINES) == ["aggregator", "compressor", "decompressor"]
+    assert sorted(ENGINES) == ["aggregator", "compressor", "decompressor", "front_end"]
+    # every entry builds the component the harness wraps
+    front_end = ENGINES["front_end"]()
+    assert isinstance(front_end, wiring.Component) and "switch_ctrl" in front_end.signature.members
     args = _arguments(["decompressor", "--seed", "2"])
     assert (args.engine, args.seed, args.router, args.freq) == ("decompressor", 2, "router1",
                                                                 125.0)

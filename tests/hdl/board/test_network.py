@@ -22,6 +22,9 @@ def test_pll_makes_both_clocks_from_one_vco(f_in):
     assert d["f_vco_mhz"] == d["clkos_div"] * 62.5
     with pytest.raises(ValueError, match="divided by an integer"):
         NetworkPLL(f_in_mhz=f_in, f_out_mhz=125, f_os_mhz=60)
+    # a slower engine clock (`--freq 100`): a VCO that makes both (500 MHz, not 600)
+    slower = NetworkPLL(f_in_mhz=f_in, f_out_mhz=100, f_os_mhz=62.5).dividers
+    assert (slower["f_out_mhz"], slower["f_os_mhz"], slower["f_vco_mhz"]) == (100, 62.5, 500)
 
 
 @pytest.mark.parametrize("board", sorted(BOARDS))
