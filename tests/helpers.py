@@ -3,12 +3,11 @@ replayed), the raw bits of fp32 values, and a ``gradwire board serve`` process."
 from __future__ import annotations
 
 import secrets
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
+
+from host.board.process import start_module
 
 __all__ = ["REPO", "fresh_rng", "bits", "serve_board"]
 
@@ -29,19 +28,6 @@ def bits(a):
 
 def serve_board(*args, timeout=60.0):
     """A ``gradwire board serve ARGS`` process and the lines it printed up to its ``ready``
-    line; killed, with what it printed, when no ``ready`` comes within ``timeout`` s."""
-    process = subprocess.Popen([sys.executable, "-m", "host.cli", "board", "serve", *args],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=REPO)
-    lines = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        lines.append(line)
-        if "ready" in line:
-            return process, lines
-    process.kill()
-    process.wait()
-    raise AssertionError(f"no ready line: {lines} {process.stderr.read()}")
+    line (:func:`host.board.process.start_module`: killed, with what it printed, when no
+    ``ready`` comes within ``timeout`` s)."""
+    return start_module(["host.cli", "board", "serve", *args], timeout=timeout, cwd=REPO)

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import select
 import socket
-import subprocess
 import sys
 import time
 
@@ -38,43 +37,13 @@ import numpy as np
 from contract.header import Header, PacketType
 from contract.network import MTU_DEFAULT, MTU_JUMBO, SERVICE_OFFSETS, Service
 from contract.packet import Packet
+from host.board.process import start_module, stop_module
 
 __all__ = ["run"]
 
 WINDOW = 16
 FAULT_RATES = (0.0, 0.01, 0.1, 0.3)
 KEY = 0x6772_6164_7769_7265
-
-
-def _spawn(args):
-    """A process of this package printing a line with ``ready``; returns it."""
-    process = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    seen = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if "ready" in line:
-            return process
-    process.kill()
-    raise RuntimeError(f"{' '.join(args)} did not become ready: {seen} "
-                       f"{process.stderr.read()}")
-
-
-def _stop(process):
-    if not process.stdin.closed:
-        process.stdin.close()
-    process.terminate()
-    try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
-    process.stdout.close()
-    process.stderr.close()
 
 
 def _echo_main(port_base):
@@ -146,7 +115,7 @@ def _echo_section(quick):
     from host.driver.udp import UdpTransport
 
     base = free_port_base()
-    echo = _spawn(["host.benchmarks.udp", "--echo", str(base)])
+    echo, _ = start_module(["host.benchmarks.udp", "--echo", str(base)])
     out = {}
     try:
         for mtu, values in ((MTU_DEFAULT, 336), (MTU_JUMBO, 2048)):
@@ -176,7 +145,7 @@ def _echo_section(quick):
                                 "echo_ceiling": raw, "transport": transport,
                                 "packet_objects_per_s": codec}
     finally:
-        _stop(echo)
+        stop_module(echo)
     return out
 
 
@@ -189,7 +158,7 @@ def _board_run(rate, quick, seed=1):
     from host.golden import inceptionn, lhc
 
     base = free_port_base()
-    board = _spawn(["host.cli", "board", "serve", "--port-base", str(base), "--key",
+    board, _ = start_module(["host.cli", "board", "serve", "--port-base", str(base), "--key",
                     format_key(KEY), "--fault-rate", str(rate), "--fault-seed", str(seed)])
     rng = np.random.default_rng(seed)
     values = 200_000 if quick else 2_000_000
@@ -242,7 +211,7 @@ def _board_run(rate, quick, seed=1):
                              "datagrams": s.datagrams, "resends": s.resends,
                              "discarded": s.discarded, "rebuilt": s.rebuilt}
     finally:
-        _stop(board)
+        stop_module(board)
     return out
 
 

@@ -6,7 +6,9 @@ right for tests of the board itself; a caller whose process is busy, or holds a 
 the board's too, for a few hundred milliseconds), gives the board a process of its own
 instead, as a real board is a machine of its own. :class:`BoardProcess` starts ``python -m
 host.cli board serve`` on free ports of 127.0.0.1 with a fresh key, waits for its ``ready``
-line, and stops it (SIGTERM, then SIGKILL) on exit.
+line, and stops it (SIGTERM, then SIGKILL) on exit. :func:`start_module` and
+:func:`stop_module` are the same two steps for any ``python -m`` command of this package
+that prints a ``ready`` line (the tests' and the benchmarks' servers).
 """
 from __future__ import annotations
 
@@ -17,10 +19,58 @@ import sys
 import threading
 import time
 
-__all__ = ["BoardProcess"]
+__all__ = ["BoardProcess", "start_module", "stop_module"]
 
 #: seconds to wait for the board's ``ready`` line (imports on a busy machine)
 START_TIMEOUT = 60.0
+
+
+def start_module(args, *, timeout=START_TIMEOUT, cwd=None):
+    """``python -m ARGS`` with its standard streams piped, once it has printed ``ready``.
+
+    Returns
+    -------
+    (subprocess.Popen, list of str)
+        The process and the lines it printed up to and with the ``ready`` line.
+
+    Raises
+    ------
+    RuntimeError
+        No ``ready`` line within ``timeout`` seconds (or the process ended first): the
+        process is killed, and what it printed is in the message.
+    """
+    process = subprocess.Popen([sys.executable, "-m", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, stdin=subprocess.PIPE, text=True,
+                               cwd=cwd)
+    lines = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if "ready" in line:
+            return process, lines
+    process.kill()
+    process.wait()
+    raise RuntimeError(f"python -m {' '.join(args)} did not become ready: {lines} "
+                       f"{process.stderr.read()}")
+
+
+def stop_module(process, *, timeout=20.0):
+    """Stop a child process: close its input, SIGTERM, and SIGKILL after ``timeout`` s."""
+    if process.stdin is not None and not process.stdin.closed:
+        process.stdin.close()
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
 
 
 class BoardProcess:
@@ -99,9 +149,11 @@ class BoardProcess:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        # the reader ends at the end of the output; the streams are closed after it
         reader = getattr(self, "_reader", None)
         if reader is not None:
             reader.join(timeout=5)
+        stop_module(process)
         stopped = [line for line in self._lines if "stopped after" in line]
         self.stopped_line = stopped[-1] if stopped else ""
 
