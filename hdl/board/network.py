@@ -20,7 +20,7 @@ from amaranth.lib import data, io
 from amaranth.lib.cdc import ResetSynchronizer
 
 from contract.counters import NET_COUNTERS
-from hdl.board.top import pin_buffers, pll_dividers
+from hdl.board.top import ehxplll, pin_buffers, pll_dividers
 from hdl.net.eth_core import rgmii_ports
 from hdl.net.top import ENGINES, NetworkTop
 from hdl.selftest.report import Report
@@ -78,32 +78,8 @@ class NetworkPLL(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        d = self.dividers
-        m.submodules.pll = Instance(
-            "EHXPLLL",
-            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
-            p_DPHASE_SOURCE="DISABLED",
-            p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
-            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
-            p_CLKI_DIV=d["clki_div"],
-            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=d["clkop_div"],
-            p_CLKOP_CPHASE=d["clkop_div"] // 2, p_CLKOP_FPHASE=0,
-            p_CLKOS_ENABLE="ENABLED", p_CLKOS_DIV=d["clkos_div"],
-            p_CLKOS_CPHASE=d["clkos_div"] // 2, p_CLKOS_FPHASE=0,
-            p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=d["clkfb_div"],
-            i_RST=Const(0), i_STDBY=Const(0),
-            i_CLKI=self.clk_in, o_CLKOP=self.clk_out, o_CLKOS=self.clk_os,
-            i_CLKFB=self.clk_out,
-            i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
-            i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
-            i_ENCLKOP=Const(0), i_ENCLKOS=Const(0),
-            o_LOCK=self.locked,
-            a_FREQUENCY_PIN_CLKI=f"{self.f_in_mhz:g}",
-            a_FREQUENCY_PIN_CLKOP=f"{d['f_out_mhz']:g}",
-            a_FREQUENCY_PIN_CLKOS=f"{d['f_os_mhz']:g}",
-            a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
-            a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
-        )
+        m.submodules.pll = ehxplll(self.dividers, f_in_mhz=self.f_in_mhz, clk_in=self.clk_in,
+                                   clk_out=self.clk_out, clk_os=self.clk_os, locked=self.locked)
         return m
 
 

@@ -33,7 +33,7 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
 from hdl.selftest.top import ENGINES, SelfTest, SelfTestStatus
 
-__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "pin_buffers",
+__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "ehxplll", "pin_buffers",
            "BoardTop"]
 
 BOARDS_FILE = Path(__file__).resolve().parents[2] / "constraints" / "boards.toml"
@@ -178,30 +178,52 @@ class EnginePLL(Elaboratable):
 
     def elaborate(self, platform):
         m = Module()
-        d = self.dividers
-        m.submodules.pll = Instance(
-            "EHXPLLL",
-            p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
-            p_DPHASE_SOURCE="DISABLED",
-            p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
-            p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
-            p_CLKI_DIV=d["clki_div"],
-            p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=d["clkop_div"],
-            # ecppll's choice: half an output period of VCO cycles (Lattice's 180 degrees)
-            p_CLKOP_CPHASE=d["clkop_div"] // 2, p_CLKOP_FPHASE=0,
-            p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=d["clkfb_div"],
-            i_RST=Const(0), i_STDBY=Const(0),
-            i_CLKI=self.clk_in, o_CLKOP=self.clk_out, i_CLKFB=self.clk_out,
-            i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
-            i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
-            i_ENCLKOP=Const(0),
-            o_LOCK=self.locked,
-            a_FREQUENCY_PIN_CLKI=f"{self.f_in_mhz:g}",
-            a_FREQUENCY_PIN_CLKOP=f"{d['f_out_mhz']:g}",
-            a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
-            a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2",
-        )
+        m.submodules.pll = ehxplll(self.dividers, f_in_mhz=self.f_in_mhz, clk_in=self.clk_in,
+                                   clk_out=self.clk_out, locked=self.locked)
         return m
+
+
+def ehxplll(dividers, *, f_in_mhz, clk_in, clk_out, locked, clk_os=None):
+    """The ``EHXPLLL`` instance of ``dividers`` (:func:`pll_dividers`'s choice).
+
+    CLKOP drives ``clk_out`` and is the feedback; with ``clk_os``, CLKOS is enabled too
+    (``dividers["clkos_div"]``, ``dividers["f_os_mhz"]``: the same VCO divided again).
+    """
+    d = dividers
+    clkos = clk_os is not None
+    # One parameter list, in one order, for both uses (the netlist's text, and with it
+    # nextpnr's placement, depends on the order).
+    params = dict(
+        p_PLLRST_ENA="DISABLED", p_INTFB_WAKE="DISABLED", p_STDBY_ENABLE="DISABLED",
+        p_DPHASE_SOURCE="DISABLED",
+        p_OUTDIVIDER_MUXA="DIVA", p_OUTDIVIDER_MUXB="DIVB",
+        p_OUTDIVIDER_MUXC="DIVC", p_OUTDIVIDER_MUXD="DIVD",
+        p_CLKI_DIV=d["clki_div"],
+        p_CLKOP_ENABLE="ENABLED", p_CLKOP_DIV=d["clkop_div"],
+        # ecppll's choice: half an output period of VCO cycles (Lattice's 180 degrees)
+        p_CLKOP_CPHASE=d["clkop_div"] // 2, p_CLKOP_FPHASE=0,
+    )
+    if clkos:
+        params.update(p_CLKOS_ENABLE="ENABLED", p_CLKOS_DIV=d["clkos_div"],
+                      p_CLKOS_CPHASE=d["clkos_div"] // 2, p_CLKOS_FPHASE=0)
+    params.update(p_FEEDBK_PATH="CLKOP", p_CLKFB_DIV=d["clkfb_div"],
+                  i_RST=Const(0), i_STDBY=Const(0), i_CLKI=clk_in, o_CLKOP=clk_out)
+    if clkos:
+        params.update(o_CLKOS=clk_os)
+    params.update(i_CLKFB=clk_out,
+                  i_PHASESEL0=Const(0), i_PHASESEL1=Const(0), i_PHASEDIR=Const(1),
+                  i_PHASESTEP=Const(1), i_PHASELOADREG=Const(1), i_PLLWAKESYNC=Const(0),
+                  i_ENCLKOP=Const(0))
+    if clkos:
+        params.update(i_ENCLKOS=Const(0))
+    params.update(o_LOCK=locked,
+                  a_FREQUENCY_PIN_CLKI=f"{f_in_mhz:g}",
+                  a_FREQUENCY_PIN_CLKOP=f"{d['f_out_mhz']:g}")
+    if clkos:
+        params.update(a_FREQUENCY_PIN_CLKOS=f"{d['f_os_mhz']:g}")
+    params.update(a_ICP_CURRENT="12", a_LPF_RESISTOR="8",
+                  a_MFG_ENABLE_FILTEROPAMP="1", a_MFG_GMCREF_SEL="2")
+    return Instance("EHXPLLL", **params)
 
 
 def _pin_spec(spec):

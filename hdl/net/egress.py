@@ -109,7 +109,10 @@ class EgressBuffer(wiring.Component):
         m.d.comb += [
             i.ready.eq(1),
             dropping_now.eq(Mux(first, ~queue.w_rdy, dropping)),
-            room.eq((write_ptr - free_ptr)[:abits + 1] < depth),
+            # full: the pointers `depth` apart (write_ptr - free_ptr never exceeds it), an
+            # equality, not a subtraction and a compare
+            room.eq((write_ptr[:abits] != free_ptr[:abits])
+                    | (write_ptr[abits] == free_ptr[abits])),
             words_so_far.eq(Mux(first, 0, words)),
             tag_now.eq(Mux(first, self.tag, tag)),
             write.addr.eq(write_ptr[:abits]),

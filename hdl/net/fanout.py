@@ -90,8 +90,14 @@ class FanOut(wiring.Component):
         start_from = Signal(range(W + 1))  # ... at this candidate ...
         start_to = Signal(range(W))        # ... up to this one
         hit = Signal()
+        issue = Signal()                 # look the candidate up (unless the search ends)
         m.d.comb += [
             hit.eq(pending & table.valid & (table.entry.port != 0)),
+            issue.eq(searching & ~hit & (cand <= last_cand)),
+            # Not gated by `start`: a lookup issued as a new search starts is answered while
+            # `pending` is clear and so ignored, and the enable does not wait for the
+            # transmit path's decisions that make `start`.
+            table.en.eq(issue),
             table.job.eq(job),
             table.worker.eq(cand),
         ]
@@ -102,8 +108,7 @@ class FanOut(wiring.Component):
             with m.If(hit):
                 m.d.sync += [searching.eq(0), pending.eq(0), found.eq(1), found_w.eq(pending_w),
                              found_entry.eq(table.entry)]
-            with m.Elif(cand <= last_cand):
-                m.d.comb += table.en.eq(1)
+            with m.Elif(issue):
                 m.d.sync += [pending.eq(1), pending_w.eq(cand), cand.eq(cand + 1)]
             with m.Elif(pending):
                 m.d.sync += pending.eq(0)          # the last candidate's answer was a miss

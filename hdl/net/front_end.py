@@ -9,6 +9,7 @@
 
     engine -> EgressBuffer -> ReplyPort (to the requester) -+
     switch -> EgressBuffer -> FanOut (to the job's workers) -+-> TxArbiter -> core tx (32 bit)
+                                  (a skid buffer at each of the arbiter's ports)
     CtrlService -> EgressBuffer -> ReplyPort ---------------+
 
     CtrlService -> RegisterRouter -> switch's register port
@@ -49,6 +50,7 @@ from hdl.net.source_check import SourceCheck
 from hdl.net.tx_arbiter import TxArbiter
 from hdl.net.width import Upsizer
 from hdl.stream.axis import axis_signature
+from hdl.stream.skid_buffer import SkidBuffer
 
 __all__ = ["BufferSizes", "FrontEndStatus", "NetworkFrontEnd"]
 
@@ -276,13 +278,14 @@ class NetworkFrontEnd(wiring.Component):
 
         # -- control ------------------------------------------------------------------------
         m.submodules.ctrl = ctrl = self._ctrl
-        ctrl_in, flight = request_reply("ctrl", Service.CTRL, sizes.ctrl_in, None, None, None,
-                                        None, max_length=CTRL_MAX_LENGTH)
+        _, flight = request_reply("ctrl", Service.CTRL, sizes.ctrl_in, None, None, None, None,
+                                  max_length=CTRL_MAX_LENGTH, header_of_long=True)
         wiring.connect(m, flight.o, ctrl.i)
         finish("ctrl", flight, ctrl.o, ctrl.events.no_reply, sizes.ctrl_out)
         m.d.comb += [
             events.drop_bad_key.eq(ctrl.events.bad_key),
-            events.drop_bad_ctrl.eq(ctrl.events.bad_ctrl | ctrl_in.events.too_long),
+            # a request longer than the longest is refused by the service (header_of_long)
+            events.drop_bad_ctrl.eq(ctrl.events.bad_ctrl),
         ]
         m.submodules.router = router = RegisterRouter(nic=self.nic, switch=self.switch)
         wiring.connect(m, ctrl.bus, router.bus)
@@ -293,10 +296,18 @@ class NetworkFrontEnd(wiring.Component):
         m.d.comb += router.net.ctrl_rdata.eq(registers.ctrl_rdata)
 
         # -- transmit --------------------------------------------------------------------
+        # A skid buffer on each side of the arbiter, so that no ``ready`` runs from the
+        # crossing through the arbiter's grant into a service's output logic (the fan-out's
+        # worker search, an output buffer's downsizer and memory read): each of these
+        # paths ends at a register.
         m.submodules.arbiter = arbiter = TxArbiter(len(replies))
-        for port, reply in zip(arbiter.inputs(), replies):
-            wiring.connect(m, reply, port)
-        wiring.connect(m, arbiter.o, wiring.flipped(self.tx))
+        for k, (port, reply) in enumerate(zip(arbiter.inputs(), replies)):
+            m.submodules[f"tx_slice{k}"] = tx_slice = SkidBuffer(TxBeat)
+            wiring.connect(m, reply, tx_slice.i)
+            wiring.connect(m, tx_slice.o, port)
+        m.submodules.tx_slice = tx_slice = SkidBuffer(TxBeat)
+        wiring.connect(m, arbiter.o, tx_slice.i)
+        wiring.connect(m, tx_slice.o, wiring.flipped(self.tx))
 
         # -- counters ----------------------------------------------------------------------
         core = self.core_events

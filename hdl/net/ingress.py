@@ -67,6 +67,12 @@ class IngressBuffer(wiring.Component):
         Longest datagram taken, bytes; default what the buffer holds.
     byte_keep : bool
         ``keep`` of the last beat to the byte (default: whole 32-bit words).
+    header_of_long : bool
+        Take a datagram longer than ``max_length`` as its first beat alone, published with
+        ``length`` 32 (and counted ``accepted``), instead of dropping it (``too_long``).
+        The control service: such a request still has its key checked, and it is refused
+        with an ``ERROR`` reply (its length is not ``32 + 8 * count``), as every other bad
+        request is (``docs/network-contract.md``). Needs ``max_length >= 32``.
 
     Members
     -------
@@ -79,7 +85,8 @@ class IngressBuffer(wiring.Component):
     #: Clocks from a datagram's last beat in (``i.valid & i.p.last``) to its event strobe.
     EVENT_LATENCY = 2
 
-    def __init__(self, *, depth, datagrams=16, max_length=None, byte_keep=False):
+    def __init__(self, *, depth, datagrams=16, max_length=None, byte_keep=False,
+                 header_of_long=False):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"IngressBuffer depth must be a power of two >= 2 beats, "
                              f"not {depth!r}")
@@ -91,8 +98,11 @@ class IngressBuffer(wiring.Component):
         if not isinstance(max_length, int) or not 0 <= max_length <= min(capacity, 0xFFFF):
             raise ValueError(f"IngressBuffer max_length must be 0..{min(capacity, 0xFFFF)} "
                              f"bytes for depth {depth}, not {max_length!r}")
+        if header_of_long and max_length < BEAT_BYTES:
+            raise ValueError(f"IngressBuffer header_of_long needs max_length >= {BEAT_BYTES} "
+                             f"bytes (a whole header), not {max_length!r}")
         self.depth, self.datagrams, self.max_length = depth, datagrams, max_length
-        self.byte_keep = bool(byte_keep)
+        self.byte_keep, self.header_of_long = bool(byte_keep), bool(header_of_long)
         super().__init__({
             "i": In(stream.Signature(WideBeat)),
             "o": Out(stream.Signature(ServiceBeat)),
@@ -130,8 +140,10 @@ class IngressBuffer(wiring.Component):
         too_long = Signal()
         m.d.sync += beat_valid.eq(i.valid)
         with m.If(i.valid):
-            m.d.sync += [beat.eq(i.p), need.eq(beats_for_length(i.p.meta.length)),
-                         too_long.eq(i.p.meta.length > self.max_length)]
+            is_long = i.p.meta.length > self.max_length
+            beats = beats_for_length(i.p.meta.length)
+            m.d.sync += [beat.eq(i.p), too_long.eq(is_long),
+                         need.eq(Mux(is_long, 1, beats) if self.header_of_long else beats)]
 
         first = Signal(init=1)
         admitted = Signal()              # admitted at its first beat (held for the rest)
@@ -139,7 +151,8 @@ class IngressBuffer(wiring.Component):
         written = Signal(abits + 2)      # beats of it written so far
         long_held = Signal()             # it was too long (held)
         admit_now = Signal()
-        m.d.comb += admit_now.eq(~too_long & (need <= free) & queue.w_rdy)
+        fits = (need <= free) & queue.w_rdy
+        m.d.comb += admit_now.eq(fits if self.header_of_long else ~too_long & fits)
         storing, limit, count, long = Signal(), Signal(abits + 2), Signal(abits + 2), Signal()
         m.d.comb += [
             storing.eq(Mux(first, admit_now, admitted)),
@@ -150,6 +163,9 @@ class IngressBuffer(wiring.Component):
             write.data.eq(beat.data),
             queue.w_data.eq(beat.meta),
         ]
+        if self.header_of_long:
+            with m.If(long):
+                m.d.comb += data.View(UdpMeta, queue.w_data).length.eq(BEAT_BYTES)
         # A good datagram has exactly the beats its length says (the core's contract). One
         # that has more or fewer is never published (the reader reads by the length, so it
         # would take a stranger's beats): it is dropped and counted as `mismatch`.
@@ -167,17 +183,26 @@ class IngressBuffer(wiring.Component):
             with m.If(beat.last):
                 good = ~beat.error & ~beat.drop
                 exact = storing & (count + 1 == limit)
+                if self.header_of_long:
+                    # its header beat is all it keeps (the rest goes unwritten)
+                    exact = storing & (long | (count + 1 == limit))
                 m.d.comb += publish.eq(exact & good)
                 with m.If(publish):
                     m.d.comb += queue.w_en.eq(1)
-                    m.d.sync += commit_ptr.eq(write_ptr + 1)
+                    if self.header_of_long:
+                        # a long one's last beat is not written (its header was, first:
+                        # longer than 32 bytes, it has two beats at least)
+                        m.d.sync += commit_ptr.eq(Mux(long, write_ptr, write_ptr + 1))
+                    else:
+                        m.d.sync += commit_ptr.eq(write_ptr + 1)
                 with m.Else():
                     m.d.sync += write_ptr.eq(commit_ptr)
                 with m.If(good):
                     m.d.sync += [
                         self.events.accepted.eq(publish),
-                        self.events.too_long.eq(long),
-                        self.events.full.eq(~long & ~storing),
+                        self.events.too_long.eq(0 if self.header_of_long else long),
+                        self.events.full.eq(~storing if self.header_of_long
+                                            else ~long & ~storing),
                         self.events.mismatch.eq(storing & ~exact),
                     ]
 

@@ -210,10 +210,39 @@ def test_datagram_with_the_wrong_beat_count_is_never_published():
     assert [(src, beats) for src, _, beats in got] == [(3, expected_beats(payload))]
 
 
+@pytest.mark.parametrize("seed,p_block", [(6, 0.0), (7, 0.6)])
+def test_header_of_long_takes_a_long_datagram_as_its_header(seed, p_block):
+    """``header_of_long``: a datagram over ``max_length`` (one over the whole buffer too)
+    comes out as its first beat with length 32, counted accepted; the rest is exact."""
+    rng = random.Random(seed)
+    dut = IngressBuffer(depth=8, datagrams=4, max_length=64, header_of_long=True)
+    sizes = [10, 65, 64, 1000, 0, 96, 257, 33]
+    payloads = {tag: bytes(rng.getrandbits(8) for _ in range(n)) for tag, n in enumerate(sizes)}
+    datagrams = [(tag, wide_beats(payloads[tag], tag)) for tag in payloads]
+    datagrams.insert(2, (99, wide_beats(bytes(200), 99, error=True)))   # long and flagged
+    got = []
+
+    def consumer(done):
+        async def take(ctx):
+            got.extend(collect_datagrams(await take_items(
+                ctx, dut.o, rng, p_block=p_block, convert=convert,
+                until=lambda b: b[2] and b[4] == len(sizes) - 1)))
+        return take
+
+    events = drive(dut, datagrams, rng, p_gap=0.3, consumer=consumer)
+    assert events["accepted"] == list(range(len(sizes)))
+    assert not events["too_long"] and not events["full"] and not events["mismatch"]
+    for (src, length, beats), (tag, payload) in zip(got, payloads.items(), strict=True):
+        kept = payload if len(payload) <= 64 else payload[:32]
+        assert (src, length, beats) == (tag, len(kept), expected_beats(kept)), tag
+
+
 def test_parameters_are_checked():
     with pytest.raises(ValueError, match="power of two"):
         IngressBuffer(depth=48)
     with pytest.raises(ValueError, match="max_length"):
         IngressBuffer(depth=4, max_length=129)
+    with pytest.raises(ValueError, match="header_of_long"):
+        IngressBuffer(depth=4, max_length=31, header_of_long=True)
     with pytest.raises(ValueError, match="at least 1"):
         IngressBuffer(depth=4, datagrams=0)

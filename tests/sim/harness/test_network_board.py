@@ -194,6 +194,10 @@ def cross_check_traffic(rng, key):
         (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [], seq=3, count=0)),      # ERROR
         (CTRL_PORT, Service.CTRL, ctrl(key, 7, [(net("ip"), 0)], seq=4)),          # bad op
         (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [(net("ip"), 0)], seq=4)[:-1]),
+        # longer than the longest request: refused (ERROR) with the key, dropped without
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.WRITE, [(net("ip"), 1)] * 65, seq=5)),
+        (CTRL_PORT, Service.CTRL, ctrl(key ^ 1, CtrlOp.WRITE, [(net("ip"), 1)] * 120, seq=5,
+                                       count=64)),
         *job_setup(key),
         *[(40001, Service.NIC_TX, p.to_bytes()) for p in tx],
         (40001, Service.NIC_TX, tx[0].to_bytes()[:-4]),           # count disagrees
