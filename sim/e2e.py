@@ -75,6 +75,17 @@ def _network(transport):
     return stats() if stats else None
 
 
+def _with_transport_facts(report, transport):
+    """``report`` with what the transport knows of itself: its comparison with the golden
+    model (a checking transport), its build (compiled harness), its network traffic."""
+    if hasattr(transport, "compared"):
+        report["compared_with_golden"] = dict(transport.compared)
+    for name, facts in (("build", _build_info(transport)), ("network", _network(transport))):
+        if facts:
+            report[name] = facts
+    return report
+
+
 def _bits_equal(a, b):
     return np.array_equal(np.asarray(a, np.float32).view(np.uint32),
                           np.asarray(b, np.float32).view(np.uint32))
@@ -149,13 +160,7 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
             "loss_before": float(loss_before), "loss_after": float(loss_after),
             "counters": counters,
         }
-        if hasattr(transport, "compared"):
-            report["compared_with_golden"] = dict(transport.compared)
-        if _build_info(transport):
-            report["build"] = _build_info(transport)
-        if _network(transport):
-            report["network"] = _network(transport)
-        return report, transport.stats
+        return _with_transport_facts(report, transport), transport.stats
     finally:
         transport.close()
 
@@ -226,13 +231,7 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
             "loss_before": float(loss_before), "loss_after": float(loss_after),
             "counters": switch.counters(),
         }
-        if hasattr(transport, "compared"):
-            report["compared_with_golden"] = dict(transport.compared)
-        if _build_info(transport):
-            report["build"] = _build_info(transport)
-        if _network(transport):
-            report["network"] = _network(transport)
-        return report, transport.stats
+        return _with_transport_facts(report, transport), transport.stats
     finally:
         transport.close()
 

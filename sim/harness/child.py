@@ -51,6 +51,18 @@ class HarnessProcess:
     _tmp = None
     _timeout = None
 
+    def _waves_arguments(self, top, waves):
+        """``["--waves", PATH]`` for a harness built with tracing (``waves``), else ``[]``;
+        sets :attr:`waves_path` (``build/waves/<top>/dump.<format of self.build>``)."""
+        self.waves_path = None
+        if not waves:
+            return []
+        from sim.runner import BUILD
+        folder = BUILD / "waves" / top
+        folder.mkdir(parents=True, exist_ok=True)
+        self.waves_path = folder / f"dump.{self.build.waves}"
+        return ["--waves", str(self.waves_path)]
+
     def _start(self, executable, args, tmp_prefix):
         self._tmp = tempfile.TemporaryDirectory(prefix=tmp_prefix)
         self.log_path = Path(self._tmp.name) / "harness.log"

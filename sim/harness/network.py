@@ -162,14 +162,7 @@ class NetworkHarness(HarnessProcess):
         # another thread may read the counters
         self._lock = threading.Lock()
         args = ["--clk-ps", str(clk_ps), "--eth-ps", str(eth_ps), "--rgmii-ps", str(rgmii_ps),
-                "--rgmii-phase-ps", str(rgmii_phase_ps)]
-        self.waves_path = None
-        if waves:
-            from sim.runner import BUILD
-            folder = BUILD / "waves" / TOP
-            folder.mkdir(parents=True, exist_ok=True)
-            self.waves_path = folder / f"dump.{self.build.waves}"
-            args += ["--waves", str(self.waves_path)]
+                "--rgmii-phase-ps", str(rgmii_phase_ps), *self._waves_arguments(TOP, waves)]
         self._start(self.build.executable, args, "gradwire-phy-harness-")
         info = self._call(bytes([OP_INFO]))
         self.periods_ps = struct.unpack_from("<QQQ", info)

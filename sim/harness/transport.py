@@ -114,15 +114,7 @@ class HarnessTransport(HarnessProcess, Transport):
         self._ports = top_ports(verilog, top)
         waves = _waves_from_environment() if waves is None else bool(waves)
         self.build = build_harness(top, verilog, self.streams, ctrl=ctrl, waves=waves)
-        args = []
-        self.waves_path = None
-        if waves:
-            from sim.runner import BUILD
-            folder = BUILD / "waves" / top
-            folder.mkdir(parents=True, exist_ok=True)
-            self.waves_path = folder / f"dump.{self.build.waves}"
-            args += ["--waves", str(self.waves_path)]
-        args += ["--period-ps", str(int(period_ns * 1000))]
+        args = [*self._waves_arguments(top, waves), "--period-ps", str(int(period_ns * 1000))]
 
         self._start(self.build.executable, args, f"gradwire-harness-{top}-")
         info = self._call(bytes([OP_INFO]))
