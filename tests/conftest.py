@@ -2,7 +2,8 @@
 one core) starts as collection ends and runs beside the other tests; its test runs last and
 waits for it. On a 2-core machine that takes the build's time off the suite's.
 
-``GRADWIRE_SKIP_BITSTREAM=1`` (or deselecting the test) starts nothing.
+``GRADWIRE_SKIP_BITSTREAM=1`` (or deselecting the test) starts nothing; under pytest-xdist
+the test runs the build itself.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def pytest_collection_modifyitems(session, config, items):
 def pytest_collection_finish(session):
     if (session.config.option.collectonly
             or os.environ.get("GRADWIRE_SKIP_BITSTREAM") == "1"
+            # pytest-xdist: each worker collects everything; the test builds where it runs
+            or "PYTEST_XDIST_WORKER" in os.environ
             or not any(item.name == DEFAULT_BITSTREAM_TEST for item in session.items)):
         return
     LOG_DIR.mkdir(parents=True, exist_ok=True)
