@@ -16,6 +16,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 #: the test of the default ``make bitstream`` (tests/hdl/board/test_build.py)
 DEFAULT_BITSTREAM_TEST = "test_make_bitstream_default_board"
+#: what that test runs
+DEFAULT_BITSTREAM_COMMAND = ["make", "bitstream", f"PYTHON={sys.executable}"]
 #: where the background build's output goes
 LOG_DIR = REPO / "build" / "test-bitstream"
 
@@ -39,7 +41,7 @@ def pytest_collection_finish(session):
     out, err = LOG_DIR / "stdout.log", LOG_DIR / "stderr.log"
     with open(out, "w") as stdout, open(err, "w") as stderr:
         _build["process"] = subprocess.Popen(
-            ["make", "bitstream", f"PYTHON={sys.executable}"], cwd=REPO,
+            DEFAULT_BITSTREAM_COMMAND, cwd=REPO,
             stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL,
             env=dict(os.environ, MAKEFLAGS=""), start_new_session=True)
     _build["logs"] = (out, err)

@@ -33,8 +33,8 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
 from hdl.selftest.top import ENGINES, SelfTest, SelfTestStatus
 
-__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "ehxplll", "pin_buffers",
-           "BoardTop"]
+__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "ehxplll",
+           "pin_buffers", "BoardTop"]
 
 BOARDS_FILE = Path(__file__).resolve().parents[2] / "constraints" / "boards.toml"
 

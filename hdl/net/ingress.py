@@ -189,12 +189,9 @@ class IngressBuffer(wiring.Component):
                 m.d.comb += publish.eq(exact & good)
                 with m.If(publish):
                     m.d.comb += queue.w_en.eq(1)
-                    if self.header_of_long:
-                        # a long one's last beat is not written (its header was, first:
-                        # longer than 32 bytes, it has two beats at least)
-                        m.d.sync += commit_ptr.eq(Mux(long, write_ptr, write_ptr + 1))
-                    else:
-                        m.d.sync += commit_ptr.eq(write_ptr + 1)
+                    # past the last beat written (a header_of_long datagram's last beat
+                    # is not: only its header was)
+                    m.d.sync += commit_ptr.eq(write_ptr + write.en)
                 with m.Else():
                     m.d.sync += write_ptr.eq(commit_ptr)
                 with m.If(good):

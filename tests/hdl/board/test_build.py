@@ -21,7 +21,7 @@ from hdl.board.build import (
     tool_environment,
 )
 from hdl.board.top import load_boards
-from tests.conftest import default_bitstream_result
+from tests.conftest import DEFAULT_BITSTREAM_COMMAND, default_bitstream_result
 
 REPO = Path(__file__).resolve().parents[3]
 BOARDS = load_boards()
@@ -99,8 +99,8 @@ def test_make_bitstream_default_board():
     result = default_bitstream_result()
     if result is None:
         env = dict(os.environ, MAKEFLAGS="")
-        result = subprocess.run(["make", "bitstream", f"PYTHON={sys.executable}"],
-                                cwd=REPO, capture_output=True, text=True, env=env)
+        result = subprocess.run(DEFAULT_BITSTREAM_COMMAND, cwd=REPO, capture_output=True,
+                                text=True, env=env)
     summary = _met_timing(result, REPO / "build" / "bitstream" / "ecpix5" / "summary.json")
     assert summary["board"] == "ecpix5" and summary["engines"] == ["nic", "switch"]
     assert summary["left_out"] == []
