@@ -220,6 +220,10 @@ def _arguments(argv, boards):
                    help="nextpnr router: router1 (default) converges on every build here "
                         "(the whole ECPIX-5 top in about 16 minutes); router2 is faster when "
                         "it converges, but diverged on the switch build")
+    p.add_argument("--sdf", action="store_true",
+                   help="also write nextpnr's routed delays (<build-dir>/gradwire.sdf) for "
+                        "`python -m hdl.board.slack`, which lists every failing endpoint "
+                        "(nextpnr reports only the worst path of each clock)")
     p.add_argument("--build-dir", default=None,
                    help="default build/bitstream/<board> (or <board>-<engine>)")
     return p.parse_args(argv)
@@ -309,7 +313,8 @@ def main(argv=None) -> int:
             platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
                            emit_src=False,
                            nextpnr_opts=f"--report report.json --seed {seed} "
-                                        f"--router {args.router} {' '.join(PLACER_OPTS)}",
+                                        f"--router {args.router} {' '.join(PLACER_OPTS)}"
+                                        + (f" --sdf {name}.sdf" if args.sdf else ""),
                            add_preferences=board.preferences)
         except subprocess.CalledProcessError as e:
             error = f"{e.cmd} exited with status {e.returncode}"

@@ -10,7 +10,7 @@ buffer drops (and counts) only its own datagrams.
 """
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
@@ -23,6 +23,13 @@ from hdl.net.layouts import (WORD_BYTES, WORDS_PER_BEAT, ServiceBeat, UdpMeta, W
 from hdl.stream.axis import DATA_BITS
 
 __all__ = ["IngressEvents", "IngressBuffer"]
+
+
+def last_words_for_length(length):
+    """32-bit words in the last beat of a datagram of ``length`` bytes (an Amaranth value):
+    1..8, or 0 for an empty datagram."""
+    words = (length + (WORD_BYTES - 1)) >> 2
+    return Mux(words[:3] == 0, Mux(words == 0, 0, WORDS_PER_BEAT), words[:3])
 
 
 def keep_for_bytes(length):
@@ -118,7 +125,14 @@ class IngressBuffer(wiring.Component):
         m.submodules.memory = memory = Memory(shape=DATA_BITS, depth=depth, init=[])
         write = memory.write_port()
         read = memory.read_port()
-        m.submodules.queue = queue = SyncFIFO(width=UdpMeta.size, depth=self.datagrams)
+        # A published datagram's descriptor: its addressing, and its beats and last beat's
+        # `keep`, worked out from its length on the write side, so that the read side loads
+        # them from the queue as they are (no length arithmetic after the queue's read).
+        descriptor_layout = data.StructLayout({
+            "meta": UdpMeta, "beats": unsigned(abits + 2), "last_keep": unsigned(BEAT_BYTES)})
+        m.submodules.queue = queue = SyncFIFO(width=descriptor_layout.size,
+                                              depth=self.datagrams)
+        descriptor = data.View(descriptor_layout, queue.w_data)
 
         # Pointers with one extra bit: full and empty differ.
         write_ptr = Signal(abits + 1)    # next entry to write
@@ -138,12 +152,18 @@ class IngressBuffer(wiring.Component):
         beat_valid = Signal()
         need = Signal(abits + 2)
         too_long = Signal()
+        last_keep_in = Signal(BEAT_BYTES)
         m.d.sync += beat_valid.eq(i.valid)
         with m.If(i.valid):
-            is_long = i.p.meta.length > self.max_length
-            beats = beats_for_length(i.p.meta.length)
-            m.d.sync += [beat.eq(i.p), too_long.eq(is_long),
-                         need.eq(Mux(is_long, 1, beats) if self.header_of_long else beats)]
+            length = i.p.meta.length
+            is_long = length > self.max_length
+            beats = beats_for_length(length)
+            keep = keep_for_bytes(length) if self.byte_keep else keep_for_words(
+                last_words_for_length(length))
+            if self.header_of_long:     # its header beat alone: a whole beat
+                beats, keep = Mux(is_long, 1, beats), Mux(is_long, (1 << BEAT_BYTES) - 1, keep)
+            m.d.sync += [beat.eq(i.p), too_long.eq(is_long), need.eq(beats),
+                         last_keep_in.eq(keep)]
 
         first = Signal(init=1)
         admitted = Signal()              # admitted at its first beat (held for the rest)
@@ -161,11 +181,13 @@ class IngressBuffer(wiring.Component):
             long.eq(Mux(first, too_long, long_held)),
             write.addr.eq(write_ptr[:abits]),
             write.data.eq(beat.data),
-            queue.w_data.eq(beat.meta),
+            descriptor.meta.eq(beat.meta),
+            descriptor.beats.eq(need),
+            descriptor.last_keep.eq(last_keep_in),
         ]
         if self.header_of_long:
             with m.If(long):
-                m.d.comb += data.View(UdpMeta, queue.w_data).length.eq(BEAT_BYTES)
+                m.d.comb += descriptor.meta.length.eq(BEAT_BYTES)
         # A good datagram has exactly the beats its length says (the core's contract). One
         # that has more or fewer is never published (the reader reads by the length, so it
         # would take a stranger's beats): it is dropped and counted as `mismatch`.
@@ -210,21 +232,14 @@ class IngressBuffer(wiring.Component):
         meta = Signal(UdpMeta)
         last_keep = Signal(BEAT_BYTES)
         at_first = Signal()
-        head = data.View(UdpMeta, queue.r_data)
-        words = Signal(16)
-        last_words = Signal(4)
-        m.d.comb += [
-            words.eq((head.length + (WORD_BYTES - 1)) >> 2),
-            last_words.eq(Mux(words[:3] == 0, Mux(words == 0, 0, WORDS_PER_BEAT), words[:3])),
-        ]
+        head = data.View(descriptor_layout, queue.r_data)
         with m.If(~active & queue.r_rdy):
             m.d.comb += queue.r_en.eq(1)
             m.d.sync += [
                 active.eq(1),
-                meta.eq(queue.r_data),
-                remaining.eq(beats_for_length(head.length)),
-                last_keep.eq(keep_for_bytes(head.length) if self.byte_keep
-                             else keep_for_words(last_words)),
+                meta.eq(head.meta),
+                remaining.eq(head.beats),
+                last_keep.eq(head.last_keep),
                 at_first.eq(1),
             ]
         load = Signal()

@@ -151,19 +151,22 @@ class NetRegisters(wiring.Component):
             table.reg_we.eq(self.ctrl_we & in_table),
             table.reg_wdata.eq(self.ctrl_wdata),
         ]
+        # The addressed register is loaded every clock, not only on `ctrl_re` (`rdata` is
+        # defined only the clock after it, and a read has no side effect here): the
+        # router's region decode in front then reaches only the worker table's read, not
+        # the 32 enables of this register as well.
         value = Signal(32)
         read_table = Signal()
-        with m.If(self.ctrl_re):
-            m.d.sync += [read_table.eq(in_table), value.eq(0)]
-            with m.Switch(addr):
-                for name, address in NET_REGISTERS["counter"].items():
-                    with m.Case(address):
-                        m.d.sync += value.eq(self.counters[name])
-                for name, constant in self._constants.items():
-                    register = NET_REGISTERS[name]
-                    with m.Case(register.address):
-                        m.d.sync += value.eq(constant & ((1 << register.width) - 1))
-                with m.Case(NET_REGISTERS["link"].address):
-                    m.d.sync += value.eq(self.link)
+        m.d.sync += [read_table.eq(in_table), value.eq(0)]
+        with m.Switch(addr):
+            for name, address in NET_REGISTERS["counter"].items():
+                with m.Case(address):
+                    m.d.sync += value.eq(self.counters[name])
+            for name, constant in self._constants.items():
+                register = NET_REGISTERS[name]
+                with m.Case(register.address):
+                    m.d.sync += value.eq(constant & ((1 << register.width) - 1))
+            with m.Case(NET_REGISTERS["link"].address):
+                m.d.sync += value.eq(self.link)
         m.d.comb += self.ctrl_rdata.eq(Mux(read_table, table.reg_rdata, value))
         return m

@@ -138,20 +138,28 @@ class Downsizer(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        beat = Signal(downsizer_beat(self._side))
-        index = Signal(range(WORDS_PER_BEAT))
-        end = Signal()   # the word on `o` is the beat's last
+        # The beat shifts down a word at a time (the word on `o` is always its lowest), and
+        # whether that word is the beat's last is a register of its own: `last` and `ready`
+        # leave this block one gate from a flip-flop, not through a word counter's compare.
+        data_left = Signal(DATA_BITS)
+        words_after = Signal(range(WORDS_PER_BEAT))   # kept words behind the one on `o`
+        end = Signal()                                # the word on `o` is the beat's last
+        last = Signal()
+        side = Signal(self._side)
         m.d.comb += [
-            end.eq((index + 1 >= beat.words)),
-            o.p.data.eq(beat.data.word_select(index, DATA_WIDTH)),
-            o.p.last.eq(beat.last & end),
-            o.p.side.eq(beat.side),
+            o.p.data.eq(data_left[:DATA_WIDTH]),
+            o.p.last.eq(last & end),
+            o.p.side.eq(side),
             i.ready.eq(~o.valid | (o.ready & end)),
         ]
         with m.If(o.valid & o.ready & ~end):
-            m.d.sync += index.eq(index + 1)
+            m.d.sync += [data_left.eq(data_left >> DATA_WIDTH),
+                         words_after.eq(words_after - 1),
+                         end.eq(words_after == 1)]
         with m.If(i.ready):
-            m.d.sync += [o.valid.eq(i.valid), index.eq(0)]
+            m.d.sync += o.valid.eq(i.valid)
             with m.If(i.valid):
-                m.d.sync += beat.eq(i.p)
+                m.d.sync += [data_left.eq(i.p.data), last.eq(i.p.last), side.eq(i.p.side),
+                             words_after.eq(Mux(i.p.words > 1, i.p.words - 1, 0)),
+                             end.eq(i.p.words <= 1)]
         return m
