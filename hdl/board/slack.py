@@ -234,10 +234,13 @@ def block_of(pin, depth):
 
 
 def _match_periods(clocks, named):
-    """Period per clock: the ``named`` entry whose name is a substring of the clock's."""
+    """Period per clock: the ``named`` entry whose name, or its last dotted part (the
+    constraint names ``pll.clk_out``, the buffer is ``$gbuf$clk_out``), is a substring of
+    the clock's; the longest such name wins."""
     periods = {}
     for clock in clocks:
-        hits = [(len(name), ps) for name, ps in named.items() if name in clock]
+        hits = [(len(part), ps) for name, ps in named.items()
+                for part in {name, name.rsplit(".", 1)[-1]} if part in clock]
         if hits:
             periods[clock] = max(hits)[1]
     return periods

@@ -20,7 +20,7 @@ already checked its FCS and holds it whole):
 """
 from __future__ import annotations
 
-from amaranth import Const, Module, Mux, Signal
+from amaranth import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -36,8 +36,13 @@ __all__ = ["RegisterBusSignature", "CtrlEvents", "CtrlService", "PAIR_BYTES"]
 PAIR_BYTES = 8
 PAIRS_PER_BEAT = WORDS_PER_BEAT // 2
 
+#: Clocks from ``re`` on the register bus to its ``rdata`` (the address decoders behind the
+#: bus take a clock of their own: :class:`hdl.net.registers.RegisterRouter`).
+REGISTER_READ_LATENCY = 2
+
 #: The control service's register bus, seen from the service: 32-bit network addresses
-#: (``contract.network.network_address``); ``rdata`` is valid the clock after ``re``.
+#: (``contract.network.network_address``); ``rdata`` is valid
+#: :data:`REGISTER_READ_LATENCY` clocks after ``re``.
 RegisterBusSignature = wiring.Signature({
     "addr": Out(32),
     "re": Out(1),
@@ -98,25 +103,30 @@ class CtrlService(wiring.Component):
 
         whole_header = Signal()
         key_ok = Signal()
-        well_formed = Signal()
+        # A request is well formed when all three hold; they are registered apart and
+        # combined the clock after (the header beat comes straight from the input buffer's
+        # block RAM, and the length check is an adder and a compare of its own).
+        fields_ok = Signal()
+        count_ok = Signal()
+        length_ok = Signal()
         m.d.comb += [
             whole_header.eq(length >= HEADER_BYTES),
             key_ok.eq(key == Const(self._key, 8 * CTRL_KEY_BYTES)),
-            well_formed.eq((header.magic == MAGIC) & (header.version == VERSION)
-                           & (header.type == CTRL_TYPE)
-                           & (count >= 1) & (count <= CTRL_MAX_PAIRS)
-                           & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))
-                           & (length == HEADER_BYTES + PAIR_BYTES * count[:7])),
+            fields_ok.eq((header.magic == MAGIC) & (header.version == VERSION)
+                         & (header.type == CTRL_TYPE)
+                         & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))),
+            count_ok.eq((count >= 1) & (count <= CTRL_MAX_PAIRS)),
+            length_ok.eq(length == HEADER_BYTES + PAIR_BYTES * count[:7]),
         ]
-        # The reply's header: the request's, RESULT set (and ERROR when refused).
-        flags_offset = 8 * 3
-        reply_header = Signal(DATA_BITS)
-        m.d.comb += reply_header.eq(beat.data | (Mux(well_formed, Flags.RESULT,
-                                                      Flags.RESULT | Flags.ERROR)
-                                                  << flags_offset))
+        checks = Signal(3)
 
         writing = Signal()
         refused = Signal()
+        m.d.comb += refused.eq(~checks.all())
+        # The reply's header: the request's, RESULT set (and ERROR when refused).
+        flags_offset = 8 * 3
+        reply_flags = Signal(8)
+        m.d.comb += reply_flags.eq(Mux(refused, Flags.RESULT | Flags.ERROR, Flags.RESULT))
         pairs_left = Signal(range(CTRL_MAX_PAIRS + 1))
         pair = Signal(range(PAIRS_PER_BEAT))
         out_data = Signal(DATA_BITS)     # the beat being answered, values replaced
@@ -131,7 +141,8 @@ class CtrlService(wiring.Component):
         with m.FSM():
             with m.State("HEADER"):
                 with m.If(i.valid):
-                    m.d.sync += [out_data.eq(reply_header), refused.eq(~well_formed),
+                    m.d.sync += [out_data.eq(beat.data),
+                                 checks.eq(Cat(fields_ok, count_ok, length_ok)),
                                  writing.eq(op == CtrlOp.WRITE), pairs_left.eq(count[:7])]
                     with m.If(~whole_header | ~key_ok):
                         m.d.sync += [self.events.bad_ctrl.eq(~whole_header),
@@ -142,7 +153,8 @@ class CtrlService(wiring.Component):
                         m.next = "REPLY_HEADER"
             with m.State("REPLY_HEADER"):
                 # The header beat answers from a register, a clock after the request came.
-                m.d.comb += [o.valid.eq(1), o.p.data.eq(out_data),
+                m.d.comb += [o.valid.eq(1),
+                             o.p.data.eq(out_data | (reply_flags << flags_offset)),
                              o.p.keep.eq((1 << (DATA_BITS // 8)) - 1), o.p.last.eq(refused)]
                 with m.If(o.ready):
                     with m.If(refused):
@@ -168,9 +180,13 @@ class CtrlService(wiring.Component):
                 with m.If(writing):
                     m.next = "READ"
                 with m.Else():
-                    m.next = "CAPTURE"
+                    m.next = "WAIT"
             with m.State("READ"):
                 m.d.comb += bus.re.eq(1)
+                m.next = "WAIT"
+            with m.State("WAIT"):
+                # the bus's second clock of read latency
+                assert REGISTER_READ_LATENCY == 2
                 m.next = "CAPTURE"
             with m.State("CAPTURE"):
                 with m.Switch(pair):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from amaranth import Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -24,6 +23,7 @@ from contract.header import LANES
 from hdl.net.layouts import WORD_BYTES, WORDS_PER_BEAT, egress_word
 from hdl.net.width import Downsizer
 from hdl.stream.axis import DATA_BITS, axis_signature
+from hdl.stream.posted_fifo import PostedWriteFIFO
 
 __all__ = ["EgressEvents", "EgressBuffer"]
 
@@ -87,7 +87,8 @@ class EgressBuffer(wiring.Component):
         m.submodules.memory = memory = Memory(shape=DATA_BITS, depth=depth, init=[])
         write = memory.write_port()
         read = memory.read_port()
-        m.submodules.queue = queue = SyncFIFO(width=self._descriptor.size, depth=self.packets)
+        m.submodules.queue = queue = PostedWriteFIFO(width=self._descriptor.size,
+                                                     depth=self.packets)
         side = data.StructLayout({"length": unsigned(16), "tag": self._tag_shape})
         m.submodules.downsizer = downsizer = Downsizer(side)
 

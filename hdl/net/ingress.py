@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from amaranth import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -21,6 +20,7 @@ from contract.header import BEAT_BYTES
 from hdl.net.layouts import (WORD_BYTES, WORDS_PER_BEAT, ServiceBeat, UdpMeta, WideBeat,
                              beats_for_length, keep_for_words)
 from hdl.stream.axis import DATA_BITS
+from hdl.stream.posted_fifo import PostedWriteFIFO
 
 __all__ = ["IngressEvents", "IngressBuffer"]
 
@@ -130,8 +130,8 @@ class IngressBuffer(wiring.Component):
         # them from the queue as they are (no length arithmetic after the queue's read).
         descriptor_layout = data.StructLayout({
             "meta": UdpMeta, "beats": unsigned(abits + 2), "last_keep": unsigned(BEAT_BYTES)})
-        m.submodules.queue = queue = SyncFIFO(width=descriptor_layout.size,
-                                              depth=self.datagrams)
+        m.submodules.queue = queue = PostedWriteFIFO(width=descriptor_layout.size,
+                                                     depth=self.datagrams)
         descriptor = data.View(descriptor_layout, queue.w_data)
 
         # Pointers with one extra bit: full and empty differ.
@@ -143,16 +143,22 @@ class IngressBuffer(wiring.Component):
         free = Signal(abits + 2, init=depth)
 
         # -- write side -------------------------------------------------------------------
-        # The input register: a beat, its datagram's length in beats and whether it is too
-        # long, so that the admission decision starts from registers, not from the
-        # dispatch's port decoding in front (the input never stalls, so this is one clock
-        # of latency and nothing else).
+        # The input register: a beat, its datagram's length in beats, whether it is too
+        # long, and where the beat stands against that length (within it, its last), so
+        # that the decisions below start from registers, not from the dispatch's port
+        # decoding in front nor from a count compared with the length (the input never
+        # stalls, so this is one clock of latency and nothing else).
         m.d.comb += i.ready.eq(1)
         beat = Signal(WideBeat)
         beat_valid = Signal()
         need = Signal(abits + 2)
         too_long = Signal()
         last_keep_in = Signal(BEAT_BYTES)
+        within = Signal()                # the beat is one its length promises ...
+        final = Signal()                 # ... and the last of them
+        # beats of the datagram before this one at the input, saturating (a datagram is
+        # at most 2048 beats: 65535 bytes)
+        index = Signal(12)
         m.d.sync += beat_valid.eq(i.valid)
         with m.If(i.valid):
             length = i.p.meta.length
@@ -161,23 +167,25 @@ class IngressBuffer(wiring.Component):
             keep = keep_for_bytes(length) if self.byte_keep else keep_for_words(
                 last_words_for_length(length))
             if self.header_of_long:     # its header beat alone: a whole beat
-                beats, keep = Mux(is_long, 1, beats), Mux(is_long, (1 << BEAT_BYTES) - 1, keep)
+                beats = Mux(is_long, 1, beats)
+                keep = Mux(is_long, (1 << BEAT_BYTES) - 1, keep)
             m.d.sync += [beat.eq(i.p), too_long.eq(is_long), need.eq(beats),
-                         last_keep_in.eq(keep)]
+                         last_keep_in.eq(keep),
+                         within.eq(index < beats), final.eq(index + 1 == beats),
+                         index.eq(Mux(i.p.last, 0, Mux(index == 2**len(index) - 1, index,
+                                                       index + 1)))]
 
         first = Signal(init=1)
         admitted = Signal()              # admitted at its first beat (held for the rest)
         promised = Signal(abits + 2)     # beats its length says it has (held)
-        written = Signal(abits + 2)      # beats of it written so far
         long_held = Signal()             # it was too long (held)
         admit_now = Signal()
         fits = (need <= free) & queue.w_rdy
         m.d.comb += admit_now.eq(fits if self.header_of_long else ~too_long & fits)
-        storing, limit, count, long = Signal(), Signal(abits + 2), Signal(abits + 2), Signal()
+        storing, limit, long = Signal(), Signal(abits + 2), Signal()
         m.d.comb += [
             storing.eq(Mux(first, admit_now, admitted)),
             limit.eq(Mux(first, need, promised)),
-            count.eq(Mux(first, 0, written)),
             long.eq(Mux(first, too_long, long_held)),
             write.addr.eq(write_ptr[:abits]),
             write.data.eq(beat.data),
@@ -190,24 +198,24 @@ class IngressBuffer(wiring.Component):
                 m.d.comb += descriptor.meta.length.eq(BEAT_BYTES)
         # A good datagram has exactly the beats its length says (the core's contract). One
         # that has more or fewer is never published (the reader reads by the length, so it
-        # would take a stranger's beats): it is dropped and counted as `mismatch`.
-        room = Signal()
-        m.d.comb += room.eq(count < limit)
+        # would take a stranger's beats): it is dropped and counted as `mismatch`. Beats
+        # past its length are not written (`within`: an admitted datagram has all the
+        # beats before them written).
         publish = Signal()
         m.d.sync += self.events.eq(0)
         with m.If(beat_valid):
             m.d.sync += first.eq(beat.last)
             with m.If(first):
                 m.d.sync += [admitted.eq(admit_now), promised.eq(need), long_held.eq(too_long)]
-            with m.If(storing & room):
+            with m.If(storing & within):
                 m.d.comb += write.en.eq(1)
-                m.d.sync += [write_ptr.eq(write_ptr + 1), written.eq(count + 1)]
+                m.d.sync += write_ptr.eq(write_ptr + 1)
             with m.If(beat.last):
                 good = ~beat.error & ~beat.drop
-                exact = storing & (count + 1 == limit)
+                exact = storing & final
                 if self.header_of_long:
                     # its header beat is all it keeps (the rest goes unwritten)
-                    exact = storing & (long | (count + 1 == limit))
+                    exact = storing & (long | final)
                 m.d.comb += publish.eq(exact & good)
                 with m.If(publish):
                     m.d.comb += queue.w_en.eq(1)
@@ -249,9 +257,13 @@ class IngressBuffer(wiring.Component):
             read.en.eq(load),
             o.p.data.eq(read.data),
         ]
-        # a publish takes `limit` entries, a load frees one (both may happen in a clock)
+        # A publish takes `limit` entries, a load frees one (both may happen in a clock). The
+        # load is counted a clock late (the admission sees one beat less free for a clock),
+        # so that the engine's `ready` ends at a register, not in this arithmetic.
+        loaded = Signal()
+        m.d.sync += loaded.eq(load)
         freed = Signal(abits + 2)
-        m.d.comb += freed.eq(free + load)
+        m.d.comb += freed.eq(free + loaded)
         m.d.sync += free.eq(Mux(publish, freed - limit, freed))
         with m.If(load):
             is_last = remaining == 1

@@ -9,7 +9,10 @@ does not have, read 0 and ignore writes.
 """
 from __future__ import annotations
 
-from amaranth import Module, Mux, Signal, unsigned
+import operator
+from functools import reduce
+
+from amaranth import Array, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -33,6 +36,10 @@ def ctrl_master_signature(*, writable=True):
 
 class RegisterRouter(wiring.Component):
     """Decodes the control bus into the three regions.
+
+    The bus answers ``REGISTER_READ_LATENCY`` (2) clocks after ``re``: the ``net`` region
+    (:class:`NetRegisters`) does, its address decode being a clock of its own; the engines'
+    ports answer the clock after ``re``, and their ``rdata`` is registered here once more.
 
     Parameters
     ----------
@@ -69,17 +76,24 @@ class RegisterRouter(wiring.Component):
             m.d.comb += [port.ctrl_addr.eq(bus.addr[:16]), port.ctrl_re.eq(bus.re & hit)]
             if name != "nic":
                 m.d.comb += [port.ctrl_wdata.eq(bus.wdata), port.ctrl_we.eq(bus.we & hit)]
-        # rdata the clock after re, from the region that was read
+        # rdata two clocks after re, from the region that was read
         read_from = Signal(2)
+        answer_from = Signal(2)
         with m.If(bus.re):
             m.d.sync += read_from.eq(0)
             for n, name in enumerate(("nic", "switch", "net"), 1):
                 with m.If(selected[name]):
                     m.d.sync += read_from.eq(n)
-        with m.Switch(read_from):
+        m.d.sync += answer_from.eq(read_from)
+        engine_rdata = {}
+        for name in ("nic", "switch"):
+            engine_rdata[name] = Signal(32, name=f"{name}_rdata")
+            m.d.sync += engine_rdata[name].eq(getattr(self, name).ctrl_rdata)
+        with m.Switch(answer_from):
             for n, name in enumerate(("nic", "switch", "net"), 1):
                 with m.Case(n):
-                    m.d.comb += bus.rdata.eq(getattr(self, name).ctrl_rdata)
+                    m.d.comb += bus.rdata.eq(engine_rdata[name] if name != "net"
+                                             else self.net.ctrl_rdata)
         return m
 
 
@@ -91,6 +105,10 @@ NetEvents = data.StructLayout({name: unsigned(w) for name, w in NET_EVENT_WIDTHS
 
 class NetRegisters(wiring.Component):
     """The ``net`` region: ``contract.registers.NET_REGISTERS``.
+
+    Its port is ``hdl.ctrl_port``'s with one difference: ``ctrl_rdata`` answers two clocks
+    after ``ctrl_re`` (``REGISTER_READ_LATENCY``), not one. Counters count their events a
+    clock after they come.
 
     Parameters
     ----------
@@ -133,10 +151,14 @@ class NetRegisters(wiring.Component):
         wiring.connect(m, wiring.flipped(self.check), table.check)
         wiring.connect(m, wiring.flipped(self.fanout), table.fanout)
 
+        # The events are registered before they are added: they come from the services'
+        # decisions all over the front end, the adders are here.
+        events = Signal(NetEvents)
+        m.d.sync += events.eq(self.events)
         for name in NET_COUNTERS:
             counter = self.counters[name]
-            with m.If(self.events[name] != 0):
-                m.d.sync += counter.eq(counter + self.events[name])   # wraps at 2^32
+            with m.If(events[name] != 0):
+                m.d.sync += counter.eq(counter + events[name])   # wraps at 2^32
 
         addr = self.ctrl_addr
         worker = NET_REGISTERS["worker"]
@@ -151,22 +173,33 @@ class NetRegisters(wiring.Component):
             table.reg_we.eq(self.ctrl_we & in_table),
             table.reg_wdata.eq(self.ctrl_wdata),
         ]
-        # The addressed register is loaded every clock, not only on `ctrl_re` (`rdata` is
-        # defined only the clock after it, and a read has no side effect here): the
-        # router's region decode in front then reaches only the worker table's read, not
-        # the 32 enables of this register as well.
-        value = Signal(32)
+        # A read answers two clocks after `ctrl_re` (REGISTER_READ_LATENCY), in two steps
+        # that run on every clock (a read has no side effect here): the address is
+        # decoded into registers (which block of 32 registers, which one in it), then
+        # the register is selected from them. Neither step has the other's logic in front.
+        sources = {address: self.counters[name]
+                   for name, address in NET_REGISTERS["counter"].items()}
+        for name, constant in self._constants.items():
+            register = NET_REGISTERS[name]
+            sources[register.address] = Const(constant & ((1 << register.width) - 1), 32)
+        sources[NET_REGISTERS["link"].address] = self.link
+        block_bits = 5
+        blocks = sorted({address >> block_bits for address in sources})
+        index = Signal(block_bits)
+        in_block = Signal(len(blocks))
         read_table = Signal()
-        m.d.sync += [read_table.eq(in_table), value.eq(0)]
-        with m.Switch(addr):
-            for name, address in NET_REGISTERS["counter"].items():
-                with m.Case(address):
-                    m.d.sync += value.eq(self.counters[name])
-            for name, constant in self._constants.items():
-                register = NET_REGISTERS[name]
-                with m.Case(register.address):
-                    m.d.sync += value.eq(constant & ((1 << register.width) - 1))
-            with m.Case(NET_REGISTERS["link"].address):
-                m.d.sync += value.eq(self.link)
-        m.d.comb += self.ctrl_rdata.eq(Mux(read_table, table.reg_rdata, value))
+        m.d.sync += [index.eq(addr[:block_bits]), read_table.eq(in_table)]
+        for k, block in enumerate(blocks):
+            m.d.sync += in_block[k].eq(addr[block_bits:] == block)
+        value = Signal(32)
+        table_value = Signal(32)
+        answer_table = Signal()
+        selected = []
+        for k, block in enumerate(blocks):
+            entries = Array(sources.get(block << block_bits | j, Const(0, 32))
+                            for j in range(1 << block_bits))
+            selected.append(Mux(in_block[k], entries[index], 0))
+        m.d.sync += [value.eq(reduce(operator.or_, selected)),
+                     table_value.eq(table.reg_rdata), answer_table.eq(read_table)]
+        m.d.comb += self.ctrl_rdata.eq(Mux(answer_table, table_value, value))
         return m

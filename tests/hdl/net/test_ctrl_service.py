@@ -6,7 +6,7 @@ import pytest
 
 from contract.header import HEADER_BYTES, Flags, Header
 from contract.network import CTRL_KEY_OFFSET, CTRL_OP_OFFSET, CTRL_TYPE, CtrlOp
-from hdl.net.ctrl_service import CtrlService
+from hdl.net.ctrl_service import REGISTER_READ_LATENCY, CtrlService
 from tests.amaranth_sim import run, send_items
 
 KEY = 0x0123456789ABCDEF
@@ -62,7 +62,7 @@ def bench(requests, rng, *, p_stall=0.3, p_block=0.3):
     writable = lambda a: a < 0x20030                 # the rest are read-only
     model = dict(registers)
     expected = [expected_reply(raw, model, writable) for raw in requests]
-    replies, events, accesses = [], [], []
+    replies, events, accesses, answers = [], [], [], []
 
     async def producer(ctx):
         await send_items(ctx, dut.i, [b for n, raw in enumerate(requests)
@@ -76,11 +76,14 @@ def bench(requests, rng, *, p_stall=0.3, p_block=0.3):
                 accesses.append(("w", int(addr)))
                 if writable(int(addr)):
                     registers[int(addr)] = int(wdata)
+            # a read's value is on rdata REGISTER_READ_LATENCY clocks after its re (and
+            # garbage on every other clock)
             if re:
                 accesses.append(("r", int(addr)))
-                ctx.set(dut.bus.rdata, registers.get(int(addr), 0))
-            else:
-                ctx.set(dut.bus.rdata, rng.getrandbits(32))   # only valid after re
+            answers.append(registers.get(int(addr), 0) if re else None)
+            answer = answers[-REGISTER_READ_LATENCY] if len(answers) >= \
+                REGISTER_READ_LATENCY else None
+            ctx.set(dut.bus.rdata, rng.getrandbits(32) if answer is None else answer)
             for name in ("executed", "bad_key", "bad_ctrl"):
                 if getattr(ev, name):
                     events.append(name)

@@ -6,6 +6,7 @@ from amaranth import Module
 from contract.counters import NET_COUNTERS
 from contract.network import network_address
 from contract.registers import NET_REGISTERS
+from hdl.net.ctrl_service import REGISTER_READ_LATENCY
 from hdl.net.registers import NetRegisters, RegisterRouter
 from tests.amaranth_sim import run
 
@@ -33,6 +34,8 @@ async def access(ctx, bus, addr, value=None):
     ctx.set(bus.re, 1)
     await ctx.tick()
     ctx.set(bus.re, 0)
+    for _ in range(REGISTER_READ_LATENCY - 1):
+        await ctx.tick()
     return ctx.get(bus.rdata)
 
 
@@ -106,7 +109,10 @@ def test_absent_engine_region_reads_zero_and_is_never_strobed():
         await ctx.tick()
         strobes.append(ctx.get(router.nic.ctrl_re))
         ctx.set(router.bus.re, 0)
+        for _ in range(REGISTER_READ_LATENCY - 1):
+            await ctx.tick()
+            strobes.append(ctx.get(router.nic.ctrl_re))
         assert ctx.get(router.bus.rdata) == 0
-        assert strobes == [0]
+        assert strobes == [0] * REGISTER_READ_LATENCY
 
     run(top, bench)
