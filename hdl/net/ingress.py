@@ -250,13 +250,26 @@ class IngressBuffer(wiring.Component):
                 last_keep.eq(head.last_keep),
                 at_first.eq(1),
             ]
-        load = Signal()
+        # Two stages: the block RAM's output (it holds while its read is not enabled), with
+        # its beat's fields in registers beside it, then the output register, so that the
+        # engine's input logic starts from a flip-flop, not from the block RAM's slow
+        # clock-to-output.
+        ram_beat = Signal(ServiceBeat)   # all but `data`, which is the RAM's output
+        ram_valid = Signal()
+        advance = Signal()               # the RAM's beat moves into the output register
+        load = Signal()                  # the next beat is read out of the RAM
         m.d.comb += [
-            load.eq(active & (remaining != 0) & (~o.valid | o.ready)),
+            advance.eq(ram_valid & (~o.valid | o.ready)),
+            load.eq(active & (remaining != 0) & (~ram_valid | advance)),
             read.addr.eq(read_ptr[:abits]),
             read.en.eq(load),
-            o.p.data.eq(read.data),
         ]
+        with m.If(advance):
+            m.d.sync += [o.valid.eq(1), o.p.data.eq(read.data), o.p.last.eq(ram_beat.last),
+                         o.p.first.eq(ram_beat.first), o.p.keep.eq(ram_beat.keep),
+                         o.p.meta.eq(ram_beat.meta)]
+        with m.Elif(o.ready):
+            m.d.sync += o.valid.eq(0)
         # A publish takes `limit` entries, a load frees one (both may happen in a clock). The
         # load is counted a clock late (the admission sees one beat less free for a clock),
         # so that the engine's `ready` ends at a register, not in this arithmetic.
@@ -270,15 +283,15 @@ class IngressBuffer(wiring.Component):
             m.d.sync += [
                 read_ptr.eq(read_ptr + 1),
                 remaining.eq(remaining - 1),
-                o.valid.eq(1),
-                o.p.last.eq(is_last),
-                o.p.first.eq(at_first),
-                o.p.keep.eq(Mux(is_last, last_keep, (1 << BEAT_BYTES) - 1)),
-                o.p.meta.eq(meta),
+                ram_valid.eq(1),
+                ram_beat.last.eq(is_last),
+                ram_beat.first.eq(at_first),
+                ram_beat.keep.eq(Mux(is_last, last_keep, (1 << BEAT_BYTES) - 1)),
+                ram_beat.meta.eq(meta),
                 at_first.eq(0),
             ]
             with m.If(is_last):
                 m.d.sync += active.eq(0)
-        with m.Elif(o.ready):
-            m.d.sync += o.valid.eq(0)
+        with m.Elif(advance):
+            m.d.sync += ram_valid.eq(0)
         return m

@@ -29,7 +29,7 @@ MIN_CHECKED_LENGTH = WORKER_BYTE + 1
 
 
 class SourceCheck(wiring.Component):
-    """Marks datagrams whose source is not their (job, worker) table entry; latency 2.
+    """Marks datagrams whose source is not their (job, worker) table entry; latency 3.
 
     Members
     -------
@@ -52,8 +52,10 @@ class SourceCheck(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
-        # A two-register pipe that moves as a whole: the table's answer to the lookup made
-        # as a beat enters the first register is there when the beat leaves it.
+        # A three-register pipe that moves as a whole: the table's answer to the lookup made
+        # as a beat enters the first register is there when the beat leaves it, and is
+        # compared with the beat's source into the second (the table's block RAM output and
+        # the 48-bit compare, then the decision, each a clock of their own).
         advance = Signal()
         m.d.comb += [advance.eq(~o.valid | o.ready), i.ready.eq(advance)]
 
@@ -72,18 +74,27 @@ class SourceCheck(wiring.Component):
             (stage.meta.length < MIN_CHECKED_LENGTH)
             | (self.table.valid & (entry.port != 0) & (entry.port == stage.meta.src_port)
                & (entry.ip_address == stage.meta.ip_address)))
-        refused = Signal()           # the datagram in the stage register, once decided
+        checked = Signal(WideBeat)
+        checked_valid = Signal()
+        checked_first = Signal()
+        checked_matches = Signal()
+        refused = Signal()           # the datagram in the checked register, once decided
         refuse_now = Signal()
-        m.d.comb += refuse_now.eq(Mux(stage_first, ~matches, refused))
+        m.d.comb += refuse_now.eq(Mux(checked_first, ~checked_matches, refused))
 
         m.d.sync += self.bad_source.eq(0)
         with m.If(advance):
-            m.d.sync += [stage_valid.eq(i.valid), o.valid.eq(stage_valid)]
+            m.d.sync += [stage_valid.eq(i.valid), checked_valid.eq(stage_valid),
+                         o.valid.eq(checked_valid)]
             with m.If(i.valid):
                 m.d.sync += [stage.eq(i.p), stage_first.eq(first_in), first_in.eq(i.p.last)]
             with m.If(stage_valid):
-                m.d.sync += [o.p.eq(stage), o.p.drop.eq(stage.drop | (stage.last & refuse_now)),
+                m.d.sync += [checked.eq(stage), checked_first.eq(stage_first),
+                             checked_matches.eq(matches)]
+            with m.If(checked_valid):
+                m.d.sync += [o.p.eq(checked),
+                             o.p.drop.eq(checked.drop | (checked.last & refuse_now)),
                              refused.eq(refuse_now)]
-                with m.If(stage.last & refuse_now & ~stage.error):
+                with m.If(checked.last & refuse_now & ~checked.error):
                     m.d.sync += self.bad_source.eq(1)
         return m

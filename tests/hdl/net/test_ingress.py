@@ -140,12 +140,13 @@ def test_full_buffer_drops_whole_datagrams_and_recovers():
         datagrams.append((tag, wide_beats(payloads[tag], tag)))
     # The model: reader stalled, so admission is decided by beats and queue slots alone.
     # Once the first datagram is published the reader holds its descriptor and its first
-    # beat (in the output register), so from the third datagram on there is one more of each.
+    # two beats (the block RAM's output and the output register), so from the third
+    # datagram on there are two more beats and one more slot.
     free, slots, model = depth, queue, {"accepted": [], "full": [], "too_long": []}
     for tag, n in enumerate(sizes):
         beats = max(1, -(-n // 32))
         if tag == 2:
-            free, slots = free + 1, slots + 1
+            free, slots = free + 2, slots + 1
         if n > 600:
             model["too_long"].append(tag)
         elif beats <= free and slots:
@@ -246,3 +247,43 @@ def test_parameters_are_checked():
         IngressBuffer(depth=4, max_length=31, header_of_long=True)
     with pytest.raises(ValueError, match="at least 1"):
         IngressBuffer(depth=4, datagrams=0)
+
+
+def test_a_stored_datagram_leaves_at_a_beat_per_clock():
+    """With the reader ready, a published datagram's beats leave one every clock (the block
+    RAM's output stage and the output register never bubble inside a datagram; between
+    datagrams the next descriptor takes a clock)."""
+    rng = random.Random(7)
+    dut = IngressBuffer(depth=64, datagrams=8)
+    payloads = [bytes(rng.getrandbits(8) for _ in range(n)) for n in (320, 64, 200)]
+    beats = [max(1, -(-len(p) // 32)) for p in payloads]
+    datagrams = [(tag, wide_beats(p, tag)) for tag, p in enumerate(payloads)]
+    trace = []
+
+    def reader(done):
+        async def take(ctx):
+            ctx.set(dut.o.ready, 0)
+            while not done["input"]:        # everything is stored before reading starts
+                await ctx.tick()
+            ctx.set(dut.o.ready, 1)
+            for _ in range(sum(beats) + 16):
+                trace.append((ctx.get(dut.o.valid), ctx.get(dut.o.p.last)))
+                await ctx.tick()
+        return take
+
+    drive(dut, datagrams, rng, consumer=reader)
+    runs, current, gaps, gap = [], 0, [], 0
+    for valid, last in trace:
+        if valid:
+            if current == 0 and runs:
+                gaps.append(gap)
+            current, gap = current + 1, 0
+            if last:
+                runs.append(current)
+                current = 0
+        elif current:
+            runs.append(-current)        # a bubble inside a datagram
+            current = 0
+        else:
+            gap += 1
+    assert runs == beats and gaps == [1, 1], (runs, gaps)
