@@ -20,7 +20,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from contract.header import LANES
-from hdl.net.layouts import WORD_BYTES, WORDS_PER_BEAT, egress_word
+from hdl.net.layouts import WORD_BYTES, WORDS_PER_BEAT, egress_word, last_beat_words
 from hdl.net.width import Downsizer
 from hdl.stream.axis import DATA_BITS, axis_signature
 from hdl.stream.posted_fifo import PostedWriteFIFO
@@ -149,8 +149,7 @@ class EgressBuffer(wiring.Component):
         last_words = Signal(4)
         m.d.comb += [
             head_beats.eq(Mux(head.words == 0, 1, (head.words + (WORDS_PER_BEAT - 1)) >> 3)),
-            last_words.eq(Mux(head.words[:3] == 0,
-                              Mux(head.words == 0, 0, WORDS_PER_BEAT), head.words[:3])),
+            last_words.eq(last_beat_words(head.words)),
         ]
         with m.If(~active & queue.r_rdy):
             m.d.sync += [active.eq(1), remaining.eq(head_beats)]

@@ -17,19 +17,12 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from contract.header import BEAT_BYTES
-from hdl.net.layouts import (WORD_BYTES, WORDS_PER_BEAT, ServiceBeat, UdpMeta, WideBeat,
-                             beats_for_length, keep_for_words)
+from hdl.net.layouts import (WORD_BYTES, ServiceBeat, UdpMeta, WideBeat, beats_for_length,
+                             keep_for_words, last_beat_words)
 from hdl.stream.axis import DATA_BITS
 from hdl.stream.posted_fifo import PostedWriteFIFO
 
 __all__ = ["IngressEvents", "IngressBuffer"]
-
-
-def last_words_for_length(length):
-    """32-bit words in the last beat of a datagram of ``length`` bytes (an Amaranth value):
-    1..8, or 0 for an empty datagram."""
-    words = (length + (WORD_BYTES - 1)) >> 2
-    return Mux(words[:3] == 0, Mux(words == 0, 0, WORDS_PER_BEAT), words[:3])
 
 
 def keep_for_bytes(length):
@@ -165,7 +158,7 @@ class IngressBuffer(wiring.Component):
             is_long = length > self.max_length
             beats = beats_for_length(length)
             keep = keep_for_bytes(length) if self.byte_keep else keep_for_words(
-                last_words_for_length(length))
+                last_beat_words((length + (WORD_BYTES - 1)) >> 2))
             if self.header_of_long:     # its header beat alone: a whole beat
                 beats = Mux(is_long, 1, beats)
                 keep = Mux(is_long, (1 << BEAT_BYTES) - 1, keep)

@@ -19,7 +19,8 @@ from hdl.net.eth_core import DATA_WIDTH, RxBeat, TxBeat, UdpMeta
 from hdl.stream.axis import DATA_BITS
 
 __all__ = ["WORD_BYTES", "WORDS_PER_BEAT", "RxBeat", "TxBeat", "UdpMeta", "WideBeat",
-           "ServiceBeat", "ReplyTag", "egress_word", "beats_for_length", "keep_for_words"]
+           "ServiceBeat", "ReplyTag", "egress_word", "beats_for_length", "last_beat_words",
+           "keep_for_words"]
 
 WORD_BYTES = DATA_WIDTH // 8
 WORDS_PER_BEAT = LANES
@@ -74,6 +75,13 @@ def beats_for_length(length):
     from amaranth import Mux
     full = (length + (BEAT_BYTES - 1)) >> 5
     return Mux(length == 0, 1, full)
+
+
+def last_beat_words(words):
+    """32-bit words in the last beat of a packet of ``words`` words (an Amaranth value):
+    1..8, or 0 for an empty packet."""
+    from amaranth import Mux
+    return Mux(words[:3] == 0, Mux(words == 0, 0, WORDS_PER_BEAT), words[:3])
 
 
 def keep_for_words(words):

@@ -85,15 +85,14 @@ class RegisterRouter(wiring.Component):
                 with m.If(selected[name]):
                     m.d.sync += read_from.eq(n)
         m.d.sync += answer_from.eq(read_from)
-        engine_rdata = {}
+        answers = {"net": self.net.ctrl_rdata}     # already two clocks after re
         for name in ("nic", "switch"):
-            engine_rdata[name] = Signal(32, name=f"{name}_rdata")
-            m.d.sync += engine_rdata[name].eq(getattr(self, name).ctrl_rdata)
+            answers[name] = Signal(32, name=f"{name}_rdata")
+            m.d.sync += answers[name].eq(getattr(self, name).ctrl_rdata)
         with m.Switch(answer_from):
             for n, name in enumerate(("nic", "switch", "net"), 1):
                 with m.Case(n):
-                    m.d.comb += bus.rdata.eq(engine_rdata[name] if name != "net"
-                                             else self.net.ctrl_rdata)
+                    m.d.comb += bus.rdata.eq(answers[name])
         return m
 
 
@@ -189,16 +188,15 @@ class NetRegisters(wiring.Component):
         in_block = Signal(len(blocks))
         read_table = Signal()
         m.d.sync += [index.eq(addr[:block_bits]), read_table.eq(in_table)]
-        for k, block in enumerate(blocks):
-            m.d.sync += in_block[k].eq(addr[block_bits:] == block)
-        value = Signal(32)
-        table_value = Signal(32)
-        answer_table = Signal()
         selected = []
         for k, block in enumerate(blocks):
+            m.d.sync += in_block[k].eq(addr[block_bits:] == block)
             entries = Array(sources.get(block << block_bits | j, Const(0, 32))
                             for j in range(1 << block_bits))
             selected.append(Mux(in_block[k], entries[index], 0))
+        value = Signal(32)
+        table_value = Signal(32)
+        answer_table = Signal()
         m.d.sync += [value.eq(reduce(operator.or_, selected)),
                      table_value.eq(table.reg_rdata), answer_table.eq(read_table)]
         m.d.comb += self.ctrl_rdata.eq(Mux(answer_table, table_value, value))
