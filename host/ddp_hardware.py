@@ -626,13 +626,15 @@ class UdpSwitch(_Backend):
         return out
 
     def totals(self) -> dict:
-        """As :meth:`NicRingCodec.totals`: packets into the switch (resends included) and
-        results out of it."""
+        """As :meth:`NicRingCodec.totals`: packets into the switch and results out of it,
+        one result per packet (a packet sent again after a timeout is counted in
+        ``resends``, not again in ``packets_in``, as the NIC path counts its transport's
+        resends; ``bytes_in`` are the bytes sent, resends included)."""
         w = self.worker.stats if self.worker is not None else None
         if w is None:
             return {"packets_in": 0, "packets_out": 0, "bytes_in": 0, "bytes_out": 0,
                     "resends": 0, "seconds": 0.0, "startup_seconds": self.startup_seconds}
-        return {"packets_in": w.packets + w.resends, "packets_out": w.results,
+        return {"packets_in": w.packets, "packets_out": w.results,
                 "bytes_in": w.bytes_out, "bytes_out": w.bytes_in, "resends": w.resends,
                 "seconds": w.seconds, "startup_seconds": self.startup_seconds}
 

@@ -444,3 +444,21 @@ def test_hook_arguments_are_checked_where_the_caller_sees_them(monkeypatch):
     assert repr(ddp.InceptionnHook(8, backend="verilator")) == \
         "InceptionnHook(k=8, backend='verilator')"
     assert ddp.InceptionnHook().backend == "golden" and ddp.InceptionnHook().hardware_stats is None
+
+
+def test_a_switch_path_counts_a_resent_packet_once_and_its_resend_apart():
+    # One result per packet however often it went: the totals that ``make bench`` compares
+    # (packets in == packets out) must not count the resend as another packet.
+    from host.ddp_hardware import UdpSwitch
+    from host.driver.udp_worker import WorkerStats
+
+    switch = UdpSwitch("test", {"host": "127.0.0.1", "port_base": 1})
+
+    class Worker:
+        stats = WorkerStats(packets=7, resends=3, results=7, bytes_out=10 * 288,
+                            bytes_in=7 * 288)
+
+    switch.worker = Worker()
+    totals = switch.totals()
+    assert (totals["packets_in"], totals["packets_out"], totals["resends"]) == (7, 7, 3)
+    assert (totals["bytes_in"], totals["bytes_out"]) == (10 * 288, 7 * 288)

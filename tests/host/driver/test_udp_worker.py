@@ -126,6 +126,9 @@ def test_loss_duplication_and_reordering_leave_the_results_exact(rate):
             _check(_in_threads(workers, messages), expected)
             resends = sum(w.stats.resends for w in workers)
             assert resends > 0 and faults.stats()["lost"] > 0
+            # however often a packet went, each took exactly one result
+            for w in workers:
+                assert w.stats.results == w.stats.packets > 0
             # Lost multicast copies come back as unicast answers to the resends.
             assert sum(w.stats.unicast for w in workers) > 0
             assert sum(w.stats.discarded for w in workers) > 0
