@@ -31,7 +31,7 @@ from hdl.header import HeaderLayout
 from hdl.net.layouts import WORDS_PER_BEAT, ServiceBeat
 from hdl.stream.axis import DATA_BITS, axis_signature
 
-__all__ = ["RegisterBusSignature", "CtrlEvents", "CtrlService", "PAIR_BYTES"]
+__all__ = ["REGISTER_ADDRESS_SETUP", "REGISTER_READ_LATENCY", "RegisterBusSignature", "CtrlEvents", "CtrlService", "PAIR_BYTES"]
 
 PAIR_BYTES = 8
 PAIRS_PER_BEAT = WORDS_PER_BEAT // 2
@@ -40,9 +40,13 @@ PAIRS_PER_BEAT = WORDS_PER_BEAT // 2
 #: bus take a clock of their own: :class:`hdl.net.registers.RegisterRouter`).
 REGISTER_READ_LATENCY = 2
 
+#: Clocks ``addr`` and ``wdata`` hold their value before ``re`` or ``we`` (the router
+#: registers them and decodes the region from the address ahead of the strobe).
+REGISTER_ADDRESS_SETUP = 1
+
 #: The control service's register bus, seen from the service: 32-bit network addresses
-#: (``contract.network.network_address``); ``rdata`` is valid
-#: :data:`REGISTER_READ_LATENCY` clocks after ``re``.
+#: (``contract.network.network_address``), held :data:`REGISTER_ADDRESS_SETUP` clocks
+#: before a strobe; ``rdata`` is valid :data:`REGISTER_READ_LATENCY` clocks after ``re``.
 RegisterBusSignature = wiring.Signature({
     "addr": Out(32),
     "re": Out(1),
@@ -173,7 +177,11 @@ class CtrlService(wiring.Component):
                     m.d.sync += [out_data.eq(beat.data), pair.eq(0),
                                  bus_addr.eq(beat.data.word_select(0, 32)),
                                  bus_wdata.eq(beat.data.word_select(1, 32))]
-                    m.next = "ACCESS"
+                    m.next = "SETUP"
+            with m.State("SETUP"):
+                # the bus holds a new address a clock before the strobe
+                assert REGISTER_ADDRESS_SETUP == 1
+                m.next = "ACCESS"
             with m.State("ACCESS"):
                 # A write, then the read that answers it; a read alone.
                 m.d.comb += [bus.we.eq(writing), bus.re.eq(~writing)]
@@ -185,19 +193,20 @@ class CtrlService(wiring.Component):
                 m.d.comb += bus.re.eq(1)
                 m.next = "WAIT"
             with m.State("WAIT"):
-                # the bus's second clock of read latency
+                # The bus's second clock of read latency. The next pair's address and value
+                # (words the capture leaves alone) go on the bus now, a clock before its
+                # strobe: the access is done with the address.
                 assert REGISTER_READ_LATENCY == 2
+                next_pair = (pair + 1)[:len(pair)]
+                m.d.sync += [bus_addr.eq(out_data.word_select(2 * next_pair, 32)),
+                             bus_wdata.eq(out_data.word_select(2 * next_pair + 1, 32))]
                 m.next = "CAPTURE"
             with m.State("CAPTURE"):
                 with m.Switch(pair):
                     for p in range(PAIRS_PER_BEAT):
                         with m.Case(p):
                             m.d.sync += out_data.word_select(2 * p + 1, 32).eq(bus.rdata)
-                # the next pair's address and value (words the capture leaves alone)
-                next_pair = (pair + 1)[:len(pair)]
-                m.d.sync += [pairs_left.eq(pairs_left - 1), pair.eq(pair + 1),
-                             bus_addr.eq(out_data.word_select(2 * next_pair, 32)),
-                             bus_wdata.eq(out_data.word_select(2 * next_pair + 1, 32))]
+                m.d.sync += [pairs_left.eq(pairs_left - 1), pair.eq(pair + 1)]
                 with m.If((pair == PAIRS_PER_BEAT - 1) | (pairs_left == 1)):
                     m.next = "EMIT"
                 with m.Else():

@@ -77,12 +77,19 @@ class FanOut(wiring.Component):
         W = self.max_workers
 
         # -- the search: the next worker with an entry, candidates cand..last ------------
+        # A lookup's answer is registered before it is judged (`answered`): the table's
+        # block RAM output goes into flip-flops, not through a compare into the search's
+        # enables. Two lookups may be in flight; the search stops at the first hit.
         job = Signal(8)
         searching = Signal()
         cand = Signal(range(W + 1))
         last_cand = Signal(range(W))
-        pending = Signal()               # a lookup of `pending_w` was issued last clock
-        pending_w = Signal(range(W))
+        issued = Signal()                # a lookup of `issued_w` was issued last clock
+        issued_w = Signal(range(W))
+        answered = Signal()              # ... and the clock before: its answer registered
+        answered_w = Signal(range(W))
+        answered_entry = Signal(WorkerEntry)
+        answered_set = Signal()          # the entry is inside the table and has a port
         found = Signal()
         found_w = Signal(range(W))
         found_entry = Signal(WorkerEntry)
@@ -92,28 +99,30 @@ class FanOut(wiring.Component):
         hit = Signal()
         issue = Signal()                 # look the candidate up (unless the search ends)
         m.d.comb += [
-            hit.eq(pending & table.valid & (table.entry.port != 0)),
+            hit.eq(answered & answered_set),
             issue.eq(searching & ~hit & (cand <= last_cand)),
             # Not gated by `start`: a lookup issued as a new search starts is answered while
-            # `pending` is clear and so ignored, and the enable does not wait for the
+            # `issued` is clear and so ignored, and the enable does not wait for the
             # transmit path's decisions that make `start`.
             table.en.eq(issue),
             table.job.eq(job),
             table.worker.eq(cand),
         ]
+        m.d.sync += [answered_w.eq(issued_w), answered_entry.eq(table.entry),
+                     answered_set.eq(table.valid & (table.entry.port != 0))]
         with m.If(start):
             m.d.sync += [searching.eq(start_from < W), cand.eq(start_from), last_cand.eq(start_to),
-                         pending.eq(0), found.eq(0)]
+                         issued.eq(0), answered.eq(0), found.eq(0)]
         with m.Elif(searching):
             with m.If(hit):
-                m.d.sync += [searching.eq(0), pending.eq(0), found.eq(1), found_w.eq(pending_w),
-                             found_entry.eq(table.entry)]
-            with m.Elif(issue):
-                m.d.sync += [pending.eq(1), pending_w.eq(cand), cand.eq(cand + 1)]
-            with m.Elif(pending):
-                m.d.sync += pending.eq(0)          # the last candidate's answer was a miss
+                m.d.sync += [searching.eq(0), issued.eq(0), answered.eq(0), found.eq(1),
+                             found_w.eq(answered_w), found_entry.eq(answered_entry)]
             with m.Else():
-                m.d.sync += searching.eq(0)
+                m.d.sync += [answered.eq(issued), issued.eq(issue)]
+                with m.If(issue):
+                    m.d.sync += [issued_w.eq(cand), cand.eq(cand + 1)]
+                with m.Elif(~issued & ~answered):
+                    m.d.sync += searching.eq(0)    # every candidate's answer was a miss
 
         # -- sending ----------------------------------------------------------------------
         entry = Signal(WorkerEntry)      # the copy being sent goes here

@@ -10,7 +10,7 @@
     engine -> EgressBuffer -> ReplyPort (to the requester) -+
     switch -> EgressBuffer -> FanOut (to the job's workers) -+-> TxArbiter -> core tx (32 bit)
                                   (a skid buffer at each of the arbiter's ports)
-    CtrlService -> EgressBuffer -> ReplyPort ---------------+
+    CtrlService -> SkidBuffer -> EgressBuffer -> ReplyPort -+
 
     CtrlService -> RegisterRouter -> switch's register port
                                   -> JobWorkers (the jobs' configured workers, for FanOut)
@@ -281,7 +281,11 @@ class NetworkFrontEnd(wiring.Component):
         _, flight = request_reply("ctrl", Service.CTRL, sizes.ctrl_in, None, None, None, None,
                                   max_length=CTRL_MAX_LENGTH, header_of_long=True)
         wiring.connect(m, flight.o, ctrl.i)
-        finish("ctrl", flight, ctrl.o, ctrl.events.no_reply, sizes.ctrl_out)
+        # The service's reply beats come from its state machine; a skid buffer registers
+        # them before the output buffer's word count and queue write.
+        m.submodules.ctrl_slice = ctrl_slice = SkidBuffer(ctrl.o.p.shape())
+        wiring.connect(m, ctrl.o, ctrl_slice.i)
+        finish("ctrl", flight, ctrl_slice.o, ctrl.events.no_reply, sizes.ctrl_out)
         m.d.comb += [
             events.drop_bad_key.eq(ctrl.events.bad_key),
             # a request longer than the longest is refused by the service (header_of_long)

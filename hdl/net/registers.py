@@ -20,7 +20,7 @@ from contract.counters import NET_COUNTERS
 from contract.network import NETWORK_REGIONS
 from contract.registers import NET_REGISTERS, RegisterArray
 from hdl.ctrl_port import ctrl_port_members
-from hdl.net.ctrl_service import RegisterBusSignature
+from hdl.net.ctrl_service import REGISTER_ADDRESS_SETUP, RegisterBusSignature
 from hdl.net.worker_table import LookupSignature, WorkerTable
 
 __all__ = ["ctrl_master_signature", "RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
@@ -37,7 +37,8 @@ def ctrl_master_signature(*, writable=True):
 class RegisterRouter(wiring.Component):
     """Decodes the control bus into the three regions.
 
-    The bus answers ``REGISTER_READ_LATENCY`` (2) clocks after ``re``: the ``net`` region
+    The bus's address and value are held ``REGISTER_ADDRESS_SETUP`` (1) clock before its
+    strobes, and it answers ``REGISTER_READ_LATENCY`` (2) clocks after ``re``: the ``net`` region
     (:class:`NetRegisters`) does, its address decode being a clock of its own; the engines'
     ports answer the clock after ``re``, and their ``rdata`` is registered here once more.
 
@@ -66,16 +67,22 @@ class RegisterRouter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         bus = self.bus
-        region = bus.addr[16:]
+        # The address and value are held a clock before a strobe (REGISTER_ADDRESS_SETUP),
+        # so the router registers them, and the region the address selects, every clock:
+        # the ports' address decoders and the strobes' gates start from these flip-flops.
+        assert REGISTER_ADDRESS_SETUP == 1
+        addr = Signal(16)
+        wdata = Signal(32)
+        m.d.sync += [addr.eq(bus.addr[:16]), wdata.eq(bus.wdata)]
         selected = {}
         for name in ("nic", "switch", "net"):
             port = getattr(self, name)
             hit = Signal(name=f"{name}_hit")
-            m.d.comb += hit.eq((region == _REGION[name]) & self._present[name])
+            m.d.sync += hit.eq((bus.addr[16:] == _REGION[name]) & self._present[name])
             selected[name] = hit
-            m.d.comb += [port.ctrl_addr.eq(bus.addr[:16]), port.ctrl_re.eq(bus.re & hit)]
+            m.d.comb += [port.ctrl_addr.eq(addr), port.ctrl_re.eq(bus.re & hit)]
             if name != "nic":
-                m.d.comb += [port.ctrl_wdata.eq(bus.wdata), port.ctrl_we.eq(bus.we & hit)]
+                m.d.comb += [port.ctrl_wdata.eq(wdata), port.ctrl_we.eq(bus.we & hit)]
         # rdata two clocks after re, from the region that was read
         read_from = Signal(2)
         answer_from = Signal(2)

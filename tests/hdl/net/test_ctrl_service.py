@@ -6,7 +6,7 @@ import pytest
 
 from contract.header import HEADER_BYTES, Flags, Header
 from contract.network import CTRL_KEY_OFFSET, CTRL_OP_OFFSET, CTRL_TYPE, CtrlOp
-from hdl.net.ctrl_service import REGISTER_READ_LATENCY, CtrlService
+from hdl.net.ctrl_service import REGISTER_ADDRESS_SETUP, REGISTER_READ_LATENCY, CtrlService
 from tests.amaranth_sim import run, send_items
 
 KEY = 0x0123456789ABCDEF
@@ -62,7 +62,7 @@ def bench(requests, rng, *, p_stall=0.3, p_block=0.3):
     writable = lambda a: a < 0x20030                 # the rest are read-only
     model = dict(registers)
     expected = [expected_reply(raw, model, writable) for raw in requests]
-    replies, events, accesses, answers = [], [], [], []
+    replies, events, accesses, answers, held = [], [], [], [], []
 
     async def producer(ctx):
         await send_items(ctx, dut.i, [b for n, raw in enumerate(requests)
@@ -72,6 +72,10 @@ def bench(requests, rng, *, p_stall=0.3, p_block=0.3):
         async for _, _, re, we, addr, wdata, ev in ctx.tick().sample(
                 dut.bus.re, dut.bus.we, dut.bus.addr, dut.bus.wdata, dut.events):
             assert not (re and we)
+            # address and value held REGISTER_ADDRESS_SETUP clocks before a strobe
+            held.append((int(addr), int(wdata)))
+            if re or we:
+                assert len(set(held[-1 - REGISTER_ADDRESS_SETUP:])) == 1, held[-3:]
             if we:
                 accesses.append(("w", int(addr)))
                 if writable(int(addr)):

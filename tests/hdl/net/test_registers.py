@@ -6,7 +6,7 @@ from amaranth import Module
 from contract.counters import NET_COUNTERS
 from contract.network import network_address
 from contract.registers import NET_REGISTERS
-from hdl.net.ctrl_service import REGISTER_READ_LATENCY
+from hdl.net.ctrl_service import REGISTER_ADDRESS_SETUP, REGISTER_READ_LATENCY
 from hdl.net.registers import NetRegisters, RegisterRouter
 from tests.amaranth_sim import run
 
@@ -25,9 +25,15 @@ def build(nic=True, switch=True):
 
 
 async def access(ctx, bus, addr, value=None):
+    """A write (when ``value`` is given) and a read of ``addr``, as the control service
+    does them: address and value first, the strobes ``REGISTER_ADDRESS_SETUP`` clocks
+    later."""
     ctx.set(bus.addr, addr)
     if value is not None:
         ctx.set(bus.wdata, value)
+    for _ in range(REGISTER_ADDRESS_SETUP):
+        await ctx.tick()
+    if value is not None:
         ctx.set(bus.we, 1)
         await ctx.tick()
         ctx.set(bus.we, 0)
@@ -105,6 +111,8 @@ def test_absent_engine_region_reads_zero_and_is_never_strobed():
         ctx.set(router.nic.ctrl_rdata, 0xFFFF)
         strobes = []
         ctx.set(router.bus.addr, network_address("nic", 0))
+        for _ in range(REGISTER_ADDRESS_SETUP):
+            await ctx.tick()
         ctx.set(router.bus.re, 1)
         await ctx.tick()
         strobes.append(ctx.get(router.nic.ctrl_re))
