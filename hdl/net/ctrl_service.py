@@ -31,7 +31,8 @@ from hdl.header import HeaderLayout
 from hdl.net.layouts import WORDS_PER_BEAT, ServiceBeat
 from hdl.stream.axis import DATA_BITS, axis_signature
 
-__all__ = ["REGISTER_ADDRESS_SETUP", "REGISTER_READ_LATENCY", "RegisterBusSignature", "CtrlEvents", "CtrlService", "PAIR_BYTES"]
+__all__ = ["REGISTER_ADDRESS_SETUP", "REGISTER_READ_LATENCY", "RegisterBusSignature",
+           "CtrlEvents", "CtrlService", "PAIR_BYTES"]
 
 PAIR_BYTES = 8
 PAIRS_PER_BEAT = WORDS_PER_BEAT // 2
