@@ -40,24 +40,25 @@ END_BITS = 7
 #: Width of the payload bytes of four lanes (at most 16).
 HALF_BITS = 5
 
+#: Decoded ahead so that the unpacker's control decisions start from registers.
+_DECODED_FIELDS = {
+    "bytes": range(BEAT_BYTES + 1),        # bytes in the beat (from tkeep)
+    "empty": unsigned(1),                  # as a header: count == 0
+    "blocks": unsigned(14),                # as a header: ceil(count / 8)
+    "one_block": unsigned(1),              # as a header: 1 <= count <= 8
+}
+
 #: An :data:`UnpackRequest` with, for every byte position (entry ``j < 31``: byte ``j`` of
 #: this beat; entry 31: byte 31 of the beat before), the block end ``ends``, whether that
 #: block is all in this beat (``fits``; entry 31: in the two beats), and the end of the
 #: block if it were the packet's last, lanes past ``count`` masked, rounded up to whole
 #: 32-bit words (``last_ends``: where a good packet ends).
 BeatWithEnds = data.StructLayout({
-    "data": unsigned(DATA_BITS),
-    "keep": unsigned(BEAT_BYTES),
-    "last": unsigned(1),
-    "bypass": unsigned(1),
+    **dict(UnpackRequest.members),
     "ends": data.ArrayLayout(unsigned(END_BITS), BEAT_BYTES),
     "fits": unsigned(BEAT_BYTES),
     "last_ends": data.ArrayLayout(unsigned(END_BITS), BEAT_BYTES),
-    # Decoded ahead so that the unpacker's control decisions start from registers:
-    "bytes": range(BEAT_BYTES + 1),        # bytes in the beat (from tkeep)
-    "empty": unsigned(1),                  # as a header: count == 0
-    "blocks": unsigned(14),                # as a header: ceil(count / 8)
-    "one_block": unsigned(1),              # as a header: 1 <= count <= 8
+    **_DECODED_FIELDS,
 })
 
 #: Payload bytes of two lanes from their 4 tag bits (tags 00/01/10/11 -> 0/1/2/4 bytes).
@@ -126,18 +127,12 @@ def block_end(m, tags, start, name):
 #: A beat between the two stages of :class:`BlockEnds`: each block end still as the two
 #: halves of :func:`block_end_halves`, the header fields already decoded.
 _HalvedEnds = data.StructLayout({
-    "data": unsigned(DATA_BITS),
-    "keep": unsigned(BEAT_BYTES),
-    "last": unsigned(1),
-    "bypass": unsigned(1),
+    **dict(UnpackRequest.members),
     "end_low": data.ArrayLayout(unsigned(END_BITS), BEAT_BYTES),
     "end_high": data.ArrayLayout(unsigned(HALF_BITS), BEAT_BYTES),
     "last_end_low": data.ArrayLayout(unsigned(END_BITS), BEAT_BYTES),
     "last_end_high": data.ArrayLayout(unsigned(HALF_BITS), BEAT_BYTES),
-    "bytes": range(BEAT_BYTES + 1),
-    "empty": unsigned(1),
-    "blocks": unsigned(14),
-    "one_block": unsigned(1),
+    **_DECODED_FIELDS,
 })
 
 
