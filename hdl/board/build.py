@@ -292,7 +292,6 @@ def main(argv=None) -> int:
         top = BoardTop(board, engines=engines, engine_mhz=args.freq)
 
     os.environ.update(tool_environment())
-    platform = board.make_platform()
     build_dir.mkdir(parents=True, exist_ok=True)
     if network is not None:
         # the netlists in the build folder hold the key as a constant
@@ -310,6 +309,8 @@ def main(argv=None) -> int:
             # No `src` attributes: they hold absolute paths, so the netlist (and with it
             # nextpnr's placement and the Fmax) would depend on where the repository is.
             # Without them a build is the same on every machine with the pinned tools.
+            # A fresh platform per seed: an Amaranth platform can be prepared only once.
+            platform = board.make_platform()
             platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
                            emit_src=False,
                            nextpnr_opts=f"--report report.json --seed {seed} "
