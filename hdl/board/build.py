@@ -306,11 +306,11 @@ def main(argv=None) -> int:
         started = time.monotonic()
         error = None
         try:
+            # A fresh platform per seed: an Amaranth platform can be prepared only once.
+            platform = board.make_platform()
             # No `src` attributes: they hold absolute paths, so the netlist (and with it
             # nextpnr's placement and the Fmax) would depend on where the repository is.
             # Without them a build is the same on every machine with the pinned tools.
-            # A fresh platform per seed: an Amaranth platform can be prepared only once.
-            platform = board.make_platform()
             platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
                            emit_src=False,
                            nextpnr_opts=f"--report report.json --seed {seed} "
