@@ -248,6 +248,7 @@ def write_private(path, text):
 
 def main(argv=None) -> int:
     from hdl.board.top import BoardTop, load_boards
+    from hdl.replica import KEEP_REPLICAS
 
     boards = load_boards()
     args = _arguments(sys.argv[1:] if argv is None else argv, boards)
@@ -312,7 +313,7 @@ def main(argv=None) -> int:
             # nextpnr's placement and the Fmax) would depend on where the repository is.
             # Without them a build is the same on every machine with the pinned tools.
             platform.build(top, name=name, build_dir=str(build_dir), do_program=False,
-                           emit_src=False,
+                           emit_src=False, script_after_read=KEEP_REPLICAS,
                            nextpnr_opts=f"--report report.json --seed {seed} "
                                         f"--router {args.router} {' '.join(PLACER_OPTS)}"
                                         + (f" --sdf {name}.sdf" if args.sdf else ""),

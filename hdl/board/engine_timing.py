@@ -34,6 +34,7 @@ from hdl.board.build import (
     critical_path_lines,
     parse_nextpnr_log,
 )
+from hdl.replica import KEEP_REPLICAS
 
 __all__ = ["ENGINES", "EngineHarness", "main"]
 
@@ -130,7 +131,8 @@ def main(argv=None) -> int:
                                                      ports=[top.din, top.dout]))
     started = time.monotonic()
     subprocess.run([str(venv_bin / TOOLS["YOSYS"]), "-q", "-l", "yosys.log", "-p",
-                    "read_verilog top.v; synth_ecp5 -top top -json top.json; "
+                    f"read_verilog top.v; {KEEP_REPLICAS.replace(chr(10), '; ')}; "
+                    "synth_ecp5 -top top -json top.json; "
                     "tee -o cells.txt stat"], cwd=build_dir, check=True)
     synthesized = time.monotonic()
     subprocess.run([str(venv_bin / TOOLS["NEXTPNR_ECP5"]), "--um5g-85k", "--package",

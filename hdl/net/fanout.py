@@ -7,8 +7,9 @@ retransmitting worker's entry. The result is stored once in the switch's output 
 sent once per worker (the buffer's ``replay``). The next destination is looked up while the
 current copy is being sent, so a result's copies follow each other at the pace of the
 transmit path; the table is read as each copy is addressed, so the workers of a job are
-those with an entry at that moment. ``n`` is read once per result, as its first copy is
-addressed.
+those with an entry at that moment. ``n`` is read once per result, as the result reaches
+the output, and registered: the search for its first copy starts a clock later (``START``),
+so the job-workers lookup, ``n - 1`` and the search's bounds are not one path in one clock.
 
 A result whose job has no worker to go to (an unconfigured job, or no entry among its
 workers) goes nowhere (``undeliverable``): the host cleared the table or reconfigured the
@@ -128,27 +129,35 @@ class FanOut(wiring.Component):
         entry = Signal(WorkerEntry)      # the copy being sent goes here
         multicast = Signal()
         last_w = Signal(range(W))        # a multicast result's last worker, n - 1
-        workers = Signal(range(W + 1))   # n of the job of the result at the output
+        # The result's tag and its job's n, registered in IDLE and used in START: the path
+        # from the output's tag through the job-workers lookup, n - 1 and the search's
+        # bounds into `last_cand` did not fit one clock (ECP5, 125 MHz).
+        tag_worker = Signal(8)
+        job_workers = Signal.like(self.jobs.workers)
+        workers = Signal(range(W + 1))   # n of the job of the result being started
         m.d.comb += [
             self.jobs.job.eq(i.p.tag.job),
-            workers.eq(Mux(self.jobs.workers > W, W, self.jobs.workers)),
+            workers.eq(Mux(job_workers > W, W, job_workers)),
         ]
         current_w = Signal(range(W))
         m.d.sync += [self.sent.eq(0), self.undeliverable.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(i.valid):
-                    is_multicast = i.p.tag.worker == WORKER_MULTICAST
-                    m.d.comb += [
-                        start.eq(1),
-                        # an unconfigured job's multicast result searches nothing
-                        start_from.eq(Mux(is_multicast, Mux(workers == 0, W, 0),
-                                          Mux(i.p.tag.worker < W, i.p.tag.worker, W))),
-                        start_to.eq(Mux(is_multicast, workers - 1, i.p.tag.worker)),
-                    ]
-                    m.d.sync += [job.eq(i.p.tag.job), multicast.eq(is_multicast),
-                                 last_w.eq(workers - 1)]
-                    m.next = "FIRST"
+                    m.d.sync += [job.eq(i.p.tag.job), tag_worker.eq(i.p.tag.worker),
+                                 multicast.eq(i.p.tag.worker == WORKER_MULTICAST),
+                                 job_workers.eq(self.jobs.workers)]
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += [
+                    start.eq(1),
+                    # an unconfigured job's multicast result searches nothing
+                    start_from.eq(Mux(multicast, Mux(workers == 0, W, 0),
+                                      Mux(tag_worker < W, tag_worker, W))),
+                    start_to.eq(Mux(multicast, workers - 1, tag_worker)),
+                ]
+                m.d.sync += last_w.eq(workers - 1)
+                m.next = "FIRST"
             with m.State("FIRST"):
                 with m.If(~searching):
                     with m.If(found):

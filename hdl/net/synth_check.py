@@ -22,6 +22,7 @@ from amaranth.lib import wiring
 from hdl.net.echo import UdpEcho
 from hdl.net.eth_core import LiteEthCore, rgmii_ports
 from hdl.net.liteeth import generate, load_network_config
+from hdl.replica import KEEP_REPLICAS
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,7 +62,7 @@ def main(argv=None) -> int:
     env = dict(os.environ)
     platform = board.make_platform()
     plan = platform.build(EchoBoardTop(core), name="eth_echo", build_dir=str(out),
-                          do_build=False, emit_src=False)
+                          do_build=False, emit_src=False, script_after_read=KEEP_REPLICAS)
     plan.extract(str(out))
     started = time.monotonic()
     subprocess.run([env["YOSYS"], "-q", "-l", "yosys.log", "eth_echo.ys"], cwd=out,

@@ -8,8 +8,10 @@ duplicated):
  #    stage              what it does
 ====  =================  ====================================================================
  -    skid buffer        registers the input (and its tready)
- 0    front (comb)       parses the header beat, picks the packet's mode (compress or pass
-                         through), rewrites ``type`` to ``INC_F32``, counts payload words
+ -    judge              the header checks (magic, version, type, flag, ``k``, ``count``),
+                         registered beside every beat
+ 0    front (comb)       at the header beat, picks the packet's mode (compress or pass
+                         through) and rewrites ``type`` to ``INC_F32``; counts payload words
  1    encode             8 lanes classified and shifted (:class:`~hdl.nic.lane_encoder.EncodeStage`)
  2    prefix sum         payload byte offsets and block width (:class:`~hdl.nic.block_packer.BlockPacker`)
  3    assembly           one contiguous block of 2..34 bytes
@@ -49,6 +51,7 @@ from hdl.nic.lane_encoder import EncodeStage
 from hdl.stream.axis import AxisBeat
 from hdl.stream.credit_buffer import CreditBuffer
 from hdl.stream.skid_buffer import SkidBuffer
+from hdl.stream.stage import register_stage
 
 __all__ = ["TxEvents", "Compressor"]
 
@@ -60,6 +63,15 @@ TxEvents = data.StructLayout({name: unsigned(1) for name in NIC_TX_COUNTERS})
 #: Clocks from a beat entering the encoder to its block reaching the credit buffer (encode,
 #: prefix sum, assembly, rotate).
 PACK_LATENCY = 4
+
+
+#: A beat with the verdicts of the header checks, as if it were a header.
+_JudgedBeat = data.StructLayout({
+    "beat": AxisBeat,
+    "wants_compression": unsigned(1),   # magic, version, RAW_F32 and the COMPRESS flag
+    "k_ok": unsigned(1),
+    "count_ok": unsigned(1),
+})
 
 
 def popcount(m, bits, name):
@@ -108,6 +120,21 @@ class Compressor(wiring.Component):
         m.submodules.blocks = blocks = CreditBuffer(RotatedItem, latency=PACK_LATENCY,
                                                     registered_output=False)
         wiring.connect(m, wiring.flipped(self.i), ingress.i)
+        # The header's checks are decided a stage ahead, so that the mode decision and the
+        # type rewrite start from flip-flops (every beat is judged as if it were a header;
+        # only header beats' verdicts are used).
+        judged = stream.Signature(_JudgedBeat).create(path=("judged",))
+        header_in = data.View(HeaderLayout, ingress.o.p.data)
+        with register_stage(m, ingress.o, judged):
+            m.d.sync += [
+                judged.p.beat.eq(ingress.o.p),
+                judged.p.wants_compression.eq(
+                    (header_in.magic == MAGIC) & (header_in.version == VERSION) &
+                    (header_in.type == PacketType.RAW_F32) &
+                    (header_in.flags & Flags.COMPRESS).any()),
+                judged.p.k_ok.eq((header_in.k >= K_MIN) & (header_in.k <= K_MAX)),
+                judged.p.count_ok.eq(header_in.count <= NIC_MAX_COUNT),
+            ]
         wiring.connect(m, encode.o, pack.i)
         wiring.connect(m, pack.o, rotate.i)
         m.d.comb += [blocks.i.p.eq(rotate.o.p), blocks.i.valid.eq(rotate.o.valid),
@@ -115,7 +142,7 @@ class Compressor(wiring.Component):
         wiring.connect(m, blocks.o, accumulate.i)
         wiring.connect(m, accumulate.o, egress.i)
         wiring.connect(m, egress.o, wiring.flipped(self.o))
-        source = ingress.o
+        source = judged
 
         # -- front end: per-packet mode, header rewrite ---------------------------------
         in_payload = Signal()        # the next beat is a payload beat (else a header)
@@ -124,18 +151,10 @@ class Compressor(wiring.Component):
         count = Signal(32)
         words_seen = Signal(32)      # payload words of the current packet so far
 
-        beat = source.p
+        beat = source.p.beat
         header = data.View(HeaderLayout, beat.data)
-        wants_compression = Signal()
-        k_ok = Signal()
-        count_ok = Signal()
-        m.d.comb += [
-            wants_compression.eq((header.magic == MAGIC) & (header.version == VERSION) &
-                                 (header.type == PacketType.RAW_F32) &
-                                 (header.flags & Flags.COMPRESS).any()),
-            k_ok.eq((header.k >= K_MIN) & (header.k <= K_MAX)),
-            count_ok.eq(header.count <= NIC_MAX_COUNT),
-        ]
+        wants_compression = source.p.wants_compression
+        k_ok, count_ok = source.p.k_ok, source.p.count_ok
         starts_compressed = wants_compression & k_ok & count_ok
 
         rewritten = Signal(HeaderLayout)

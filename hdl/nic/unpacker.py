@@ -19,7 +19,7 @@ not, so the window registers' enables come from registers.
 
 The only recurrence is the pointer advance, and it is kept to one multiplexer:
 
-* :class:`~hdl.nic.block_ends.BlockEnds` computes, one clock before a word enters, where a block
+* :class:`~hdl.nic.block_ends.BlockEnds` computes, before a word enters, where a block
   starting at each of its bytes would end; the window keeps these ``ends`` beside the data,
   made absolute with the slot's position as they are written;
 * every clock, ``fits[q]`` records whether the block at byte ``q`` is all in the window
@@ -89,6 +89,7 @@ from hdl.nic.block_ends import (
     block_payload_bytes,
 )
 from hdl.nic.layouts import BLOCK_BITS
+from hdl.replica import replica, replicas
 from hdl.stream.axis import DATA_BITS
 from hdl.stream.credit_buffer import CreditBuffer
 from hdl.stream.packet_buffer import End
@@ -294,16 +295,15 @@ class Unpacker(wiring.Component):
         last_ends = [Signal(END_BITS, name=f"last_end_at{q}", reset_less=True)
                      for q in range(WINDOW_BYTES)]
         fits = Signal(WINDOW_BYTES)
-        ptr = Signal(7)                               # next block's first byte (absolute)
+        ptr = replica(7, name="ptr")                  # next block's first byte (absolute)
         # Copies of ptr for everything but the loop, so the loop's select lines do not also
         # spread over the window: one for the last-end select, loaded with ptr (it must
         # follow ptr at once). The probe reads its tag vector through `tags_ptr`, ptr a
         # clock late, so that copy hangs on a register and not on the loop; the probe
-        # waits a clock after every move of ptr. (Reset values differ so that synthesis
-        # does not merge the copies with each other or with ptr.)
-        last_end_ptr = Signal(7, init=0x2A)
-        tags_ptr = Signal(7, init=0x55)
-        ptr_slot = Signal(2, init=3)                  # for the window's bookkeeping
+        # waits a clock after every move of ptr. (Replicas: synthesis keeps them apart.)
+        last_end_ptr = replica(7, name="last_end_ptr")
+        tags_ptr = replica(7, name="tags_ptr")
+        ptr_slot = replica(2, name="ptr_slot")        # for the window's bookkeeping
         ended = Signal()                              # the packet's tlast is in the window
         # The block count follows `fire` a clock late (it is wide; `fire` ends the loop), so
         # blocks left = blocks_left - block_fired; is_last_block is kept exact.
@@ -475,12 +475,10 @@ class Unpacker(wiring.Component):
         # -- the pointer loop ------------------------------------------------------------
         # Each group of LOOP_GROUP_BYTES positions selects with its own copy of ptr's low
         # bits: one register driving every leaf of a 128-way multiplexer would be a net of
-        # hundreds of loads on the loop. (Distinct reset values keep synthesis from merging
-        # the copies.)
+        # hundreds of loads on the loop.
         group_bits = LOOP_GROUP_BYTES.bit_length() - 1
-        ptr_low_copies = [Signal(group_bits, name=f"ptr_low_copy{g}",
-                                 init=g % (1 << group_bits))
-                          for g in range(WINDOW_BYTES // LOOP_GROUP_BYTES)]
+        ptr_low_copies = replicas(WINDOW_BYTES // LOOP_GROUP_BYTES, group_bits,
+                                  name="ptr_low_copy")
 
         def move_ptr(value):
             """Set ``ptr`` and all its copies."""

@@ -21,6 +21,7 @@ from amaranth.lib.wiring import Out
 
 from contract.header import BEAT_BYTES, LANES, MAGIC, VERSION, Flags, Header, PacketType
 from hdl.header import HeaderLayout
+from hdl.replica import replicas
 from hdl.selftest.lfsr import LFSR, lfsr_advance
 from hdl.stream.axis import axis_signature
 
@@ -289,10 +290,8 @@ class GradientGenerator(wiring.Component):
         left = Signal(range(self.max_count + 1))     # values still to send in this packet
         # The current packet's edges (of its generation k), one copy per lane: a single
         # register feeding all eight lanes' arithmetic was a wide net across the generator.
-        # (Reset values differ so that synthesis keeps the copies; a header loads them all
-        # before any payload beat.)
-        edges = [Signal(PacketEdges, name=f"edges_lane{j}", init={"k": j})
-                 for j in range(LANES)]
+        # (A header loads them all before any payload beat.)
+        edges = replicas(LANES, PacketEdges, name="edges_lane")
         take = Signal()                              # compute the next beat into the output
         m.d.comb += take.eq(~self.o.valid | self.o.ready)
 

@@ -391,20 +391,25 @@ class Aggregator(wiring.Component):
             # Fewer than 32 bytes: no header at all, a length error whatever the bytes say.
             e1_short.eq(a_header & (a_keep != FULL_KEEP)),
         ]
+        e1_cause = Signal(cause_bits())
+        m.d.comb += e1_cause.eq(Mux((pkt_cause != CAUSE_NONE) & ~e1_short, pkt_cause,
+                                    Mux(e1_length_ok, CAUSE_NONE, CAUSE["bad_length"])))
         e2_valid = Signal()
+        # No drop cause, decoded a clock early: the verdict's result (the FIFO write and its
+        # data, the commit, the reservations) then starts from registers.
+        e2_good = Signal()
         e2_cause = Signal(cause_bits())
         e2_hdr = Signal(HeaderLayout)
         e2_row_base = Signal(range(S * 2 * B))
-        m.d.sync += e2_valid.eq(e1_valid)
+        m.d.sync += [e2_valid.eq(e1_valid), e2_good.eq(e1_valid & (e1_cause == CAUSE_NONE))]
         with m.If(e1_valid):
             m.d.sync += [
-                e2_cause.eq(Mux((pkt_cause != CAUSE_NONE) & ~e1_short, pkt_cause,
-                                Mux(e1_length_ok, CAUSE_NONE, CAUSE["bad_length"]))),
+                e2_cause.eq(e1_cause),
                 e2_hdr.eq(pkt_hdr),
                 e2_row_base.eq(pkt_row_base),
             ]
-        st.e2_cause, st.e2_hdr, st.e2_row_base = e2_cause, e2_hdr, e2_row_base
-        st.e2_valid = e2_valid
+        st.e2_cause, st.e2_good, st.e2_hdr = e2_cause, e2_good, e2_hdr
+        st.e2_row_base, st.e2_valid = e2_row_base, e2_valid
 
     def _verdict(self, st):
         """E2 (tlast + 2): the verdict, the counters, the metadata write and the result header.
@@ -413,10 +418,10 @@ class Aggregator(wiring.Component):
         dec_complete_stored, dec_exponent_new = st.dec_complete_stored, st.dec_exponent_new
         dec_exponent_stored, dec_mixed = st.dec_exponent_stored, st.dec_mixed
         dec_retransmit, dec_state, e2_cause = st.dec_retransmit, st.dec_state, st.e2_cause
-        e2_hdr, e2_valid, m, meta = st.e2_hdr, st.e2_valid, st.m, st.meta
+        e2_good, e2_hdr, e2_valid, m, meta = st.e2_good, st.e2_hdr, st.e2_valid, st.m, st.meta
         slot_bits = st.slot_bits
         # -- E2 (tlast + 2): verdict --------------------------------------------------------
-        good = e2_valid & (e2_cause == CAUSE_NONE)
+        good = e2_good            # e2_valid & (e2_cause == CAUSE_NONE)
         retransmit = good & dec_retransmit
         mixed = good & ~dec_retransmit & dec_mixed
         accepted = good & ~dec_retransmit & ~dec_mixed
@@ -467,7 +472,8 @@ class Aggregator(wiring.Component):
         """Commit, B cycles: staging row i goes to slot row i (if accepted) and to the result
         FIFO (if a result is due).
         """
-        B, S, accept, accepted, e2_row_base = st.B, st.S, st.accept, st.accepted, st.e2_row_base
+        B, D, S, accept, accepted = st.B, st.D, st.S, st.accept, st.accepted
+        e2_row_base = st.e2_row_base
         e2_valid, fifo, m, reserved, result = st.e2_valid, st.fifo, st.m, st.reserved, st.result
         result_hdr, rows, stage_rd = st.result_hdr, st.rows, st.stage_rd
         # -- commit: B cycles, staging row i -> slot row i and/or the result FIFO ---------
@@ -505,11 +511,20 @@ class Aggregator(wiring.Component):
         # The reservation of an end taken is added a clock later, so that the input's
         # accept (a function of the control's busy flag) does not run into this adder; the
         # verdict that may return it comes three clocks after the end at the earliest.
+        # Whether a verdict gives a result is known late (a decode that also drives the
+        # FIFO's data), so it only picks between two sums of registers, after the adders:
+        # every verdict gives back one beat (its result's header, written now, or the first
+        # of the B + 1 it returns), and one without a result B more. Commit beats are
+        # counted apart: one can be written in a verdict's clock only if that verdict drops
+        # a short packet (a whole packet's comes after the commit before it is over).
         end_taken = Signal()
         m.d.sync += end_taken.eq(accept & self.i.payload.last)
         taken = Mux(end_taken, B + 1, 0)
-        returned = Mux(e2_valid & ~result, B + 1, 0)
-        m.d.sync += reserved.eq(reserved + taken - returned - fifo.w_en)
+        commit_beat = cm_active & cm_push
+        base = Signal(range(D + B + 2))   # the next `reserved`, unless a verdict returns B
+        m.d.comb += base.eq(reserved + taken - e2_valid - commit_beat)
+        returned = e2_valid & ~result
+        m.d.sync += reserved.eq(Mux(returned, base - B, base))
 
     def _output(self, st):
         """The output: the result FIFO's beats onto ``o``."""
