@@ -38,7 +38,7 @@ One input beat is accepted per clock as long as the blocks are at most 32 bytes 
 output is ready; with 34-byte blocks (all values raw) the output word rate is the limit,
 16 input beats per 17 clocks.
 """
-from amaranth import Cat, Module, Signal, unsigned
+from amaranth import Cat, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -71,6 +71,8 @@ _JudgedBeat = data.StructLayout({
     "wants_compression": unsigned(1),   # magic, version, RAW_F32 and the COMPRESS flag
     "k_ok": unsigned(1),
     "count_ok": unsigned(1),
+    "starts_compressed": unsigned(1),   # all three: the packet is compressed
+    "rewritten_type": HeaderLayout["type"].shape,   # the header's type after the rewrite
 })
 
 
@@ -125,15 +127,25 @@ class Compressor(wiring.Component):
         # only header beats' verdicts are used).
         judged = stream.Signature(_JudgedBeat).create(path=("judged",))
         header_in = data.View(HeaderLayout, ingress.o.p.data)
+        wants_compression_in = Signal()
+        k_ok_in, count_ok_in = Signal(), Signal()
+        m.d.comb += [
+            wants_compression_in.eq(
+                (header_in.magic == MAGIC) & (header_in.version == VERSION) &
+                (header_in.type == PacketType.RAW_F32) & (header_in.flags & Flags.COMPRESS).any()),
+            k_ok_in.eq((header_in.k >= K_MIN) & (header_in.k <= K_MAX)),
+            count_ok_in.eq(header_in.count <= NIC_MAX_COUNT),
+        ]
+        starts_compressed_in = wants_compression_in & k_ok_in & count_ok_in
         with register_stage(m, ingress.o, judged):
             m.d.sync += [
                 judged.p.beat.eq(ingress.o.p),
-                judged.p.wants_compression.eq(
-                    (header_in.magic == MAGIC) & (header_in.version == VERSION) &
-                    (header_in.type == PacketType.RAW_F32) &
-                    (header_in.flags & Flags.COMPRESS).any()),
-                judged.p.k_ok.eq((header_in.k >= K_MIN) & (header_in.k <= K_MAX)),
-                judged.p.count_ok.eq(header_in.count <= NIC_MAX_COUNT),
+                judged.p.wants_compression.eq(wants_compression_in),
+                judged.p.k_ok.eq(k_ok_in),
+                judged.p.count_ok.eq(count_ok_in),
+                judged.p.starts_compressed.eq(starts_compressed_in),
+                judged.p.rewritten_type.eq(
+                    Mux(starts_compressed_in, PacketType.INC_F32, header_in.type)),
             ]
         wiring.connect(m, encode.o, pack.i)
         wiring.connect(m, pack.o, rotate.i)
@@ -155,12 +167,10 @@ class Compressor(wiring.Component):
         header = data.View(HeaderLayout, beat.data)
         wants_compression = source.p.wants_compression
         k_ok, count_ok = source.p.k_ok, source.p.count_ok
-        starts_compressed = wants_compression & k_ok & count_ok
+        starts_compressed = source.p.starts_compressed
 
         rewritten = Signal(HeaderLayout)
-        m.d.comb += rewritten.eq(beat.data)
-        with m.If(starts_compressed):
-            m.d.comb += rewritten.type.eq(PacketType.INC_F32)
+        m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(source.p.rewritten_type)]
 
         # A lane holds a value when its first byte is kept (tkeep is whole words).
         lanes_valid = Signal(LANES)

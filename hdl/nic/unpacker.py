@@ -138,6 +138,19 @@ RxUnpackEvents = data.StructLayout({
     "drop_overlong": unsigned(1),
 })
 
+#: The input FIFO's wide fields (LUT RAM): they only go into the window.
+_WideFields = data.StructLayout({name: BeatWithEnds[name].shape
+                                 for name in ("data", "ends", "fits", "last_ends")})
+
+#: The input FIFO's control fields (flip-flops): what the decisions read, the header's
+#: ``k`` and ``count % 8`` among them.
+_ControlFields = data.StructLayout({
+    **{name: BeatWithEnds[name].shape
+       for name in ("keep", "last", "bypass", "bytes", "empty", "blocks", "one_block")},
+    "k": HeaderLayout["k"].shape,
+    "count_low": unsigned(3),
+})
+
 
 def shift_right_bytes(m, value, amount, width, name):
     """``width`` bits of ``value >> (8 * amount)``, as a logarithmic byte shifter (one 2:1
@@ -230,9 +243,13 @@ class Unpacker(wiring.Component):
         m.submodules.ends = ends_stage = BlockEnds()
         wiring.connect(m, wiring.flipped(self.i), ends_stage.i)
         # The window's input ready is decided here, from the phase and the pointer. A
-        # two-entry FIFO (LUT RAM read through its read pointer) takes the beats, so that
-        # ready only moves the read pointer: it is no clock enable of the 790 bits of a
-        # beat, nor of the block-ends stage and everything before.
+        # two-entry FIFO takes the beats, so that ready only moves the read pointer: it is
+        # no clock enable of the 790 bits of a beat, nor of the block-ends stage and
+        # everything before. The wide fields (data, ends) are LUT RAM read through the read
+        # pointer; they only go into the window's registers. The few fields the control
+        # decisions read (header, bypass, last, ...) come from a register that always holds
+        # the entry at the read pointer, so those decisions start from flip-flops placed
+        # beside them and not from a RAM read spread over the chip.
         #
         # The window reads the beat at the read pointer on every clock, valid or not (see
         # below), so every entry must always hold a beat whose block ends are possible:
@@ -240,21 +257,21 @@ class Unpacker(wiring.Component):
         # data never holds), and so is the initial value, whose blocks end past any window.
         never_fits_beat = {"ends": [NEVER_FITS] * BEAT_BYTES,
                            "last_ends": [NEVER_FITS] * BEAT_BYTES}
-        m.submodules.ends_fifo = ends_fifo = Memory(shape=BeatWithEnds, depth=2,
+        m.submodules.ends_fifo = ends_fifo = Memory(shape=_WideFields, depth=2,
                                                     init=[never_fits_beat] * 2)
         fifo_write = ends_fifo.write_port()
         fifo_read = ends_fifo.read_port(domain="comb")
         fifo_produce, fifo_consume = Signal(), Signal()
         fifo_level = Signal(range(3))
         in_ready = Signal()
-        beat = fifo_read.data
         beat_valid = Signal()
         fifo_writes, fifo_reads = Signal(), Signal()
+        written = ends_stage.o.p
         m.d.comb += [
             ends_stage.o.ready.eq(fifo_level != 2),
             fifo_writes.eq(ends_stage.o.valid & ends_stage.o.ready),
             fifo_write.addr.eq(fifo_produce),
-            fifo_write.data.eq(ends_stage.o.p),
+            fifo_write.data.eq(Cat(*(written[name] for name in _WideFields.members))),
             fifo_write.en.eq(fifo_writes),
             fifo_read.addr.eq(fifo_consume),
             beat_valid.eq(fifo_level != 0),
@@ -270,7 +287,39 @@ class Unpacker(wiring.Component):
             m.d.sync += fifo_level.eq(fifo_level + 1)
         with m.Elif(fifo_reads & ~fifo_writes):
             m.d.sync += fifo_level.eq(fifo_level - 1)
+
+        # The control fields: both entries in flip-flops, and `head`, the entry at the read
+        # pointer, loaded with the entry the read pointer points at after this clock
+        # (the beat written now, if it lands there). Its next value is a choice between two
+        # candidates that do not depend on ready.
+        written_control = Signal(_ControlFields)
+        written_header = data.View(HeaderLayout, written.data)
+        m.d.comb += [written_control[name].eq(written[name])
+                     for name in _ControlFields.members if name in BeatWithEnds.members]
+        m.d.comb += [written_control.k.eq(written_header.k),
+                     written_control.count_low.eq(written_header.count[:3])]
+        entries = [Signal(_ControlFields, name=f"fifo_control{n}") for n in range(2)]
+        head = Signal(_ControlFields)
+        for n, entry in enumerate(entries):
+            with m.If(fifo_writes & (fifo_produce == n)):
+                m.d.sync += entry.eq(written_control)
+        head_if_read = Signal(_ControlFields)         # the other entry becomes the head
+        head_if_kept = Signal(_ControlFields)
+        m.d.comb += [
+            head_if_read.eq(Mux(fifo_writes & (fifo_level == 1), written_control,
+                                Mux(fifo_consume, entries[0], entries[1]))),
+            head_if_kept.eq(Mux(fifo_writes & (fifo_level == 0), written_control, head)),
+        ]
+        m.d.sync += head.eq(Mux(fifo_reads, head_if_read, head_if_kept))
+
+        beat = Signal(BeatWithEnds)
+        for name in _WideFields.members:
+            m.d.comb += beat[name].eq(fifo_read.data[name])
+        for name in _ControlFields.members:
+            if name in BeatWithEnds.members:
+                m.d.comb += beat[name].eq(head[name])
         st.beat, st.beat_valid, st.in_ready = beat, beat_valid, in_ready
+        st.header_k, st.header_count_low = head.k, head.count_low
 
     def _window_state(self, st):
         """The packet's phase, the circular window, and the block pointer with its copies."""
@@ -645,7 +694,6 @@ class Unpacker(wiring.Component):
         last_tag_mask, m, pending, phase = st.last_tag_mask, st.m, st.pending, st.phase
         ptr, space = st.ptr, st.space
         # -- header beat: decode count and k, rewrite type ------------------------------
-        header = data.View(HeaderLayout, beat.data)
         rewritten = Signal(HeaderLayout)
         m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
 
@@ -657,7 +705,7 @@ class Unpacker(wiring.Component):
             pending.start.eq(ptr),
             pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask, TAG_MASK_ALL)),
         ]
-        count_lanes_left = header.count[:3]           # values in a partial last block
+        count_lanes_left = st.header_count_low        # values in a partial last block
         count_blocks = beat.blocks
 
         def start_packet(allowed=1):
@@ -670,14 +718,14 @@ class Unpacker(wiring.Component):
                          last=beat.last, end=End.COMMIT)
                 with m.Elif(beat.empty):
                     # No values: good iff nothing follows the header.
-                    emit(raw=1, write=1, last=1, k=header.k,
+                    emit(raw=1, write=1, last=1, k=st.header_k,
                          end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
                     with m.If(beat.last):
                         m.d.sync += events.decompressed.eq(1)
                     with m.Else():
                         m.d.sync += phase.eq(Phase.TAIL)
                 with m.Else():
-                    emit(raw=1, write=1, last=0, k=header.k,
+                    emit(raw=1, write=1, last=0, k=st.header_k,
                          end=Mux(beat.last, End.REWIND.value, End.NONE.value))
                     with m.If(beat.last):
                         m.d.sync += events.drop_truncated.eq(1)
@@ -686,7 +734,7 @@ class Unpacker(wiring.Component):
                 with m.If(~beat.bypass):
                     lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
                     m.d.sync += [
-                        k.eq(header.k),
+                        k.eq(st.header_k),
                         blocks_left.eq(count_blocks),
                         is_last_block.eq(beat.one_block),
                     ]
