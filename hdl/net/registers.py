@@ -22,6 +22,7 @@ from contract.registers import NET_REGISTERS, RegisterArray
 from hdl.ctrl_port import ctrl_port_members
 from hdl.net.ctrl_service import REGISTER_ADDRESS_SETUP, RegisterBusSignature
 from hdl.net.worker_table import LookupSignature, WorkerTable
+from hdl.replica import replica
 
 __all__ = ["ctrl_master_signature", "RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
            "NetRegisters"]
@@ -71,12 +72,15 @@ class RegisterRouter(wiring.Component):
         # so the router registers them, and the region the address selects, every clock:
         # the ports' address decoders and the strobes' gates start from these flip-flops.
         assert REGISTER_ADDRESS_SETUP == 1
-        addr = Signal(16)
+        # One copy of the address per region: each fans out to its own register
+        # multiplexer, placed beside it (replicas: synthesis keeps them apart).
         wdata = Signal(32)
-        m.d.sync += [addr.eq(bus.addr[:16]), wdata.eq(bus.wdata)]
+        m.d.sync += wdata.eq(bus.wdata)
         selected = {}
         for name in ("nic", "switch", "net"):
             port = getattr(self, name)
+            addr = replica(16, name=f"{name}_addr")
+            m.d.sync += addr.eq(bus.addr[:16])
             hit = Signal(name=f"{name}_hit")
             m.d.sync += hit.eq((bus.addr[16:] == _REGION[name]) & self._present[name])
             selected[name] = hit

@@ -247,9 +247,9 @@ class Unpacker(wiring.Component):
         # no clock enable of the 790 bits of a beat, nor of the block-ends stage and
         # everything before. The wide fields (data, ends) are LUT RAM read through the read
         # pointer; they only go into the window's registers. The few fields the control
-        # decisions read (header, bypass, last, ...) come from a register that always holds
-        # the entry at the read pointer, so those decisions start from flip-flops placed
-        # beside them and not from a RAM read spread over the chip.
+        # decisions read (header, bypass, last, ...) are flip-flops, so those decisions
+        # start from a 2:1 multiplexer of registers placed beside them and not from a RAM
+        # read spread over the chip.
         #
         # The window reads the beat at the read pointer on every clock, valid or not (see
         # below), so every entry must always hold a beat whose block ends are possible:
@@ -288,10 +288,9 @@ class Unpacker(wiring.Component):
         with m.Elif(fifo_reads & ~fifo_writes):
             m.d.sync += fifo_level.eq(fifo_level - 1)
 
-        # The control fields: both entries in flip-flops, and `head`, the entry at the read
-        # pointer, loaded with the entry the read pointer points at after this clock
-        # (the beat written now, if it lands there). Its next value is a choice between two
-        # candidates that do not depend on ready.
+        # The control fields: both entries in flip-flops, read through a copy of the read
+        # pointer of their own (ready reaches only the two pointer flip-flops; the RAM's
+        # copy fans out to its 790 bits, this one to the control fields).
         written_control = Signal(_ControlFields)
         written_header = data.View(HeaderLayout, written.data)
         m.d.comb += [written_control[name].eq(written[name])
@@ -299,18 +298,13 @@ class Unpacker(wiring.Component):
         m.d.comb += [written_control.k.eq(written_header.k),
                      written_control.count_low.eq(written_header.count[:3])]
         entries = [Signal(_ControlFields, name=f"fifo_control{n}") for n in range(2)]
-        head = Signal(_ControlFields)
         for n, entry in enumerate(entries):
             with m.If(fifo_writes & (fifo_produce == n)):
                 m.d.sync += entry.eq(written_control)
-        head_if_read = Signal(_ControlFields)         # the other entry becomes the head
-        head_if_kept = Signal(_ControlFields)
-        m.d.comb += [
-            head_if_read.eq(Mux(fifo_writes & (fifo_level == 1), written_control,
-                                Mux(fifo_consume, entries[0], entries[1]))),
-            head_if_kept.eq(Mux(fifo_writes & (fifo_level == 0), written_control, head)),
-        ]
-        m.d.sync += head.eq(Mux(fifo_reads, head_if_read, head_if_kept))
+        control_consume = replica(1, name="fifo_control_consume")
+        m.d.sync += control_consume.eq(control_consume ^ fifo_reads)
+        head = Signal(_ControlFields)
+        m.d.comb += head.eq(Mux(control_consume, entries[1], entries[0]))
 
         beat = Signal(BeatWithEnds)
         for name in _WideFields.members:
