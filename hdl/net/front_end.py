@@ -303,11 +303,15 @@ class NetworkFrontEnd(wiring.Component):
         # A skid buffer on each side of the arbiter, so that no ``ready`` runs from the
         # crossing through the arbiter's grant into a service's output logic (the fan-out's
         # worker search, an output buffer's downsizer and memory read): each of these
-        # paths ends at a register.
+        # paths ends at a register. Each service's replies pass a second one first: the
+        # services sit far apart on the chip, and a ready that crossed it and then went
+        # through a service's output logic was over a clock (routing, not logic).
         m.submodules.arbiter = arbiter = TxArbiter(len(replies))
         for k, (port, reply) in enumerate(zip(arbiter.inputs(), replies)):
+            m.submodules[f"reply_slice{k}"] = reply_slice = SkidBuffer(TxBeat)
             m.submodules[f"tx_slice{k}"] = tx_slice = SkidBuffer(TxBeat)
-            wiring.connect(m, reply, tx_slice.i)
+            wiring.connect(m, reply, reply_slice.i)
+            wiring.connect(m, reply_slice.o, tx_slice.i)
             wiring.connect(m, tx_slice.o, port)
         m.submodules.tx_slice = tx_slice = SkidBuffer(TxBeat)
         wiring.connect(m, arbiter.o, tx_slice.i)
