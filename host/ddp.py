@@ -7,7 +7,7 @@ register_comm_hook`::
     ddp_model.register_comm_hook(state=None, hook=LhcHook())
 
 ``state`` is ``None`` (the default process group) or a :class:`torch.distributed.ProcessGroup`.
-They run on CPU tensors with the gloo backend, for any bucket size (also buckets smaller
+They exchange CPU tensors over gloo, for any bucket size (also buckets smaller
 than the world size or not a multiple of it), and compute through the NumPy golden models
 (:mod:`host.golden.inceptionn`, :mod:`host.golden.lhc`), so their arithmetic is, bit for
 bit, the arithmetic of the gateware.
@@ -38,6 +38,12 @@ bit, the arithmetic of the gateware.
     sketch with the golden decoder, and one more SUM all-reduce carries the exact quantised
     values of the elements that peeling left. The result is the dequantised exact sum,
     bit for bit :func:`host.golden.lhc.allreduce` of the ranks' tensors.
+
+Both hooks are asynchronous by default (the future comes back at once, a worker thread of
+the hook's own runs the exchange while the backward pass goes on; ``asynchronous=False``
+runs it inside the call), take float32, float16 and bfloat16 buckets on CPU and CUDA devices,
+and carry their traffic on a gloo group of their own when DDP's group is NCCL's: see
+:mod:`host.ddp_async`.
 
 Both return the *average* DDP expects, computed in one fixed order on every rank: first the
 float32 sum (bit-identical on all ranks), then one float32 division by the world size
@@ -81,6 +87,8 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from .ddp_async import (FailedIteration, HookWorker, bucket_to_host, check_bucket, complete,
+                        cpu_group, new_future, raise_carried_error, result_to_device)
 from .ddp_hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBackendError,
                            NicRingCodec, UdpSwitch, check_backend, check_board)
 from .golden import inceptionn as _inc
@@ -447,17 +455,22 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None, *, co
 class _CommHook:
     """Common part of the hooks: bucket in, averaged bucket out, statistics."""
 
-    def __init__(self, history: int):
+    def __init__(self, history: int, asynchronous: bool = True):
         # register_comm_hook reads a hook's __name__ and __qualname__ like a function's.
         self.__name__ = type(self).__name__
         self.__qualname__ = type(self).__qualname__
         if isinstance(history, bool) or not isinstance(history, numbers.Integral) \
                 or history < 0:
             raise ValueError(f"history must be a non-negative integer, not {history!r}")
+        if not isinstance(asynchronous, bool):
+            raise TypeError(f"asynchronous must be True or False, not {asynchronous!r}")
+        self.asynchronous = asynchronous
         self.calls = collections.deque(maxlen=int(history))
         self.bytes_sent = 0
         self.dense_ring_bytes = 0
         self.control_bytes = 0
+        self._worker = None                   # started at the first asynchronous call
+        self._failed_pass = FailedIteration()
 
     #: the hardware path (None: the golden models)
     _hardware = None
@@ -486,8 +499,13 @@ class _CommHook:
         return None if self._hardware is None else self._hardware.totals()
 
     def close(self):
-        """Close this rank's hardware (a NIC harness process, sockets); the hook takes no
-        calls afterwards. Also done when the hook is garbage collected."""
+        """Stop the hook's worker thread once the buckets handed to it are done, and close
+        this rank's hardware (a NIC harness process, sockets); a hook with a hardware
+        backend takes no calls afterwards. Also done when the hook is garbage collected or
+        the interpreter exits."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
         if self._hardware is not None:
             self._hardware.close()
             if self._hardware.broken is None:
@@ -502,34 +520,69 @@ class _CommHook:
     def _allreduce_sum(self, values: np.ndarray, group):
         raise NotImplementedError
 
-    def _allreduce_bucket(self, values: np.ndarray, group, bucket):
-        """The sum over the group of this rank's bucket ``values`` (and its statistics)."""
+    def _allreduce_bucket(self, values: np.ndarray, group, parameters, index: int):
+        """The sum over the group of this rank's bucket ``values`` (and its statistics);
+        ``parameters`` are the bucket's (None when the hook does not need them)."""
         return self._allreduce_sum(values, group)
 
+    #: whether :meth:`_allreduce_bucket` needs the bucket's parameters
+    _needs_parameters = False
+
     def __call__(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
-        group = state if isinstance(state, dist.ProcessGroup) else None
-        if state is not None and group is None:
-            raise TypeError(f"{type(self).__name__}: state must be None or a ProcessGroup, "
-                            f"not {type(state).__name__}")
+        who = type(self).__name__
+        group = cpu_group(who, state)
         buffer = bucket.buffer()
-        if buffer.dtype != torch.float32:
-            raise TypeError(f"{type(self).__name__} handles float32 gradients only, "
-                            f"not {buffer.dtype}")
-        if buffer.is_sparse:
-            raise TypeError(f"{type(self).__name__} needs dense gradient buckets "
-                            "(use nn.Embedding(sparse=False))")
-        total, stats = self._allreduce_bucket(buffer.detach().cpu().numpy(), group, bucket)
-        stats.bucket_index = bucket.index()
+        check_bucket(who, buffer)
+        # Everything the exchange needs is taken now: DDP owns the bucket object and its
+        # buffer, and reuses them once the future is done.
+        host = bucket_to_host(buffer)
+        parameters = bucket.parameters() if self._needs_parameters else None
+        index = bucket.index()
+        # Outside DDP (a bucket without is_last) every call is a pass of its own.
+        last = bucket.is_last() if hasattr(bucket, "is_last") else True
+        future = new_future(buffer.device)
+        if not self.asynchronous:
+            result = self._exchange(host, group, parameters, index)
+            complete(future, result, host)
+            return future
+        if self._worker is None or not self._worker.alive:
+            self._worker = HookWorker(f"{who}-worker")
+        self._worker.submit(lambda: self._run(future, host, group, parameters, index, last))
+        return future.then(raise_carried_error)
+
+    def _run(self, future, host, group, parameters, index, last):
+        """One bucket on the worker thread: completes ``future`` with the result or the
+        error (as its value, see :func:`host.ddp_async.raise_carried_error`), never
+        raises."""
+        try:
+            error = self._failed_pass.pending(last)
+            if error is not None:
+                raise error
+            try:
+                result = self._exchange(host, group, parameters, index)
+            except BaseException as exc:      # noqa: BLE001 (the future carries it)
+                self._failed_pass.fail(exc, last)
+                raise
+            complete(future, result, host)
+        except BaseException as exc:          # noqa: BLE001 (the future carries it)
+            future.set_result(exc)
+
+    def _exchange(self, host, group, parameters, index) -> torch.Tensor:
+        """The averaged bucket (the bucket's dtype, shape and device) and its statistics
+        recorded: the same code for the synchronous and the asynchronous hook."""
+        total, stats = self._allreduce_bucket(host.wait(), group, parameters, index)
+        stats.bucket_index = index
         world = dist.get_world_size(group if group is not None else dist.group.WORLD)
-        # Sum first (identical bits everywhere), then one float32 division by the world size.
-        averaged = torch.from_numpy(total).div_(world).view_as(buffer).to(buffer.device)
+        # Sum first (identical bits everywhere), then one float32 division by the world
+        # size, then (float16/bfloat16 buckets) one rounding to the bucket's dtype.
+        result = result_to_device(torch.from_numpy(total).div_(world), host)
+        # Recorded before the future completes: once DDP's backward returns, every call of
+        # it is counted.
         self.calls.append(stats)
         self.bytes_sent += stats.bytes_sent
         self.dense_ring_bytes += stats.dense_ring_bytes
         self.control_bytes += stats.control_bytes
-        future = torch.futures.Future()
-        future.set_result(averaged)
-        return future
+        return result
 
 
 class InceptionnHook(_CommHook):
@@ -558,9 +611,29 @@ class InceptionnHook(_CommHook):
         the control service).
     mtu : int
         ``"udp"``: the path's MTU (packet sizes follow it; default 1500).
+    asynchronous : bool
+        ``True`` (default): the hook returns its future at once and its worker thread runs
+        the exchange while the backward pass goes on (:mod:`host.ddp_async`); ``False``:
+        the exchange runs inside the call, as the reference for the same bits.
 
     Notes
     -----
+    Mixed precision: a float16 or bfloat16 bucket is widened to float32 (exactly), goes
+    through the ring and the division by the world size as a float32 bucket would, and the
+    average is narrowed back to the bucket's dtype, rounded to nearest even, on every rank
+    alike (same bits everywhere). The narrowing adds one rounding to the ring's bound
+    (:func:`host.ring.ring_sum_error_bound`, divided by the world size for the average): at
+    most half a unit in the last place of the result, ``2^-11 |avg|`` for float16 and
+    ``2^-8 |avg|`` for bfloat16 in their normal ranges (``2^-25`` absolute in float16's
+    subnormal range, which also flushes what falls below ``2^-25``), and an average beyond
+    float16's largest value (65504) becomes an infinity. Error feedback keeps its residual
+    in float32, of the widened gradient: the narrowing of the average is not fed back.
+
+    Uneven inputs: under ``model.join()`` DDP calls the hook of a rank that ran out of
+    batches with zero buckets, and that rank takes part in the exchange like the others
+    (with error feedback it also sends what its residual carries). The average is always
+    divided by the group's size.
+
     Error feedback: each rank quantises its own bucket ``g`` with its residual ``e`` added,
     in float32: ``x' = quantize(g + e)``, ``e = (g + e) - x'``
     (:func:`host.golden.inceptionn.quantize_with_feedback`; the subtraction is exact, so
@@ -608,8 +681,8 @@ class InceptionnHook(_CommHook):
 
     def __init__(self, k: int = _inc.K_DEFAULT, *, error_feedback: bool = False,
                  history: int = DEFAULT_HISTORY, backend: str = "golden", board=None,
-                 key=None, mtu=None):
-        super().__init__(history)
+                 key=None, mtu=None, asynchronous: bool = True):
+        super().__init__(history, asynchronous)
         self.k = _check_k(k)
         if not isinstance(error_feedback, bool):
             raise TypeError(f"error_feedback must be True or False, not {error_feedback!r}")
@@ -660,15 +733,18 @@ class InceptionnHook(_CommHook):
     def _allreduce_sum(self, values, group):
         return inceptionn_ring_allreduce(values, self.k, group, codec=self._hardware)
 
-    def _allreduce_bucket(self, values, group, bucket):
+    @property
+    def _needs_parameters(self):
+        return self.error_feedback
+
+    def _allreduce_bucket(self, values, group, parameters, index):
         if not self.error_feedback:
             total, stats = self._allreduce_sum(values, group)
             stats.details["error_feedback"] = False
             return total, stats
-        parameters = bucket.parameters()
         sizes = [p.numel() for p in parameters]
         if sum(sizes) != values.size:
-            raise RuntimeError(f"InceptionnHook: bucket {bucket.index()} holds {values.size} "
+            raise RuntimeError(f"InceptionnHook: bucket {index} holds {values.size} "
                                f"values but its parameters {sum(sizes)}: cannot place the "
                                f"error-feedback residuals")
         residual = np.zeros(values.size, dtype=np.float32)
@@ -880,6 +956,18 @@ class LhcHook(_CommHook):
     timeout : float
         ``"udp"``: seconds a round may go without any result before the call fails
         (default 30).
+    asynchronous : bool
+        ``True`` (default): the hook returns its future at once and its worker thread runs
+        the exchange while the backward pass goes on (:mod:`host.ddp_async`); ``False``:
+        the exchange runs inside the call, as the reference for the same bits.
+
+    Notes
+    -----
+    A float16 or bfloat16 bucket is widened to float32 (exactly) for the sketch, and the
+    exact-sum result, divided by the world size in float32, is narrowed back to the
+    bucket's dtype (round to nearest even; half a unit in the last place: ``2^-11`` of the
+    value in float16, ``2^-8`` in bfloat16, an infinity above float16's 65504). An
+    infinity in a float16 gradient is refused like any non-finite value.
 
     See :func:`lhc_allreduce` and the module docstring. Gradients must be finite.
     """
@@ -887,8 +975,8 @@ class LhcHook(_CommHook):
     def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
                  history: int = DEFAULT_HISTORY, path: str = "auto", backend: str = "golden",
                  board=None, key=None, job: int = 0, slot_base: int = 0, slot_count=None,
-                 timeout=None):
-        super().__init__(history)
+                 timeout=None, asynchronous: bool = True):
+        super().__init__(history, asynchronous)
         # Reject a bad load / r_min / path now rather than in the middle of a backward pass.
         _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min, path=path)
         self.load = float(load)

@@ -150,7 +150,7 @@ class _RecordingHook:
     def __call__(self, state, bucket):
         before = bucket.buffer().detach().clone().numpy()
         future = self.hook(state, bucket)
-        self.records.append((bucket.index(), before, future.value().detach().clone().numpy()))
+        self.records.append((bucket.index(), before, future.wait().detach().clone().numpy()))
         return future
 
 
@@ -274,7 +274,7 @@ class _BucketRecorder:
         self.records.append({"iteration": self.iteration, "index": bucket.index(),
                              "params": [self.names[id(p)] for p in bucket.parameters()],
                              "before": before,
-                             "after": future.value().detach().clone().numpy()})
+                             "after": future.wait().detach().clone().numpy()})
         return future
 
 

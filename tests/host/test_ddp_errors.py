@@ -60,25 +60,27 @@ def _lhc_path(rank):
     return ddp.lhc_allreduce(np.ones(100, np.float32), path="dense" if rank == 1 else "auto")
 
 
-def _ddp_lhc_nan(rank):
-    """A real DDP model whose input on rank 1 holds a NaN: the error comes out of
-    ``backward()`` on every rank."""
-    from torch.nn.parallel import DistributedDataParallel
+def _ddp_lhc_nan(asynchronous):
+    def case(rank):
+        """A real DDP model whose input on rank 1 holds a NaN: the error comes out of
+        ``backward()`` on every rank."""
+        from torch.nn.parallel import DistributedDataParallel
 
-    torch.manual_seed(0)
-    model = DistributedDataParallel(torch.nn.Linear(4, 2))
-    model.register_comm_hook(state=None, hook=ddp.LhcHook())
-    x = torch.ones(3, 4)
-    if rank == 1:
-        x[0, 0] = float("nan")
-    model(x).sum().backward()
+        torch.manual_seed(0)
+        model = DistributedDataParallel(torch.nn.Linear(4, 2))
+        model.register_comm_hook(state=None, hook=ddp.LhcHook(asynchronous=asynchronous))
+        x = torch.ones(3, 4)
+        if rank == 1:
+            x[0, 0] = float("nan")
+        model(x).sum().backward()
+    return case
 
 
 CASES = {
     "ring_lengths": _ring_lengths, "ring_k": _ring_k,
     "lhc_lengths_2999": _lhc_lengths(2999), "lhc_lengths_2000": _lhc_lengths(2000),
     "lhc_nan": _lhc_nan, "lhc_huge": _lhc_huge, "lhc_load": _lhc_load, "lhc_path": _lhc_path,
-    "ddp_lhc_nan": _ddp_lhc_nan,
+    "ddp_lhc_nan": _ddp_lhc_nan(False), "ddp_lhc_nan_async": _ddp_lhc_nan(True),
 }
 
 
@@ -101,12 +103,12 @@ def ranks():
     return ddp.run_local_group(_rank_main, WORLD, timeout=60)
 
 
-def _same_error_everywhere(ranks, name):
+def _same_error_everywhere(ranks, name, kind="ValueError"):
     errors = [r[name] for r in ranks]
     assert all(e is not None for e in errors), f"{name}: some rank raised nothing: {errors}"
     assert len(set(errors)) == 1, f"{name}: ranks raised different errors: {errors}"
-    kind, message = errors[0]
-    assert kind == "ValueError", errors[0]
+    raised, message = errors[0]
+    assert raised == kind, errors[0]
     assert "every rank of the group raises this error" in message
     return message
 
@@ -154,6 +156,13 @@ def test_lhc_path_differs(ranks):
 def test_ddp_lhc_hook_nan_raises_from_backward_on_every_rank(ranks):
     message = _same_error_everywhere(ranks, "ddp_lhc_nan")
     assert "rank 1 refused its input" in message and "non-finite" in message
+
+
+def test_ddp_async_hook_nan_raises_from_backward_on_every_rank(ranks):
+    # DDP's C++ reducer raises a failed future as a RuntimeError that names the original.
+    message = _same_error_everywhere(ranks, "ddp_lhc_nan_async", kind="RuntimeError")
+    assert "ValueError: LHC sketch all-reduce: rank 1 refused its input" in message
+    assert "non-finite" in message
 
 
 def test_group_still_works_after_the_errors(ranks):
