@@ -3,6 +3,7 @@
 ::
 
     gradwire board serve [--key HEX] [--port-base 47570] [--fault-rate R --fault-seed S]
+    gradwire board serve --backend verilator --tap NAME
     gradwire board status [--json]
     gradwire board ping [-c COUNT]
     gradwire board configure-job JOB --workers N --slots BASE:COUNT [--worker IP:PORT ...]
@@ -10,7 +11,9 @@
     gradwire board decompress IN.gwz OUT.npy
 
 ``serve`` runs a virtual board (``host.board.VirtualBoard``: the golden board behind real
-UDP sockets) until SIGINT or SIGTERM; it prints a line with ``ready`` once it answers. The
+UDP sockets) until SIGINT or SIGTERM; it prints a line with ``ready`` once it answers. With
+``--tap NAME`` it puts the Verilated network top on a Linux TAP interface instead
+(:mod:`host.board.tap`), for the host's own network stack at the board's address. The
 other commands talk to a board through ``host.driver.udp.UdpTransport``: its address, port
 base, control key and MTU come from the options or from the environment variables
 ``GRADWIRE_BOARD`` (``HOST`` or ``HOST:PORT_BASE``), ``GRADWIRE_PORT_BASE``,
@@ -20,6 +23,7 @@ need no key; control ones (status, ping, configure-job) do.
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import json
 import os
 import signal
@@ -128,6 +132,10 @@ def add_arguments(p):
                    help="seed of the wire faults (default 0)")
     s.add_argument("--backend", choices=sorted(BOARD_BACKENDS), default="golden",
                    help="what is behind the sockets (default golden: the golden board)")
+    s.add_argument("--tap", metavar="NAME",
+                   help="put the board on the Linux TAP interface NAME instead of sockets on "
+                        "127.0.0.1, for the host's own network stack (--backend verilator: "
+                        "the Verilated network top; a bring-up rehearsal without a board)")
     s.add_argument("--without", action="append", default=[], metavar="SERVICE",
                    choices=[svc.value for svc in Service],
                    help="build the board without this service (repeatable)")
@@ -298,6 +306,8 @@ def _require_service(transport, settings, args, service):
 # -- serve -------------------------------------------------------------------------------
 
 def _serve(args):
+    if args.tap is not None:
+        return _serve_tap(args)
     from host.board import VirtualBoard, WireFaults
     from ..driver.udp import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
 
@@ -341,6 +351,89 @@ def _serve(args):
     s = board.stats
     print(f"gradwire board: stopped after {s['received']:,} datagrams in, {s['sent']:,} out"
           + (f"; wire faults {board.faults.stats()}" if board.faults else ""), flush=True)
+    return 0
+
+
+def _serve_tap(args):
+    """``serve --tap NAME``: the Verilated network top on a TAP interface
+    (:mod:`host.board.tap`). Its address, ports and key are those it is built with, so the
+    options that would choose them are refused unless they agree."""
+    from ..driver.udp import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
+
+    if args.backend != "verilator":
+        raise CliError(f"--tap serves the Verilated network top: give --backend verilator "
+                       f"(not {args.backend})")
+    if args.fault_rate:
+        raise CliError("--fault-rate applies to the sockets of a virtual board, not to --tap "
+                       "(lose frames on the TAP with tc netem instead)")
+    if args.without:
+        raise CliError("--without applies to the golden backend")
+    # the key the Verilated top is built with (the import is the gateware's; this path
+    # builds the gateware anyway)
+    from hdl.net.top import SIMULATION_KEY
+    key_text, source = (args.key, "--key") if args.key else (os.environ.get(ENV_KEY), ENV_KEY)
+    if key_text:
+        try:
+            key = parse_key(key_text)
+        except ValueError as exc:
+            raise CliError(str(exc)) from None
+        if key != SIMULATION_KEY:
+            raise CliError(f"the TAP board is the Verilated top built with the simulation key "
+                           f"{format_key(SIMULATION_KEY)}; {source} {format_key(key)} would be "
+                           f"another build: leave {source} out (serve prints the key)")
+    port_text = args.port_base if args.port_base is not None else os.environ.get(ENV_PORT_BASE)
+    if port_text is not None and str(port_text).strip() != str(PORT_BASE):
+        raise CliError(f"the TAP board serves the ports it is built with, "
+                       f"{PORT_BASE}-{PORT_BASE + 3}; leave --port-base out (and "
+                       f"{ENV_PORT_BASE} unset), not {port_text}")
+    from host.board.tap import TapBoard, interface_state
+    try:
+        board = TapBoard(args.tap, key=SIMULATION_KEY)
+    except (ValueError, OSError) as exc:
+        raise CliError(str(exc)) from None
+    previous = {}
+
+    def stop(signum, frame):
+        board.request_stop()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        previous[signum] = signal.signal(signum, stop)
+    started = time.perf_counter()
+    try:
+        print(f"gradwire board: {board.describe()}", flush=True)
+        print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
+              f"Verilated top is built with)", flush=True)
+        # the interface is the user's to configure; say what is missing, serve anyway (it
+        # may be configured after this line)
+        up, address = interface_state(board.name)
+        if address is None:
+            print(f"gradwire board: {board.name} has no IPv4 address yet: give the host one "
+                  f"on the board's subnet (ip addr add 192.168.77.1/24 dev {board.name})",
+                  flush=True)
+        elif ipaddress.IPv4Address(board.ip) not in address.network \
+                or address.ip == ipaddress.IPv4Address(board.ip):
+            print(f"gradwire board: {board.name} has {address}, which does not reach the "
+                  f"board at {board.ip}: give the host another address on its subnet",
+                  flush=True)
+        if not up:
+            print(f"gradwire board: {board.name} is down (ip link set {board.name} up)",
+                  flush=True)
+        print(f"gradwire board: ready on TAP {board.name}: board {board.ip} ({board.mac}) ports "
+              f"{board.port_base}-{board.port_base + 3}", flush=True)
+        board.serve_forever()
+    except TransportError as exc:
+        raise CliError(f"the Verilated board stopped: {exc}") from None
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        board.close()
+    s = board.stats
+    seconds = time.perf_counter() - started
+    print(f"gradwire board: stopped after {s['frames_in']:,} frames in, {s['frames_out']:,} out "
+          f"({s['arp_out']:,} ARP), {s['ticks']:,} idle ticks; {s['cycles']:,} engine cycles "
+          f"simulated in {seconds:.1f} s "
+          f"({s['cycles'] / max(board.sim_seconds, 1e-9):,.0f} cycles/s while running)",
+          flush=True)
     return 0
 
 
