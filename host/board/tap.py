@@ -15,18 +15,19 @@ How the bridge works (:class:`TapBoard`):
   exactly what the PHY harness takes and gives (it adds and checks preamble and FCS
   itself), so frames pass unchanged both ways.
 - The harness only advances simulated time inside a request, so the loop drives it: the
-  frames the kernel sent since the last run go in as one batch, and the run lasts until
-  the gateware is quiet (``sim.harness.network.IDLE_CYCLES``), until it sent an ARP frame
-  (which goes to the kernel at once, so that its answer goes in with the next batch), or,
-  for a batch of NIC and control requests only, until it sent one reply per request.
-  Whatever the gateware sent goes to the TAP as soon as the run returns.
+  frames the kernel sent go in a few at a time (``CHUNK_BYTES``), each run lasting
+  until the gateware is quiet (``RUN_IDLE`` cycles), until it sent an ARP frame (which
+  goes to the kernel at once, so that its answer goes in with the next run), or, for a
+  chunk of NIC and control requests only, until it sent one reply per request. Whatever
+  the gateware sent goes to the TAP as soon as the run returns; a drain run follows the
+  last chunk.
 - While no frame arrives the loop still runs the gateware now and then (``idle ticks``,
   from ``MIN_TICK`` doubling to ``MAX_TICK`` seconds apart), so that its timers
   progress and anything it sends on its own reaches the wire.
 
-Simulated time runs about a thousand times slower than wall time (about 90k engine cycles
-of 8 ns per second): a ping or a control read takes tens of milliseconds, but the kernel
-and the host tools see nothing else different from a board.
+Simulated time runs some thousands of times slower than wall time (50,000-90,000 engine
+cycles of 8 ns per second): a ping or a control read takes milliseconds to tens of
+milliseconds, but the kernel and the host tools see nothing else different from a board.
 
 The interface is the user's: create it (``ip tuntap add dev NAME mode tap user USER``, so
 that ``serve`` needs no root), give the host its address (``ip addr add 192.168.77.1/24 dev
@@ -46,7 +47,8 @@ import sys
 import threading
 import time
 
-__all__ = ["TapBoard", "TapDevice", "TapError", "interface_state", "MIN_TICK", "MAX_TICK"]
+__all__ = ["TapBoard", "TapDevice", "TapError", "interface_state", "MIN_TICK", "MAX_TICK",
+           "CHUNK_BYTES", "RUN_IDLE"]
 
 TUN_DEVICE = "/dev/net/tun"
 _TUNSETIFF = 0x400454CA
@@ -56,9 +58,16 @@ _IFF_UP = 0x1
 _IFNAMSIZ = 16
 #: the largest frame read from the TAP: a jumbo frame and then some (9000-byte IP MTU)
 _READ_BYTES = 1 << 16
-#: frames read from the TAP into one batch at most (one run of the gateware); a window of
-#: the transports is 32-64 datagrams
-MAX_BATCH = 256
+#: frames read from the TAP ahead of the gateware at most (the kernel queues the rest)
+MAX_PENDING = 256
+#: bytes of frames into one run of the gateware at most (and at least one frame): about
+#: four full-size frames, so that replies stream back (a full-size frame is about 1,500
+#: engine cycles of wire time, some 30 ms of simulation), or a window of small ones
+CHUNK_BYTES = 6144
+#: quiet engine cycles that end a run with input: short, since a drain run follows (the
+#: default run of the harness waits out IDLE_CYCLES = 2000, the longest silence inside
+#: the gateware with a margin; a run ended early loses nothing here)
+RUN_IDLE = 250
 #: seconds between idle ticks: right after traffic, then doubling while the wire is quiet
 #: (each tick costs the CPU some 20 ms of simulation, so a quiet board costs a few %)
 MIN_TICK = 0.005
@@ -147,7 +156,7 @@ class TapDevice:
     def fileno(self) -> int:
         return self.fd
 
-    def read_frames(self, limit: int = MAX_BATCH) -> list[bytes]:
+    def read_frames(self, limit: int = MAX_PENDING) -> list[bytes]:
         """The frames waiting on the interface, up to ``limit`` (none: an empty list)."""
         frames = []
         while len(frames) < limit:
@@ -262,13 +271,14 @@ class TapBoard:
         except OSError:
             pass
 
-    def step(self, frames=()) -> list[bytes]:
-        """One run of the gateware with ``frames`` from the wire; what it sent, in order,
-        written to the TAP and returned."""
+    def step(self, frames=(), *, idle: int | None = None) -> list[bytes]:
+        """One run of the gateware with ``frames`` from the wire, ended after ``idle`` quiet
+        engine cycles (default the backend's); what it sent, in order, written to the TAP
+        and returned."""
         frames = list(frames)
         expect = _classify(frames, self.ip, self._one_reply_ports) if frames else None
-        result = self.harness.run(frames, idle=self.backend.idle, stop_on_arp=True,
-                                  expect=expect)
+        result = self.harness.run(frames, idle=self.backend.idle if idle is None else idle,
+                                  stop_on_arp=True, expect=expect)
         self.stats["runs"] += 1
         self.stats["frames_in"] += len(frames)
         self.stats["cycles"] += result.cycles
@@ -283,29 +293,49 @@ class TapBoard:
 
     def serve_forever(self, *, deadline: float | None = None) -> None:
         """Bridge until :meth:`request_stop` (or, for tests, until ``time.monotonic()``
-        passes ``deadline``)."""
+        passes ``deadline``).
+
+        Frames go in ``CHUNK_BYTES`` at a time, each chunk's run ending ``RUN_IDLE`` quiet
+        cycles after its input (or once it answered every request of a chunk of NIC and
+        control requests): the replies then reach the kernel while later requests are
+        still queued, as they would from a board, instead of all at once after a whole
+        window (a window of 30 full-size NIC packets is over a second of simulation, which
+        the host's transports would take for loss and resend). Whatever the gateware
+        still had in hand comes out in a drain run right after (``backend.idle`` quiet
+        cycles); then idle ticks keep its clock going."""
         tick = MIN_TICK
+        busy = False          # the last run had input or output: the gateware may have more
+        pending: list[bytes] = []
         fds = [self.tap.fileno(), self._wake_r]
         while not self._stop.is_set():
             if deadline is not None and time.monotonic() > deadline:
                 break
-            ready, _, _ = select.select(fds, [], [], tick)
+            ready, _, _ = select.select(fds, [], [], 0 if pending or busy else tick)
             if self._wake_r in ready:
                 try:
                     os.read(self._wake_r, 64)
                 except OSError:
                     pass
                 continue
-            frames = self.tap.read_frames() if ready else []
-            if frames:
-                self.step(frames)
-                tick = MIN_TICK
-                continue
-            # a quiet wire: run the gateware on its own, so that its timers progress and
-            # what it sends unprompted (ARP) reaches the kernel; then wait longer
-            sent = self.step()
-            self.stats["ticks"] += 1
-            tick = MIN_TICK if sent else min(2 * tick, MAX_TICK)
+            if ready:
+                pending += self.tap.read_frames(max(1, MAX_PENDING - len(pending)))
+            if pending:
+                size, count = len(pending[0]), 1
+                while count < len(pending) and size + len(pending[count]) <= CHUNK_BYTES:
+                    size += len(pending[count])
+                    count += 1
+                chunk, pending = pending[:count], pending[count:]
+                self.step(chunk, idle=RUN_IDLE)
+                busy, tick = True, MIN_TICK
+            elif busy:
+                busy = bool(self.step())            # drain: until the gateware is quiet
+            else:
+                # a quiet wire: run the gateware on its own, so that its timers progress
+                # and what it sends unprompted (ARP) reaches the kernel; then wait longer
+                sent = self.step()
+                self.stats["ticks"] += 1
+                busy = bool(sent)
+                tick = MIN_TICK if sent else min(2 * tick, MAX_TICK)
 
     def close(self) -> None:
         self.request_stop()

@@ -432,8 +432,9 @@ def _serve_tap(args):
     print(f"gradwire board: stopped after {s['frames_in']:,} frames in, {s['frames_out']:,} out "
           f"({s['arp_out']:,} ARP), {s['ticks']:,} idle ticks; {s['cycles']:,} engine cycles "
           f"simulated in {seconds:.1f} s "
-          f"({s['cycles'] / max(board.sim_seconds, 1e-9):,.0f} cycles/s while running)",
-          flush=True)
+          f"({s['cycles'] / max(board.sim_seconds, 1e-9):,.0f} cycles/s while running)"
+          + (f"; {s['write_errors']:,} frames the TAP refused (interface down)"
+             if s["write_errors"] else ""), flush=True)
     return 0
 
 

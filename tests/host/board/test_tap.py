@@ -10,6 +10,7 @@ The loop's idle ticks, the batch classification and the option checks are tested
 directly, without a namespace."""
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -123,8 +124,10 @@ def test_status_reads_the_board_over_kernel_sockets(rehearsal):
         (BOARD_IP, BOARD_MAC, PORT_BASE, True)
     assert set(board["services"]) == {"nic_tx", "nic_rx", "switch", "ctrl"}
     assert s["json"]["counters"]["net"]["ctrl_in"] >= 1
+    # `board ping` times out on its transport's adaptive estimate (20 ms floor), which the
+    # simulation's 5-60 ms round trips sometimes exceed: at least one reply, not all
     assert rehearsal["board_ping"]["rc"] == 0
-    assert "3 replies, 0% lost" in rehearsal["board_ping"]["summary"][0]
+    assert re.search(r"3 requests, [123] replies", rehearsal["board_ping"]["summary"][0])
 
 
 def test_board_compress_and_decompress_match_the_software_codec(rehearsal):
@@ -232,8 +235,11 @@ class _Device:
                 break
         return frames
 
+    written = 0
+
     def write(self, frame):
         self.board_end.send(frame)
+        self.written += 1
         return True
 
     def close(self):
@@ -246,9 +252,12 @@ class _Harness:
 
     def __init__(self):
         self.runs = []
+        self.written_before = []
+        self.device = None
 
     def run(self, frames, *, idle, stop_on_arp, expect):
         self.runs.append((time.monotonic(), list(frames), expect))
+        self.written_before.append(self.device.written if self.device else 0)
         out = [f[::-1] for f in frames]
         return SimpleNamespace(frames=out, cycles=idle, loop_seconds=0.001)
 
@@ -258,7 +267,7 @@ def _fake_board():
     backend = SimpleNamespace(harness=harness, key=1, ip=BOARD_IP, mac=BOARD_MAC,
                               port_base=PORT_BASE, idle=2000, describe=lambda: "fake",
                               close=lambda: None)
-    device = _Device()
+    device = harness.device = _Device()
     return tapmod.TapBoard("fake0", device=device, backend=backend), device, harness
 
 
@@ -276,11 +285,13 @@ def test_a_quiet_wire_still_runs_the_gateware_ever_less_often():
         board.close()
 
 
-def test_frames_go_in_as_one_batch_and_what_the_gateware_sends_goes_out():
+@pytest.mark.parametrize("count,size", [(2, 10), (9, 1400), (40, 100)])
+def test_frames_go_in_a_few_at_a_time_and_their_replies_go_out_before_the_next(count, size):
     board, device, harness = _fake_board()
     frames = [bytes(Ether(dst=BOARD_MAC) / IP(dst=BOARD_IP) /
-                    UDP(dport=PORT_BASE + SERVICE_OFFSETS[Service.CTRL]) / Raw(b"x" * n))
-              for n in (1, 2)]
+                    UDP(dport=PORT_BASE + SERVICE_OFFSETS[Service.CTRL]) /
+                    Raw(bytes([n]) * size)) for n in range(count)]
+    chunk = tapmod.CHUNK_BYTES // len(frames[0])          # frames of one chunk
     for f in frames:
         device.wire_end.send(f)
     thread = threading.Thread(target=board.serve_forever,
@@ -295,9 +306,13 @@ def test_frames_go_in_as_one_batch_and_what_the_gateware_sends_goes_out():
         board.close()
     assert not thread.is_alive()
     assert back == [f[::-1] for f in frames]
-    batch = [(frames_in, expect) for _, frames_in, expect in harness.runs if frames_in]
-    assert batch == [(frames, 2)]        # two control requests: two replies at most
-    assert board.stats["frames_in"] == 2 and board.stats["frames_out"] == 2
+    runs = [(frames_in, expect, written) for (_, frames_in, expect), written
+            in zip(harness.runs, harness.written_before) if frames_in]
+    # control requests, a chunk at a time: one reply each at most, and every earlier
+    # chunk's replies already on the wire when the next one runs
+    assert runs == [(frames[i:i + chunk], len(frames[i:i + chunk]), i)
+                    for i in range(0, count, chunk)]
+    assert board.stats["frames_in"] == count and board.stats["frames_out"] == count
 
 
 def test_only_a_batch_of_nic_and_control_requests_expects_one_reply_each():
