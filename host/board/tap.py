@@ -19,8 +19,8 @@ How the bridge works (:class:`TapBoard`):
   until the gateware is quiet (``RUN_IDLE`` cycles), until it sent an ARP frame (which
   goes to the kernel at once, so that its answer goes in with the next run), or, for a
   chunk of NIC and control requests only, until it sent one reply per request. Whatever
-  the gateware sent goes to the TAP as soon as the run returns; a drain run follows the
-  last chunk.
+  the gateware sent goes to the TAP as soon as the run returns; short runs without input
+  follow while it still sends.
 - While no frame arrives the loop still runs the gateware now and then (``idle ticks``,
   from ``MIN_TICK`` doubling to ``MAX_TICK`` seconds apart), so that its timers
   progress and anything it sends on its own reaches the wire.
@@ -300,9 +300,9 @@ class TapBoard:
         control requests): the replies then reach the kernel while later requests are
         still queued, as they would from a board, instead of all at once after a whole
         window (a window of 30 full-size NIC packets is over a second of simulation, which
-        the host's transports would take for loss and resend). Whatever the gateware
-        still had in hand comes out in a drain run right after (``backend.idle`` quiet
-        cycles); then idle ticks keep its clock going."""
+        the host's transports would take for loss and resend). Short runs without input
+        follow while the gateware still sends; then idle ticks (``backend.idle`` quiet
+        cycles each) keep its clock going."""
         tick = MIN_TICK
         busy = False          # the last run had input or output: the gateware may have more
         pending: list[bytes] = []
@@ -328,7 +328,10 @@ class TapBoard:
                 self.step(chunk, idle=RUN_IDLE)
                 busy, tick = True, MIN_TICK
             elif busy:
-                busy = bool(self.step())            # drain: until the gateware is quiet
+                # drain in short runs too, so that new frames from the kernel go in soon;
+                # a silence inside the gateware longer than RUN_IDLE only delays its next
+                # frames to the idle tick after
+                busy = bool(self.step(idle=RUN_IDLE))
             else:
                 # a quiet wire: run the gateware on its own, so that its timers progress
                 # and what it sends unprompted (ARP) reaches the kernel; then wait longer
