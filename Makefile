@@ -5,12 +5,17 @@
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
-#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=selftest |
-#                    network, ENGINE=all | nic | switch | none (selftest), ROUTER=router1 |
-#                    router2, SEED=2,1,3 (default the board's seeds), FREQ=<engine MHz>
-#                    (default the board's engine_mhz); network top: MAC=...,
+#   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=network |
+#                    selftest, ENGINE=all | nic | switch | none (selftest), ROUTER=router1 |
+#                    router2, SEED=N (default the board's seed), FREQ=<engine MHz>
+#                    (default the board's engine_mhz for the top); network top: MAC=...,
 #                    IP=..., KEY=<hex> (default random, in the build's summary.json only,
 #                    mode 0600)), into build/bitstream/
+#   make program     load the latest bitstream (same BOARD/TOP/ENGINE) into the board's SRAM
+#                    with openFPGALoader, FLASH=1 into its SPI flash, CABLE=<name> to override
+#                    the board's cable
+#   make bench-timing  Fmax of each engine alone (compressor, decompressor, aggregator, front
+#                    end) at 125 and 156.25 MHz: a measurement, about 40 minutes
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
 
@@ -20,12 +25,12 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.gradwire-installed
 BOARD   ?= ecpix5
 ENGINE  ?= all
-TOP     ?= selftest
+TOP     ?= network
 PYTEST_ARGS ?=
 
 export AMARANTH_USE_YOSYS := builtin
 
-.PHONY: setup test bench verilog sim bitstream clean distclean accuracy
+.PHONY: setup test bench bench-timing verilog sim bitstream program clean distclean accuracy
 
 setup: $(STAMP)
 
@@ -34,7 +39,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test,bitstream,ddp,net]'
+	$(PY) -m pip install --quiet -e '.[test,bitstream,program,ddp,net]'
 	@touch $@
 
 test: $(STAMP)
@@ -42,6 +47,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m host.bench
+
+bench-timing: $(STAMP)
+	$(PY) -m hdl.board.engine_timing all --freq 125,156.25
 
 verilog: $(STAMP)
 	$(PY) -m hdl.export build/verilog
@@ -59,6 +67,10 @@ bitstream: $(STAMP)
 		--engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER)) $(if $(SEED),--seed $(SEED)) \
 		$(if $(FREQ),--freq $(FREQ)) \
 		$(if $(MAC),--mac $(MAC)) $(if $(IP),--ip $(IP))
+
+program: $(STAMP)
+	@$(PY) -m hdl.board.program --board $(BOARD) --top $(TOP) --engine $(ENGINE) \
+		$(if $(filter 1 yes true,$(FLASH)),--flash) $(if $(CABLE),--cable $(CABLE))
 
 clean:
 	rm -rf build .pytest_cache .hypothesis

@@ -32,10 +32,11 @@ from contract.network import (CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET, C
 from contract.packet import Packet
 from contract.registers import COMMIT, NET_REGISTERS, NIC_REGISTERS, SWITCH_REGISTERS
 from hdl.net.top import SIMULATION_KEY, port_base_of
+from sim.network_top import engine_period_ps
 from sim.runner import test_params
 from sim.tb_eth import BROADCAST, HOST_IP, HOST_MAC, OTHER_IP, EthBench
 
-ENGINE_PS = 8000       # the engines' clock: 125 MHz
+ENGINE_PS = engine_period_ps()   # the engines' clock: the bitstream's default
 RGMII_PS = 8004        # the PHY's receive clock, 500 ppm slow
 #: Jumbo frames: the largest datagram (9000-byte IP packet).
 MAX_DATAGRAM = 9000 - 28

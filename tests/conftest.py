@@ -1,6 +1,6 @@
-"""Session hooks: the default ``make bitstream`` (the suite's one long job, 20-25 minutes of
-one core) starts as collection ends and runs beside the other tests; its test runs last and
-waits for it. On a 2-core machine that takes the build's time off the suite's.
+"""Session hooks: the default ``make bitstream`` (the network top on the ECPIX-5, the suite's
+one long job) starts as collection ends and runs beside the other tests; its test runs last
+and waits for it. On a 2-core machine that takes the build's time off the suite's.
 
 ``GRADWIRE_SKIP_BITSTREAM=1`` (or deselecting the test) starts nothing; under pytest-xdist
 the test runs the build itself.

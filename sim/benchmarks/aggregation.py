@@ -17,8 +17,8 @@ each chunk from all n workers, slots reused with alternating versions), back to 
 its result is checked: the OR / wrap-around sum of the workers' words, and at the end the
 decoded tensor bit for bit against the golden model. Its time is the clock cycles from the
 round's first input beat to its last result beat (``ExchangeStats.busy_cycles``, summed
-over the round's exchanges), at the clock of the latest ``make bitstream`` or the 125 MHz
-target (said which). Host work between rounds (encoding, peeling) is not in it.
+over the round's exchanges), at the clock of the latest ``make bitstream`` or the board's
+default engine clock (said which). Host work between rounds (encoding, peeling) is not in it.
 
 Throughput is **uncompressed Gb/s**: the tensor's 32 N bits over the aggregation time (what
 the LHC paper calls aggregation throughput). The link-limited figures are a **model**

@@ -20,7 +20,7 @@ in the same run):
   transmit path (compressor) and its output through the receive path (decompressor),
   every output byte checked against the golden model; Gb/s of fp32 values (uncompressed)
   = 32 x values / (busy clock cycles / clock), at the clock of the latest ``make
-  bitstream`` or the 125 MHz target (said which);
+  bitstream`` or the board's default target (said which);
 - **communication time of one all-reduce** over 1, 10 and 100 GbE per worker, a **model**
   (``sim/benchmarks/links.py``) on counted numbers: the ring's 2 (N - 1) steps, each as
   long as its slowest worker; per worker and step, *fp32*: its RAW_F32 packets' wire time;

@@ -31,8 +31,8 @@ RING_PACKET_VALUES = 2048
 
 
 def engine_clock():
-    """``(MHz, source)``: the engine clock of the latest ``make bitstream``, or the 125 MHz
-    target when there is none (``sim.e2e.clock_mhz``)."""
+    """``(MHz, source)``: the engine clock of the latest ``make bitstream``, or the board's
+    default when there is none (``sim.e2e.clock_mhz``)."""
     from sim.e2e import clock_mhz
     return clock_mhz()
 

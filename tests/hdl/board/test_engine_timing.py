@@ -69,6 +69,11 @@ def test_engine_names():
     assert isinstance(front_end, wiring.Component) and "switch_ctrl" in front_end.signature.members
     args = _arguments(["decompressor", "--seed", "2"])
     assert (args.engine, args.seed, args.router, args.freq) == ("decompressor", 2, "router1",
-                                                                125.0)
-    with pytest.raises(SystemExit):
-        _arguments(["gpu"])
+                                                                (125.0,))
+    # `make bench-timing`: every engine at both clocks
+    args = _arguments(["all", "--freq", "125,156.25"])
+    assert (args.engine, args.freq) == ("all", (125.0, 156.25))
+    for bad in (["gpu"], ["all", "--freq", "fast"], ["all", "--freq", "0"],
+                ["all", "--freq", "125,-1"]):
+        with pytest.raises(SystemExit):
+            _arguments(bad)

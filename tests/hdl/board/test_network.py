@@ -3,6 +3,8 @@ as the generated build files, without the tools); the build's key handling."""
 import json
 import stat
 
+from pathlib import Path
+
 import pytest
 
 from hdl.board.build import classify_clocks, parse_key, write_private
@@ -39,7 +41,7 @@ def test_network_board_top_elaborates(board, tmp_path):
     text = lambda name: files[name].decode() if isinstance(files[name], bytes) else files[name]
     lpf, il = text("gradwire.lpf"), text("gradwire.il")
     # both PLL outputs and the PHY's receive clock are constrained
-    assert f'FREQUENCY NET "pll.clk_out" {125e6}' in lpf
+    assert f'FREQUENCY NET "pll.clk_out" {entry.engine_clock_mhz("network") * 1e6}' in lpf
     assert f'FREQUENCY NET "pll.clk_os" {62.5e6}' in lpf
     assert "FREQUENCY PORT" in lpf and str(125e6) in lpf
     assert "EHXPLLL" in il and "CLKOS" in il and "DCCA" in il
@@ -91,12 +93,15 @@ def test_clocks_are_told_apart_by_net():
         "rgmii_rx": ["$glbnet$eth_rgmii_0__rx_clk__io$TRELLIS_IO_IN"]}
 
 
-def test_selftest_is_the_default_top():
+def test_network_is_the_default_top():
     from hdl.board.build import _arguments
     from hdl.board.top import load_boards
     boards = load_boards()
-    assert _arguments([], boards).top == "selftest"
-    assert _arguments(["--top", "network", "--seed", "2,1"], boards).seed == (2, 1)
+    assert _arguments([], boards).top == "network"
+    assert _arguments(["--top", "selftest", "--seed", "2,1"], boards).seed == (2, 1)
+    # `make bitstream` passes no TOP unless the user does
+    makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
+    assert "TOP     ?= network" in makefile
 
 
 def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):

@@ -7,8 +7,9 @@ from hdl.board.top import BoardTop, load_boards, pll_dividers
 
 REPO = Path(__file__).resolve().parents[3]
 BOARDS = load_boards()
-
-
+#: the smallest valid board entry
+ENTRY = ('[x]\nplatform = "a:b"\npart = "p"\nengines = ["nic"]\n'
+         'engine_mhz = { network = 75, selftest = 50 }\nuart_tx = "uart:0.tx"\n')
 
 
 def test_board_table_names_the_required_boards():
@@ -22,13 +23,49 @@ def test_board_table_names_the_required_boards():
 
 def test_board_table_rejects_unknown_keys(tmp_path):
     bad = tmp_path / "boards.toml"
-    bad.write_text('[x]\nplatform = "a:b"\npart = "p"\nengines = ["nic"]\nengine_mhz = 1\n'
-                   'uart_tx = "uart:0.tx"\ncolour = "red"\n')
+    bad.write_text(ENTRY + 'colour = "red"\n')
     with pytest.raises(ValueError, match="unknown keys.*colour"):
         load_boards(bad)
     bad.write_text('[x]\nplatform = "a:b"\n')
     with pytest.raises(ValueError, match="lacks the key 'part'"):
         load_boards(bad)
+
+
+def test_board_table_gives_each_top_its_clock(tmp_path):
+    table = tmp_path / "boards.toml"
+    table.write_text(ENTRY + 'seed = 3\nprogram = { board = "b", cable = "c" }\n')
+    board = load_boards(table)["x"]
+    assert board.engine_clock_mhz("network") == 75.0
+    assert board.engine_clock_mhz("selftest") == 50.0
+    assert board.seed == 3 and board.program == {"board": "b", "cable": "c"}
+    with pytest.raises(ValueError, match="no engine clock for the 'wire' top"):
+        board.engine_clock_mhz("wire")
+    for clocks, seed, program in (("125", "1", "{}"), ("{ network = 75 }", "1", "{}"),
+                                  ("{ network = 75, selftest = 0 }", "1", "{}"),
+                                  ("{ network = 75, selftest = true }", "1", "{}"),
+                                  ("{ network = 75, selftest = 75 }", "-1", "{}"),
+                                  ("{ network = 75, selftest = 75 }", "1.5", "{}"),
+                                  ("{ network = 75, selftest = 75 }", "1", "{ port = 'x' }"),
+                                  ("{ network = 75, selftest = 75 }", "1", "{ board = 3 }")):
+        table.write_text(ENTRY.replace("{ network = 75, selftest = 50 }", clocks)
+                         + f"seed = {seed}\nprogram = {program}\n")
+        with pytest.raises(ValueError, match="board 'x'"):
+            load_boards(table)
+
+
+def test_every_default_clock_has_margin_over_the_port():
+    """The 1 GbE port needs 1e9 / 256 bits = 3.9 MHz of the 256-bit engines; every default
+    is a clock of the PLL, with the Ethernet clock beside it on the network top."""
+    from hdl.board.network import NetworkPLL
+    from hdl.net.liteeth import load_network_config
+    for board in BOARDS.values():
+        for top, mhz in board.engine_mhz.items():
+            assert 8 <= mhz <= 125, (board.name, top, mhz)
+        f_in = board.make_platform().default_clk_frequency / 1e6
+        eth_mhz = load_network_config(board.name).sys_clk_hz / 1e6
+        pll = NetworkPLL(f_in_mhz=f_in, f_out_mhz=board.engine_clock_mhz("network"),
+                         f_os_mhz=eth_mhz)
+        assert pll.dividers["f_out_mhz"] == board.engine_clock_mhz("network")
 
 
 @pytest.mark.parametrize("f_in, f_out, want", [
