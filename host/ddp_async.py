@@ -30,8 +30,10 @@ Process group (:func:`cpu_group`)
     The hooks' own traffic is CPU tensors with a bitwise-OR reduction, which NCCL cannot
     carry. When the group DDP gives them (``state``: ``None`` for the default group, or a
     ProcessGroup) has no CPU backend, the hooks use a gloo group with the same ranks,
-    created once per group (collectively, at the first bucket on every rank of it) and
-    shared by every hook, with the group's timeout. A group with a CPU backend (gloo,
+    created once per group (collectively, at the first bucket on every rank) and shared by
+    every hook, with the group's timeout. A smaller group than the job without a CPU
+    backend is refused (``new_group`` is collective over the job): give the hook a gloo
+    group of its ranks as ``state``. A group with a CPU backend (gloo,
     ``"cpu:gloo,cuda:nccl"``) is used as it is.
 
 Devices and precision (:func:`bucket_to_host`, :func:`result_to_device`)
@@ -212,6 +214,9 @@ def _serve(jobs: queue.SimpleQueue) -> None:
         if job is None:
             return
         job()
+        # Drop the job before waiting for the next: it holds the hook, which must stay
+        # collectable while its worker is idle.
+        del job
 
 
 def _stop(jobs: queue.SimpleQueue, thread: threading.Thread) -> None:
@@ -294,13 +299,16 @@ def cpu_group(who: str, state):
     None or ProcessGroup
         ``None`` (the default group) or ``state`` when it has a CPU backend; otherwise the
         gloo group of the same ranks, created at the first call (collectively: every rank
-        of the group calls the hook for its first bucket) and kept for every later call and
-        every other hook on the same group.
+        calls the hook for its first bucket) and kept for every later call and every other
+        hook on the same group.
 
     Raises
     ------
     TypeError
         ``state`` is neither None nor a ProcessGroup.
+    ValueError
+        ``state`` has no CPU backend and not every rank of the job is in it (the ranks
+        outside would not take part in creating the gloo group): give a gloo group.
     RuntimeError
         The default group is not initialised.
     """
@@ -317,11 +325,16 @@ def cpu_group(who: str, state):
         side = _SIDE_GROUPS.get(group)
         if side is not None and side in dist.distributed_c10d._world.pg_map:
             return side
-        world = group is dist.group.WORLD
-        side = dist.new_group(
-            ranks=None if world else dist.get_process_group_ranks(group), backend="gloo",
-            timeout=_timeout(group),
-            # A subgroup's ranks alone call the hook; the default group's ranks are all.
-            use_local_synchronization=not world)
+        ranks = dist.get_process_group_ranks(group)
+        if len(ranks) != dist.get_world_size():
+            # new_group is collective over the whole job, and only this group's ranks call
+            # the hook. (Its use_local_synchronization=True variant hung in the gloo
+            # rendezvous with torch 2.13 once other subgroups existed.)
+            raise ValueError(
+                f"{who}: the process group given as state (ranks {ranks}) has no CPU backend "
+                f"and is smaller than the job, so the hook cannot create its gloo group "
+                f"there; create one with every rank beside it, "
+                f"dist.new_group({ranks}, backend='gloo'), and give that as state")
+        side = dist.new_group(ranks=ranks, backend="gloo", timeout=_timeout(group))
         _SIDE_GROUPS[group] = side
         return side
