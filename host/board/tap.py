@@ -26,7 +26,7 @@ How the bridge works (:class:`TapBoard`):
   progress and anything it sends on its own reaches the wire.
 
 Simulated time runs some thousands of times slower than wall time (50,000-90,000 engine
-cycles of 8 ns per second): a ping or a control read takes milliseconds to tens of
+cycles per second): a ping or a control read takes milliseconds to tens of
 milliseconds, but the kernel and the host tools see nothing else different from a board.
 
 The interface is the user's: create it (``ip tuntap add dev NAME mode tap user USER``, so

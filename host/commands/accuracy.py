@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 
 from ..cli import CliError
 
@@ -93,10 +94,24 @@ def run(args) -> int:
     print(f"training {', '.join(settings.tasks)} with {', '.join(settings.codecs)} "
           f"on {settings.world_size} gloo processes, compressed rows through {where}",
           flush=True)
-    results = run_experiment(settings, board=board, key=key)
+    from torch.multiprocessing import ProcessRaisedException
+    try:
+        results = run_experiment(settings, board=board, key=key)
+    except ProcessRaisedException as exc:
+        raise CliError(f"the training run stopped: {_reason(str(exc))}") from None
     paths = write_outputs(results, args.out)
     print()
     print(results_table(results))
     print(f"\nwall time {results['wall_seconds']:.0f} s; wrote "
           + ", ".join(str(p) for p in paths.values()))
     return 0
+
+
+def _reason(traceback_text):
+    """The last ``SomeError: message`` line of a rank's traceback (the error that stopped
+    it; the frames printed after it are a worker thread's), else the text's last line."""
+    lines = [line.strip() for line in traceback_text.splitlines() if line.strip()]
+    for line in reversed(lines):
+        if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)(: |$)", line):
+            return line
+    return lines[-1] if lines else "a rank failed"

@@ -76,8 +76,8 @@ class VerilatorBoard(BoardBackend):
     waves : bool, optional
         Record waveforms (``build/waves/network_top/``).
     rgmii_ps, rgmii_phase_ps : int
-        The PHY clock's period and phase (default in phase with the 125 MHz engine clock;
-        ``sim.harness.network.NetworkHarness``).
+        The PHY clock's period and phase (default 125 MHz, starting in phase with the
+        engine clock; ``sim.harness.network.NetworkHarness``).
     """
 
     #: A delivery takes simulated time: 15-40 ms for one small datagram, a second or more

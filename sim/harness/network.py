@@ -9,14 +9,14 @@ Ethernet frames (built with scapy by the caller) and gets back the frames the ga
 sent; the preamble, the FCS, the inter-frame gap, the DDR nibbles on both clock edges and
 the in-band link status are the C++ side's, cycle by cycle on the three clocks of the top.
 
-Clocks: the engines' ``clk`` at 125 MHz, LiteEth's ``eth_clk`` at the network
-configuration's ``sys_clk_hz`` (62.5 MHz on the ECPIX-5), the PHY's ``rgmii_rx_clk`` at
-125 MHz (1000BASE-T). By default the PHY clock runs in phase with ``clk``, so that the
-edges of all three clocks fall together and one eval of the model takes several: measured
-on the cross-check traffic of ``tests/sim/harness/test_network_board.py``, 93k engine
-cycles/s so against 61-75k with the PHY clock 500 ppm slow and out of phase
-(``rgmii_ps=8004``, ``rgmii_phase_ps``), as the cocotb benches (``sim/tb_network.py``)
-run it to stress the clock crossings; the tests run both.
+Clocks: the engines' ``clk`` at the board's network-top engine clock (its bitstream's
+default, :func:`sim.network_top.engine_period_ps`: 75 MHz on the ECPIX-5), LiteEth's
+``eth_clk`` at the network configuration's ``sys_clk_hz`` (62.5 MHz), the PHY's
+``rgmii_rx_clk`` at 125 MHz (1000BASE-T). By default the PHY clock starts in phase with
+the others; ``rgmii_ps=8004`` and ``rgmii_phase_ps`` make it 500 ppm slow and out of
+phase, as the cocotb benches (``sim/tb_network.py``) run it to stress the clock
+crossings; the tests run both. (At a 125 MHz engine clock, whose edges all fall on the
+PHY's, one eval of the model took several clocks: 93k engine cycles/s against 61-75k.)
 """
 from __future__ import annotations
 
@@ -137,7 +137,8 @@ class NetworkHarness(HarnessProcess):
     waves : bool, optional
         Record waveforms into ``build/waves/network_top/``; default from ``WAVES``.
     clk_ps, rgmii_ps, rgmii_phase_ps : int
-        Engine clock and PHY clock periods, and the PHY clock's phase (picoseconds).
+        Engine clock and PHY clock periods, and the PHY clock's phase (picoseconds; the
+        engine clock's default is the board's bitstream's).
     timeout : float, optional
         Wall-clock seconds to wait for any one answer.
     """
@@ -146,8 +147,11 @@ class NetworkHarness(HarnessProcess):
     label = f"the {TOP} PHY harness"
 
     def __init__(self, *, key: int, board: str = "ecpix5", switch_params=None, waves=None,
-                 clk_ps: int = 8000, rgmii_ps: int = 8000, rgmii_phase_ps: int = 0,
+                 clk_ps: int | None = None, rgmii_ps: int = 8000, rgmii_phase_ps: int = 0,
                  timeout=None):
+        if clk_ps is None:
+            from sim.network_top import engine_period_ps
+            clk_ps = engine_period_ps(board)
         files, top = network_sources(key, board, tuple(sorted((switch_params or {}).items())))
         self.config = top.config
         self.port_base = top.port_base
