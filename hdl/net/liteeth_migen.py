@@ -358,7 +358,9 @@ class ParkingARPTable(LiteXModule):
     unanswered requests ``timeout_s`` apart), held until taken. One exchange at a time: a
     miss while one runs is answered ``miss`` without ``started``.
 
-    Requests for the board's address are answered as LiteEth does. ``sink`` (from the ARP
+    Requests for the board's address are answered as LiteEth does, and their sender is
+    cached (RFC 826's merge: a host asks for the board before it sends to it, so replies to
+    it do not miss). ``sink`` (from the ARP
     receiver) must come through a FIFO: the receiver presents each ARP frame for one cycle
     only, and this table takes it when it is free.
     """
@@ -417,7 +419,35 @@ class ParkingARPTable(LiteXModule):
             source.ip_address.eq(sink.ip_address),
             source.mac_address.eq(sink.mac_address),
             If(source.ready,
+                NextState("MERGE_CHECK")
+            )
+        )
+        # RFC 826's merge, for requests to the board: the requester is about to send to
+        # the board, and the board's reply to it would otherwise miss. Added when not
+        # cached (an entry already there keeps its MAC: the cache cannot rewrite in place);
+        # a requester being resolved is resolved by its own request.
+        fsm.act("MERGE_CHECK",
+            cache.request.valid.eq(1),
+            cache.request.ip_address.eq(sink.ip_address),
+            If(cache.response.valid,
+                If(cache.response.error,
+                    NextState("MERGE_UPDATE")
+                ).Else(
+                    sink.ready.eq(1),
+                    NextState("IDLE")
+                )
+            )
+        )
+        fsm.act("MERGE_UPDATE",
+            cache.update.valid.eq(1),
+            cache.update.ip_address.eq(sink.ip_address),
+            cache.update.mac_address.eq(sink.mac_address),
+            If(cache.update.ready,
                 sink.ready.eq(1),
+                If(pending & (pending_ip == sink.ip_address),
+                    set_resolved.eq(1),
+                    NextValue(pending, 0)
+                ),
                 NextState("IDLE")
             )
         )
