@@ -36,7 +36,10 @@ ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with these changes that
   being resolved, up to 8 x 100 ms for a host that never answers, so one dead worker
   stopped every reply of every service. Here the missed datagram moves into a one-datagram
   slot (block RAM) while its ARP exchange runs, and datagrams to cached destinations keep
-  going; a second miss while the slot is taken is dropped at once and counted.
+  going; a second miss while the slot is taken is dropped at once and counted. The table
+  also caches the sender of an ARP request for the board (RFC 826's merge; LiteEth learns
+  only from replies to its own requests), so a host that asked for the board is no miss,
+  and its request period is ``arp_timeout_s`` (LiteEth's 0.1 s; simulations shorten it).
 
 Every drop the core makes is reported by a one-cycle ``ev_*`` strobe in the sys domain (see
 :data:`hdl.net.liteeth.EVENTS`), by the layer that decided; a datagram handed out with
