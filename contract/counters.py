@@ -77,6 +77,7 @@ NET_COUNTERS = (
     "ctrl_in", "ctrl_out",
     "arp_miss",           # a reply waited for an ARP exchange (its destination not cached)
     "arp_unreachable",    # a reply dropped: its destination never answered ARP
+    "arp_busy_drop",      # a reply dropped: not cached while another waited for ARP
 ) + NET_CORE_DROPS + (
     "drop_closed_port",   # datagram to a port no service listens on
     "drop_bad_source",    # AGG datagram whose source is not the (job, worker) table entry

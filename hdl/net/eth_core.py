@@ -20,9 +20,12 @@ Transmit (``tx``, user to core): same layout without ``error``. ``meta.length`` 
 payload byte count the beats carry (LiteEth writes it into the UDP and IP headers as
 given) and ``last_be`` marks the last byte on the last beat; ``meta`` must be held for the
 whole datagram. The UDP checksum is sent as 0 (no checksum, network.md section 1).
-``tx.ready`` drops while LiteEth resolves the destination MAC: a cache hit costs up to
-``arp_entries`` cycles, a miss an ARP exchange, an unreachable host up to 8 x 100 ms
-(then ``events.arp_unreachable`` and the datagram is dropped).
+``tx.ready`` drops while LiteEth looks the destination MAC up: up to ``arp_entries``
+cycles. A miss costs the copy of the datagram into the core's parking slot (one word per
+cycle) while its ARP exchange runs; the datagrams behind it go on to cached destinations.
+The parked one leaves when the host answers, or is dropped after 8 unanswered requests
+(``events.arp_unreachable``); a miss while the slot is taken is dropped at once
+(``events.arp_busy_drop``).
 """
 from __future__ import annotations
 

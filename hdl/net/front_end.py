@@ -329,6 +329,7 @@ class NetworkFrontEnd(wiring.Component):
             events.udp_length.eq(core.udp_length | mismatch),
             events.arp_miss.eq(core.arp_miss),
             events.arp_unreachable.eq(core.arp_unreachable),
+            events.arp_busy_drop.eq(core.arp_busy_drop),
             events.drop_closed_port.eq(dispatch.closed_port),
             # one datagram ends per clock on the receive side; outputs may end together
             events.drop_service_full.eq(Cat(*ingress_full).any() | Cat(
@@ -347,7 +348,7 @@ class NetworkFrontEnd(wiring.Component):
             m.d.comb += registers.fanout.en.eq(0)
 
         # -- status (LEDs) -----------------------------------------------------------------
-        drops = [events[n] for n in NET_COUNTERS if n.startswith(("drop_", "arp_unreach"))]
+        drops = [events[n] for n in NET_COUNTERS if n.startswith(("drop_", "arp_unreach", "arp_busy"))]
         drops += [events[n] for n in NET_CORE_DROPS]
         m.d.sync += [
             self.status.rx_datagram.eq(Cat(*(events[f"{s.value}_in"]

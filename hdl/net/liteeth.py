@@ -53,8 +53,12 @@ EVENTS = {
     "udp_length": "UDP length under 8, beyond the IP payload, or the frame ended early "
                   "(good FCS; datagram flagged error)",
     "udp_checksum": "non-zero UDP checksum wrong (good FCS; datagram flagged error)",
-    "arp_miss": "transmit to an IP not in the ARP cache (an ARP request goes out)",
-    "arp_unreachable": "no ARP reply after LiteEth's 8 requests: the datagram was dropped",
+    "arp_miss": "transmit to an IP not in the ARP cache: the datagram is parked and an ARP "
+                "request goes out",
+    "arp_unreachable": "no ARP reply after 8 requests arp_timeout_s apart: the parked "
+                       "datagram was dropped",
+    "arp_busy_drop": "transmit to an IP not in the ARP cache while another datagram is "
+                     "parked: dropped at once (no ARP request)",
 }
 #: DELAYG: 25 ps per tap, 7-bit tap count.
 DELAY_TAP_NS = 0.025
@@ -74,6 +78,7 @@ class NetworkConfig:
     ip_address: str
     sys_clk_hz: int
     arp_entries: int
+    arp_timeout_s: float
     max_frame: int
     icmp_fifo_depth: int
     udp_ports: MappingProxyType
@@ -106,6 +111,10 @@ class NetworkConfig:
             raise ValueError(f"{where}: sys_clk_hz must be 50..250 MHz, not {self.sys_clk_hz!r}")
         if not isinstance(self.arp_entries, int) or not 2 <= self.arp_entries <= 1024:
             raise ValueError(f"{where}: arp_entries must be 2..1024, not {self.arp_entries!r}")
+        if (isinstance(self.arp_timeout_s, bool) or not isinstance(self.arp_timeout_s, (int, float))
+                or not 1e-6 <= self.arp_timeout_s <= 10):
+            raise ValueError(f"{where}: arp_timeout_s must be 1 us..10 s, "
+                             f"not {self.arp_timeout_s!r}")
         if not isinstance(self.max_frame, int) or not 64 <= self.max_frame <= 16000:
             raise ValueError(f"{where}: max_frame must be 64..16000 bytes, "
                              f"not {self.max_frame!r}")
@@ -144,6 +153,7 @@ class NetworkConfig:
             "rx_delay_ns": float(self.rx_delay_ns),
             "sys_clk_hz": self.sys_clk_hz,
             "arp_entries": self.arp_entries,
+            "arp_timeout_s": float(self.arp_timeout_s),
             "max_frame": self.max_frame,
             "icmp_fifo_depth": self.icmp_fifo_depth,
         }

@@ -5,7 +5,7 @@ CONFIG.json OUT.v``), so that Migen and LiteX never share a process with Amarant
 generation always starts from fresh Migen naming state.
 
 The core is put together from LiteEth's own building blocks (PHY, MAC core, ARP, IPv4,
-ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with four changes that
+ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with these changes that
 ``network.md`` section 1 needs and stock LiteEth 2024.12 does not do:
 
 * **MAC address filter.** In crossbar mode LiteEth passes frames for any destination MAC
@@ -30,6 +30,16 @@ ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with four changes that
   searches; in the state that answers, the address falls back to entry 0, so every
   datagram went to the MAC of the first host in the cache, whatever its IP. Harmless with
   one peer, wrong with two (a controller and workers).
+* **An ARP miss parks its datagram instead of stalling the transmit path**
+  (:class:`ParkingARPTable`, :class:`ParkingIPTX`, replace ``LiteEthARPTable`` and
+  ``LiteEthIPTX``): stock LiteEth holds every datagram behind one whose destination is
+  being resolved, up to 8 x 100 ms for a host that never answers, so one dead worker
+  stopped every reply of every service. Here the missed datagram moves into a one-datagram
+  slot (block RAM) while its ARP exchange runs, and datagrams to cached destinations keep
+  going; a second miss while the slot is taken is dropped at once and counted. The table
+  also caches the sender of an ARP request for the board (RFC 826's merge; LiteEth learns
+  only from replies to its own requests), so a host that asked for the board is no miss,
+  and its request period is ``arp_timeout_s`` (LiteEth's 0.1 s; simulations shorten it).
 
 Every drop the core makes is reported by a one-cycle ``ev_*`` strobe in the sys domain (see
 :data:`hdl.net.liteeth.EVENTS`), by the layer that decided; a datagram handed out with
@@ -42,19 +52,23 @@ from __future__ import annotations
 import json
 import sys
 
-from migen import Cat, ClockDomain, FSM, If, Mux, NextState, NextValue, Replicate, Signal
+from migen import (Cat, ClockDomain, FSM, If, Memory, Mux, NextState, NextValue, Replicate,
+                   Signal)
 from litex.build.generic_platform import Pins, Subsignal
 from litex.build.lattice.platform import LatticePlatform
 from litex.gen import LiteXContext, LiteXModule
 from litex.soc.interconnect import stream
 
-from liteeth.common import (bcast_mac_address, convert_ip, eth_fcs_length,
-                            eth_ipv4_user_description, eth_min_frame_length,
-                            ethernet_type_arp, ethernet_type_ip, icmp_protocol,
-                            mac_header_length, udp_header, udp_protocol)
-from liteeth.core.arp import LiteEthARP
+from liteeth.common import (bcast_ip_mask, bcast_mac_address, convert_ip, eth_fcs_length,
+                            eth_ipv4_user_description, eth_mac_description,
+                            eth_min_frame_length, ethernet_type_arp, ethernet_type_ip,
+                            icmp_protocol, ipv4_header, mac_header_length, mcast_ip_mask,
+                            mcast_oui, udp_header, udp_protocol)
+from liteeth.core.arp import (LiteEthARPCache, LiteEthARPRX, LiteEthARPTX,
+                              _arp_table_layout)
 from liteeth.core.icmp import LiteEthICMP
-from liteeth.core.ip import LiteEthIP
+from liteeth.core.ip import (LiteEthIPRX, LiteEthIPV4Checksum, LiteEthIPV4Crossbar,
+                             LiteEthIPV4Packetizer)
 from liteeth.core.udp import LiteEthUDPDepacketizer, LiteEthUDPTX
 from liteeth.mac.common import (LiteEthMACCrossbar, LiteEthMACDepacketizer,
                                 LiteEthMACPacketizer)
@@ -328,6 +342,394 @@ def fix_arp_cache_response(cache):
     cache.fsm.act("RESPONSE", port.adr.eq(counters[0]))
 
 
+#: The ARP table's lookup interface (the IP transmitter asks, once per unicast datagram).
+_lookup_layout = [("ip_address", 32), ("resolve", 1)]
+#: Its answer: ``miss`` without ``started``: not cached, and no exchange was started for it.
+_lookup_response_layout = [("mac_address", 48), ("miss", 1), ("started", 1)]
+#: The end of an exchange: the MAC learned, or ``failed`` after the last request.
+_resolved_layout = [("mac_address", 48), ("failed", 1)]
+
+
+class ParkingARPTable(LiteXModule):
+    """LiteEth's ARP table with the lookup split from the exchange, so a miss needs no wait.
+
+    ``LiteEthARPTable`` answers a lookup only once the exchange for a missed address is over
+    (up to 8 requests 100 ms apart), so its caller waits that long. Here ``lookup`` always
+    answers at once (a cache search): a hit with its MAC, or a miss; on a miss with
+    ``resolve`` set and no exchange running, the table starts one (``started``) and later
+    presents its end on ``resolved`` (the learned MAC, or ``failed`` after ``max_requests``
+    unanswered requests ``timeout_s`` apart), held until taken. One exchange at a time: a
+    miss while one runs is answered ``miss`` without ``started``.
+
+    Requests for the board's address are answered as LiteEth does, and their sender is
+    cached (RFC 826's merge: a host asks for the board before it sends to it, so replies to
+    it do not miss). ``sink`` (from the ARP
+    receiver) must come through a FIFO: the receiver presents each ARP frame for one cycle
+    only, and this table takes it when it is free.
+    """
+
+    def __init__(self, clk_freq, entries, timeout_s, max_requests=8):
+        self.sink = sink = stream.Endpoint(_arp_table_layout)      # from the ARP receiver
+        self.source = source = stream.Endpoint(_arp_table_layout)  # to the ARP transmitter
+        self.lookup = lookup = stream.Endpoint(_lookup_layout)
+        self.response = response = stream.Endpoint(_lookup_response_layout)
+        self.resolved = resolved = stream.Endpoint(_resolved_layout)
+        self.ev_miss = Signal()       # a lookup missed and started an exchange
+
+        # # #
+
+        self.cache = cache = LiteEthARPCache(entries=entries, clk_freq=clk_freq)
+
+        pending = Signal()                           # an exchange runs
+        pending_ip = Signal(32)
+        sent = Signal(max=max_requests + 1)          # requests sent in this exchange
+        period = max(1, int(round(timeout_s * clk_freq)))
+        timer = Signal(max=period + 1, reset=period)
+        reload = Signal()
+        # The timer waits for the table rather than pulsing once (LiteEth's WaitTimer), so
+        # that a busy table delays a retry by cycles, not by a whole period.
+        self.sync += If(~pending | reload,
+            timer.eq(period)
+        ).Elif(timer != 0,
+            timer.eq(timer - 1)
+        )
+        set_resolved, set_failed = Signal(), Signal()
+        self.sync += If(set_resolved | set_failed,
+            resolved.valid.eq(1),
+            resolved.failed.eq(set_failed),
+            resolved.mac_address.eq(sink.mac_address),
+        ).Elif(resolved.ready,
+            resolved.valid.eq(0)
+        )
+
+        self.fsm = fsm = FSM(reset_state="IDLE")
+        fsm.act("IDLE",
+            If(sink.valid & sink.request,
+                NextState("SEND_REPLY")
+            ).Elif(sink.valid & sink.reply,
+                NextState("UPDATE_TABLE")
+            ).Elif(sink.valid,
+                sink.ready.eq(1)
+            ).Elif(lookup.valid,
+                NextState("CHECK_TABLE")
+            ).Elif(pending & (timer == 0),
+                NextState("CHECK_REQUEST")
+            )
+        )
+        fsm.act("SEND_REPLY",
+            source.valid.eq(1),
+            source.reply.eq(1),
+            source.ip_address.eq(sink.ip_address),
+            source.mac_address.eq(sink.mac_address),
+            If(source.ready,
+                NextState("MERGE_CHECK")
+            )
+        )
+        # RFC 826's merge, for requests to the board: the requester is about to send to
+        # the board, and the board's reply to it would otherwise miss. Added when not
+        # cached (an entry already there keeps its MAC: the cache cannot rewrite in place);
+        # a requester being resolved is resolved by its own request.
+        fsm.act("MERGE_CHECK",
+            cache.request.valid.eq(1),
+            cache.request.ip_address.eq(sink.ip_address),
+            If(cache.response.valid,
+                If(cache.response.error,
+                    NextState("MERGE_UPDATE")
+                ).Else(
+                    sink.ready.eq(1),
+                    NextState("IDLE")
+                )
+            )
+        )
+        fsm.act("MERGE_UPDATE",
+            cache.update.valid.eq(1),
+            cache.update.ip_address.eq(sink.ip_address),
+            cache.update.mac_address.eq(sink.mac_address),
+            If(cache.update.ready,
+                sink.ready.eq(1),
+                If(pending & (pending_ip == sink.ip_address),
+                    set_resolved.eq(1),
+                    NextValue(pending, 0)
+                ),
+                NextState("IDLE")
+            )
+        )
+        fsm.act("UPDATE_TABLE",
+            If(pending & (pending_ip == sink.ip_address),
+                cache.update.valid.eq(1),
+                cache.update.ip_address.eq(sink.ip_address),
+                cache.update.mac_address.eq(sink.mac_address),
+                If(cache.update.ready,
+                    sink.ready.eq(1),
+                    set_resolved.eq(1),
+                    NextValue(pending, 0),
+                    NextState("IDLE")
+                )
+            ).Else(
+                sink.ready.eq(1),
+                NextState("IDLE")
+            )
+        )
+        fsm.act("CHECK_REQUEST",
+            reload.eq(1),
+            If(sent == max_requests,
+                set_failed.eq(1),
+                NextValue(pending, 0),
+                NextState("IDLE")
+            ).Else(
+                NextState("SEND_REQUEST")
+            )
+        )
+        start = Signal()
+        self.comb += start.eq(cache.response.error & lookup.resolve & ~pending & ~resolved.valid)
+        fsm.act("CHECK_TABLE",
+            cache.request.valid.eq(1),
+            cache.request.ip_address.eq(lookup.ip_address),
+            If(cache.response.valid,
+                lookup.ready.eq(1),
+                NextValue(response.mac_address, cache.response.mac_address),
+                NextValue(response.miss, cache.response.error),
+                NextValue(response.started, start),
+                If(start,
+                    self.ev_miss.eq(1),
+                    NextValue(pending, 1),
+                    NextValue(pending_ip, lookup.ip_address),
+                    NextValue(sent, 0),
+                ),
+                NextState("PRESENT_RESPONSE")
+            )
+        )
+        fsm.act("PRESENT_RESPONSE",
+            response.valid.eq(1),
+            If(response.ready,
+                If(response.started,
+                    NextState("SEND_REQUEST")
+                ).Else(
+                    NextState("IDLE")
+                )
+            )
+        )
+        fsm.act("SEND_REQUEST",
+            source.valid.eq(1),
+            source.request.eq(1),
+            source.ip_address.eq(pending_ip),
+            If(source.ready,
+                NextValue(sent, sent + 1),
+                NextState("IDLE")
+            )
+        )
+
+
+class ParkingARP(LiteXModule):
+    """``LiteEthARP`` with :class:`ParkingARPTable` (and a FIFO in front of it)."""
+
+    def __init__(self, mac, mac_address, ip_address, clk_freq, entries, timeout_s, dw=8):
+        self.tx = tx = LiteEthARPTX(mac_address, ip_address, dw)
+        self.rx = rx = LiteEthARPRX(mac_address, ip_address, dw)
+        self.table = table = ParkingARPTable(clk_freq, entries=entries, timeout_s=timeout_s)
+        # The receiver's output is valid for one cycle whatever ``ready`` says; the table is
+        # busy for up to ``entries`` cycles per lookup, and a reply lost there would cost a
+        # whole retry period.
+        self.rx_fifo = rx_fifo = stream.SyncFIFO(_arp_table_layout, 2)
+        self.comb += [
+            rx.source.connect(rx_fifo.sink),
+            rx_fifo.source.connect(table.sink),
+            table.source.connect(tx.sink),
+        ]
+        mac_port = mac.crossbar.get_port(ethernet_type_arp, dw=dw)
+        self.comb += [
+            tx.source.connect(mac_port.sink),
+            mac_port.source.connect(rx.sink),
+        ]
+
+
+class ParkingIPTX(LiteXModule):
+    """``LiteEthIPTX`` that parks a datagram whose destination misses the ARP cache.
+
+    The datagram (IPv4 header and payload, as the packetizer makes it) is copied into a
+    slot of ``slot_words`` words while :class:`ParkingARPTable` resolves its address; the
+    datagrams behind it keep flowing to cached destinations, one whole frame at a time.
+    When the exchange ends the slot is sent with the learned MAC (ahead of the next
+    datagram, at a frame boundary) or dropped (``target_unreachable``). A miss while the
+    slot is taken is dropped at once (``busy_drop``): no state waits on it.
+
+    The header checksum restarts at the end of every datagram the packetizer emits,
+    whatever took it (LiteEth restarts it only at the end of a sent frame, so the datagram
+    after a dropped one went out with the dropped one's header checksum).
+    """
+
+    def __init__(self, mac_address, ip_address, arp_table, slot_words, dw=8):
+        self.sink = sink = stream.Endpoint(eth_ipv4_user_description(dw))
+        self.source = source = stream.Endpoint(eth_mac_description(dw))
+        self.target_unreachable = Signal()
+        self.busy_drop = Signal()
+
+        # # #
+
+        self.buffer = buffer = stream.Buffer(eth_ipv4_user_description(dw))
+        self.comb += sink.connect(buffer.sink)
+        sink = buffer.source
+
+        self.checksum = checksum = LiteEthIPV4Checksum(skip_checksum=True)
+        self.packetizer = packetizer = LiteEthIPV4Packetizer(dw)
+        p = packetizer.source
+        self.comb += [
+            checksum.ce.eq(sink.valid),
+            checksum.reset.eq(p.valid & p.last & p.ready),
+            sink.connect(packetizer.sink, keep={"last", "last_be", "protocol", "data"}),
+            packetizer.sink.valid.eq(sink.valid & checksum.done),
+            sink.ready.eq(packetizer.sink.ready & checksum.done),
+            packetizer.sink.target_ip.eq(sink.ip_address),
+            packetizer.sink.total_length.eq(ipv4_header.length + sink.length),
+            packetizer.sink.version.eq(0x4),
+            packetizer.sink.ihl.eq(ipv4_header.length // 4),
+            packetizer.sink.identification.eq(0),
+            packetizer.sink.ttl.eq(0x80),
+            packetizer.sink.sender_ip.eq(ip_address),
+            checksum.header.eq(packetizer.header),
+            packetizer.sink.checksum.eq(checksum.value),
+            source.ethernet_type.eq(ethernet_type_ip),
+            source.sender_mac.eq(mac_address),
+        ]
+
+        # The slot: data words in block RAM, the last word's index and byte enables beside.
+        mem = Memory(dw, slot_words)
+        wr = mem.get_port(write_capable=True)
+        rd = mem.get_port()                  # synchronous read: dat_r is mem[adr of last cycle]
+        self.specials += mem, wr, rd
+        slot_busy = Signal()                 # from the miss until the slot is sent or dropped
+        wr_ptr = Signal(max=slot_words)
+        rd_ptr = Signal(max=slot_words)
+        last_ptr = Signal(max=slot_words)
+        last_be = Signal(dw // 8)
+        self.comb += [
+            rd.adr.eq(rd_ptr),
+            wr.adr.eq(wr_ptr),
+            wr.dat_w.eq(p.data),
+        ]
+        resolved = arp_table.resolved
+        lookup, response = arp_table.lookup, arp_table.response
+        target_mac = Signal(48, reset_less=True)
+
+        self.fsm = fsm = FSM(reset_state="IDLE")
+        fsm.act("IDLE",
+            If(slot_busy & resolved.valid,
+                If(resolved.failed,
+                    resolved.ready.eq(1),
+                    self.target_unreachable.eq(1),
+                    NextValue(slot_busy, 0)
+                ).Else(
+                    NextValue(rd_ptr, 0),
+                    NextState("LOAD_PARKED")
+                )
+            ).Elif(p.valid,
+                If(sink.ip_address[0:8] == bcast_ip_mask,
+                    NextValue(target_mac, bcast_mac_address),
+                    NextState("SEND")
+                ).Elif(sink.ip_address[28:] == mcast_ip_mask,
+                    NextValue(target_mac, Cat(sink.ip_address[:23], 0, mcast_oui)),
+                    NextState("SEND")
+                ).Else(
+                    NextState("LOOKUP")
+                )
+            )
+        )
+        self.comb += [
+            lookup.ip_address.eq(sink.ip_address),
+            lookup.resolve.eq(~slot_busy),
+        ]
+        fsm.act("LOOKUP",
+            lookup.valid.eq(1),
+            If(lookup.ready,
+                NextState("LOOKUP_RESPONSE")
+            )
+        )
+        fsm.act("LOOKUP_RESPONSE",
+            response.ready.eq(1),
+            If(response.valid,
+                NextValue(target_mac, response.mac_address),
+                If(~response.miss,
+                    NextState("SEND")
+                ).Elif(response.started,
+                    NextValue(slot_busy, 1),
+                    NextValue(wr_ptr, 0),
+                    NextState("PARK")
+                ).Else(
+                    self.busy_drop.eq(1),
+                    NextState("DROP")
+                )
+            )
+        )
+        fsm.act("SEND",
+            p.connect(source, omit={"target_mac", "sender_mac", "ethernet_type"}),
+            source.target_mac.eq(target_mac),
+            If(p.valid & p.last & p.ready,
+                NextState("IDLE")
+            )
+        )
+        fsm.act("DROP",
+            p.ready.eq(1),
+            If(p.valid & p.last,
+                NextState("IDLE")
+            )
+        )
+        # A datagram longer than the slot (the front end never sends one: it is sized for
+        # the largest frame) keeps its last words in the slot's last one; it cannot overrun.
+        fsm.act("PARK",
+            p.ready.eq(1),
+            wr.we.eq(p.valid),
+            If(p.valid,
+                If(wr_ptr != slot_words - 1,
+                    NextValue(wr_ptr, wr_ptr + 1)
+                ),
+                If(p.last,
+                    NextValue(last_ptr, wr_ptr),
+                    NextValue(last_be, p.last_be),
+                    NextState("IDLE")
+                )
+            )
+        )
+        # One cycle for the memory to present the first word.
+        fsm.act("LOAD_PARKED",
+            NextState("SEND_PARKED")
+        )
+        parked_last = Signal()
+        self.comb += parked_last.eq(rd_ptr == last_ptr)
+        fsm.act("SEND_PARKED",
+            source.valid.eq(1),
+            source.data.eq(rd.dat_r),
+            source.last.eq(parked_last),
+            If(parked_last, source.last_be.eq(last_be)),
+            source.target_mac.eq(resolved.mac_address),
+            If(source.ready,
+                rd.adr.eq(rd_ptr + 1),
+                NextValue(rd_ptr, rd_ptr + 1),
+                If(parked_last,
+                    resolved.ready.eq(1),
+                    NextValue(slot_busy, 0),
+                    NextState("IDLE")
+                )
+            )
+        )
+
+
+class ParkingIP(LiteXModule):
+    """``LiteEthIP`` with :class:`ParkingIPTX` as its transmitter."""
+
+    def __init__(self, mac, mac_address, ip_address, arp_table, slot_words, with_broadcast,
+                 dw=8):
+        self.tx = tx = ParkingIPTX(mac_address, ip_address, arp_table, slot_words, dw=dw)
+        self.rx = rx = LiteEthIPRX(mac_address, ip_address, with_broadcast, dw=dw)
+        mac_port = mac.crossbar.get_port(ethernet_type_ip, dw)
+        self.crossbar = crossbar = LiteEthIPV4Crossbar(dw)
+        self.comb += [
+            tx.source.connect(mac_port.sink),
+            mac_port.source.connect(rx.sink),
+            crossbar.master.source.connect(tx.sink),
+            rx.source.connect(crossbar.master.sink),
+        ]
+
+
 def add_ip_checks(ip, ip_address):
     """Drop IPv4 fragments in LiteEth's IP receiver and report each of its drop causes.
 
@@ -413,10 +815,13 @@ class GradwireLiteEthCore(LiteXModule):
         # are reset together (a one-sided reset would replay stale words onto the wire).
         self.comb += phy.crg._reset.storage.eq(sys_reset)
         self.mac = mac = FilteringMAC(phy, mac_address, max_frame=cfg["max_frame"], dw=dw)
-        self.arp = arp = LiteEthARP(mac, mac_address, ip_address, cfg["sys_clk_hz"],
-                                    entries=cfg["arp_entries"], dw=dw)
+        self.arp = arp = ParkingARP(mac, mac_address, ip_address, cfg["sys_clk_hz"],
+                                    entries=cfg["arp_entries"],
+                                    timeout_s=cfg["arp_timeout_s"], dw=dw)
         fix_arp_cache_response(arp.table.cache)
-        self.ip = ip = LiteEthIP(mac, mac_address, ip_address, arp.table,
+        # The slot holds the largest IPv4 packet a frame carries (header and payload).
+        slot_words = -(-(cfg["max_frame"] - mac_header_length - eth_fcs_length) // (dw // 8))
+        self.ip = ip = ParkingIP(mac, mac_address, ip_address, arp.table, slot_words,
                                  with_broadcast=False, dw=dw)
         ip_events = add_ip_checks(ip, ip_address)
         self.icmp = LiteEthICMP(ip, ip_address, dw=dw, fifo_depth=cfg["icmp_fifo_depth"])
@@ -458,9 +863,9 @@ class GradwireLiteEthCore(LiteXModule):
             "rx_ethertype": mac.ev_ethertype,
             **ip_events,
             "udp_length": udp_rx.ev_length, "udp_checksum": udp_rx.ev_checksum,
-            "arp_miss": table.fsm.ongoing("CHECK_TABLE") & table.cache.response.valid
-                        & table.cache.response.error,
+            "arp_miss": table.ev_miss,
             "arp_unreachable": ip.tx.target_unreachable,
+            "arp_busy_drop": ip.tx.busy_drop,
         }
         ev = platform.request("ev")
         assert set(sources) == set(EVENTS)

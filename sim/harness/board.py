@@ -16,10 +16,12 @@ The wire and its hosts:
   The gateware does not care that 127.0.0.1 is not on its subnet: it has no routing, it
   resolves any destination by ARP.
 - Each sender IP has a MAC on the simulated wire, ``02:00`` followed by the four bytes of
-  the address (locally administered, unique per address); the hosts answer the board's
-  ARP requests for their addresses, as a real host would (the harness stops a run at an
-  ARP frame so that the answer goes in at once). ARP requests for addresses no host on the
-  wire has go unanswered (the gateware counts ``arp_unreachable``).
+  the address (locally administered, unique per address). A host asks for the board's MAC
+  (an ARP request) before its first datagram, as a real host must, and the board caches
+  the host from that request; the hosts also answer the board's ARP requests for their
+  addresses (the harness stops a run at an ARP frame so that the answer goes in at once).
+  ARP requests for addresses no host on the wire has go unanswered (the gateware counts
+  ``arp_unreachable``).
 - The gateware's service ports and key are those it was built with: the ports of the
   network configuration (``constraints/network.toml``; the socket side translates its own),
   the key given here (another key is another build, cached like the first).
@@ -132,6 +134,11 @@ class VerilatorBoard(BoardBackend):
             mac = self.hosts[ip] = host_mac(ip)
         return mac
 
+    def announce(self, ip: str) -> bytes:
+        """Host ``ip`` asks for the board's MAC (what a host sends before its first datagram)."""
+        mac = self._host(ip)
+        return bytes(Ether(dst=BROADCAST, src=mac) / ARP(op=1, hwsrc=mac, psrc=ip, pdst=self.ip))
+
     def frame(self, d: Datagram) -> bytes:
         """The Ethernet frame that carries datagram ``d`` to the board (UDP checksum set)."""
         return bytes(Ether(dst=self.mac, src=self._host(d.src_ip)) /
@@ -170,8 +177,12 @@ class VerilatorBoard(BoardBackend):
     # -- the wire ------------------------------------------------------------------------
 
     def deliver(self, datagrams: Sequence[Datagram]) -> list[Datagram]:
-        frames = [self.frame(d) for d in datagrams]
-        self.stats["datagrams_in"] += len(frames)
+        frames = []
+        for d in datagrams:
+            if d.src_ip not in self.hosts:
+                frames.append(self.announce(d.src_ip))
+            frames.append(self.frame(d))
+        self.stats["datagrams_in"] += len(datagrams)
         # NIC and control requests bring at most one reply each (none when dropped or
         # refused): once that many came, a short quiet time ends the delivery. The switch
         # sends any number of results, so a batch with switch datagrams waits out the
@@ -196,6 +207,7 @@ class VerilatorBoard(BoardBackend):
             for raw in result.frames:
                 packet = Ether(raw)
                 if ARP in packet:
+                    # (the board's answers to the hosts' requests need nothing more)
                     answer = self._arp_answer(packet)
                     if answer is not None:
                         frames.append(answer)

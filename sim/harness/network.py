@@ -76,10 +76,12 @@ def _export_digest(*parts) -> str:
 
 
 @functools.lru_cache(maxsize=8)
-def network_sources(key: int, board: str = "ecpix5", switch_params: tuple = ()) -> tuple:
-    """``({file name: Verilog}, top)``: the network top built with ``key`` and the switch
-    parameters ``switch_params`` (``(name, value)`` pairs), the LiteEth core and the ECP5
-    models it instantiates, and the top itself.
+def network_sources(key: int, board: str = "ecpix5", switch_params: tuple = (),
+                    network: tuple = ()) -> tuple:
+    """``({file name: Verilog}, top)``: the network top built with ``key``, the switch
+    parameters ``switch_params`` and the network configuration's keys ``network`` replaced
+    (both ``(name, value)`` pairs), the LiteEth core and the ECP5 models it instantiates,
+    and the top itself.
 
     The export of the whole top takes Amaranth about 20 s, so its Verilog is kept under
     ``build/sim/network_top/``, keyed by the parameters, every file of ``hdl/``,
@@ -90,9 +92,10 @@ def network_sources(key: int, board: str = "ecpix5", switch_params: tuple = ()) 
     from sim.eth_echo import MODELS
     from sim.runner import BUILD
 
-    top = NetworkTop(load_network_config(board), key=key,
+    top = NetworkTop(load_network_config(board, **dict(network)), key=key,
                      switch_params=dict(switch_params) or None)
-    cached = BUILD / "sim" / TOP / _export_digest(key, board, switch_params) / f"{TOP}.v"
+    digest = _export_digest(key, board, switch_params, *((network,) if network else ()))
+    cached = BUILD / "sim" / TOP / digest / f"{TOP}.v"
     if cached.exists():
         verilog = cached.read_text()
     else:
@@ -134,6 +137,9 @@ class NetworkHarness(HarnessProcess):
         Network configuration (``constraints/network.toml``).
     switch_params : dict, optional
         ``SwitchTop``'s parameters (default the network top's).
+    network : dict, optional
+        Keys of the board's network configuration to replace (a build of its own), e.g.
+        ``{"arp_timeout_s": 20e-6}`` so that an ARP give-up takes microseconds.
     waves : bool, optional
         Record waveforms into ``build/waves/network_top/``; default from ``WAVES``.
     clk_ps, rgmii_ps, rgmii_phase_ps : int
@@ -146,13 +152,14 @@ class NetworkHarness(HarnessProcess):
     name = TOP
     label = f"the {TOP} PHY harness"
 
-    def __init__(self, *, key: int, board: str = "ecpix5", switch_params=None, waves=None,
-                 clk_ps: int | None = None, rgmii_ps: int = 8000, rgmii_phase_ps: int = 0,
-                 timeout=None):
+    def __init__(self, *, key: int, board: str = "ecpix5", switch_params=None, network=None,
+                 waves=None, clk_ps: int | None = None, rgmii_ps: int = 8000,
+                 rgmii_phase_ps: int = 0, timeout=None):
         if clk_ps is None:
             from sim.network_top import engine_period_ps
             clk_ps = engine_period_ps(board)
-        files, top = network_sources(key, board, tuple(sorted((switch_params or {}).items())))
+        files, top = network_sources(key, board, tuple(sorted((switch_params or {}).items())),
+                                     tuple(sorted((network or {}).items())))
         self.config = top.config
         self.port_base = top.port_base
         self.switch_params = dict(top.switch_params)

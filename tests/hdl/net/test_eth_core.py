@@ -38,6 +38,7 @@ def test_config_matches_spec_and_board(board):
     assert config.arp_entries >= (defaults["jobs"].default * defaults["max_workers"].default
                                   + 1), "every worker of every job plus a controller"
     assert config.max_frame == 9018
+    assert config.arp_timeout_s == 0.1, "LiteEth's ARP request period, on a board"
     # The pins named exist on the board's resource, in the direction the core drives them.
     name, number = config.resource
     resource = platform_of(board).lookup(name, number)
@@ -54,6 +55,8 @@ def test_config_matches_spec_and_board(board):
     ("ip_address", "192.168.77", "dotted decimal"),
     ("tx_delay_ns", 3.2, "tx_delay_ns must be"),
     ("arp_entries", 1, "arp_entries must be"),
+    ("arp_timeout_s", 0, "arp_timeout_s must be"),
+    ("arp_timeout_s", True, "arp_timeout_s must be"),
     ("sys_clk_hz", 25_000_000, "sys_clk_hz must be"),
     ("icmp_fifo_depth", 100, "power of two"),
     ("udp_ports", {"a": 1, "b": 1}, "distinct"),
