@@ -22,7 +22,8 @@ from hdl.board.build import (
     tool_environment,
 )
 from hdl.board.top import load_boards
-from tests.conftest import DEFAULT_BITSTREAM_COMMAND, default_bitstream_result
+from tests.conftest import (BITSTREAM_TEST_KEY, DEFAULT_BITSTREAM_COMMAND,
+                            default_bitstream_result)
 
 REPO = Path(__file__).resolve().parents[3]
 BOARDS = load_boards()
@@ -113,6 +114,8 @@ def test_make_bitstream_default_board():
     assert summary["nextpnr_seed"] == board.seed
     assert summary["eth_fmax_mhz"] >= 62.5 and summary["rgmii_rx_fmax_mhz"] >= 125
     assert summary["network"]["ip"] == "192.168.77.2"
+    assert summary["network"]["key"] == BITSTREAM_TEST_KEY
+    assert not summary["network"]["key_generated"]
     assert summary["utilization"]["TRELLIS_FF"]["used"] > 10_000
     assert summary["utilization"]["DP16KD"]["used"] > 0
 
