@@ -32,6 +32,7 @@ SECTIONS = {
     "aggregation": "sim.benchmarks.aggregation",
     "inceptionn_comm": "sim.benchmarks.inceptionn_comm",
     "ddp_hardware": "host.benchmarks.ddp_hardware",
+    "ddp_overlap": "host.benchmarks.ddp_overlap",
 }
 
 
