@@ -18,7 +18,7 @@ __all__ = [
     "DEFAULT_MAC", "DEFAULT_IP", "PORT_BASE", "Service", "SERVICE_OFFSETS", "service_ports",
     "MTU_DEFAULT", "MTU_JUMBO", "IP_UDP_HEADER_BYTES", "NIC_VALUES_PER_MTU", "nic_values_for_mtu",
     "CTRL_TYPE", "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
-    "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
+    "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int",
 ]
@@ -87,6 +87,9 @@ CTRL_KEY_OFFSET = 24
 CTRL_KEY_BYTES = 8
 #: (address, value) pairs per ``CTRL`` packet, 1..64.
 CTRL_MAX_PAIRS = 64
+#: The control key of the simulation tops (``make verilog``, the benches, the Verilated
+#: board): public, so never a board's (``make bitstream`` draws a random one).
+SIMULATION_KEY = 0x5349_4D55_4C41_5445      # "SIMULATE"
 
 @dataclasses.dataclass(frozen=True)
 class Region:

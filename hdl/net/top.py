@@ -24,7 +24,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.counters import NIC_RX_COUNTERS
-from contract.network import Service, mac_to_int, service_ports
+from contract.network import SIMULATION_KEY, Service, mac_to_int, service_ports
 from hdl.ctrl_port import ctrl_port_members
 from hdl.net.cdc import EthCrossing
 from hdl.net.eth_core import LiteEthCore
@@ -38,9 +38,6 @@ from hdl.switch.top import SwitchTop
 __all__ = ["SIMULATION_KEY", "ENGINES", "port_base_of", "NicEngines", "SwitchEngines",
            "NetworkTop"]
 
-#: The control key of simulation tops (``make verilog``, the cocotb benches): public, so
-#: never a board's (``make bitstream`` draws a random one).
-SIMULATION_KEY = 0x5349_4D55_4C41_5445      # "SIMULATE"
 ENGINES = ("nic", "switch")
 #: The names ``constraints/network.toml`` gives the services' ports.
 _PORT_NAMES = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx", Service.SWITCH: "switch",

@@ -52,7 +52,8 @@ __all__ = ["TapBoard", "TapDevice", "TapError", "interface_state", "MIN_TICK", "
 
 TUN_DEVICE = "/dev/net/tun"
 _TUNSETIFF = 0x400454CA
-_IFF_TAP, _IFF_NO_PI = 0x0002, 0x1000
+# (linux/if_tun.h; written as shifts: the hex spelling reads as a register address)
+_IFF_TAP, _IFF_NO_PI = 1 << 1, 1 << 12
 _SIOCGIFFLAGS, _SIOCGIFADDR, _SIOCGIFNETMASK = 0x8913, 0x8915, 0x891B
 _IFF_UP = 0x1
 _IFNAMSIZ = 16

@@ -368,9 +368,8 @@ def _serve_tap(args):
                        "(lose frames on the TAP with tc netem instead)")
     if args.without:
         raise CliError("--without applies to the golden backend")
-    # the key the Verilated top is built with (the import is the gateware's; this path
-    # builds the gateware anyway)
-    from hdl.net.top import SIMULATION_KEY
+    # the key the Verilated top is built with
+    from contract.network import SIMULATION_KEY
     key_text, source = (args.key, "--key") if args.key else (os.environ.get(ENV_KEY), ENV_KEY)
     if key_text:
         try:
