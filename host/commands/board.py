@@ -23,6 +23,7 @@ need no key; control ones (status, ping, configure-job) do.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ipaddress
 import json
 import os
@@ -305,6 +306,20 @@ def _require_service(transport, settings, args, service):
 
 # -- serve -------------------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _serving(board, stop):
+    """SIGINT and SIGTERM ask ``board`` to stop serving; on the way out the handlers before
+    are put back and ``stop`` (the board's own) ends it."""
+    previous = {signum: signal.signal(signum, lambda signum, frame: board.request_stop())
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        stop()
+
+
 def _serve(args):
     if args.tap is not None:
         return _serve_tap(args)
@@ -329,14 +344,7 @@ def _serve(args):
         board.open()
     except (ValueError, OSError) as exc:
         raise CliError(str(exc)) from None
-    previous = {}
-
-    def stop(signum, frame):
-        board.request_stop()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, stop)
-    try:
+    with _serving(board, board.stop):
         print(f"gradwire board: {board.describe()}", flush=True)
         if key is None:
             print(f"gradwire board: control key {format_key(board.key)} (random: give --key "
@@ -344,10 +352,6 @@ def _serve(args):
         print(f"gradwire board: ready on {board.host}:{board.port_base}-{board.port_base + 3}",
               flush=True)
         board.serve_forever()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        board.stop()
     s = board.stats
     print(f"gradwire board: stopped after {s['received']:,} datagrams in, {s['sent']:,} out"
           + (f"; wire faults {board.faults.stats()}" if board.faults else ""), flush=True)
@@ -385,47 +389,14 @@ def _serve_tap(args):
         raise CliError(f"the TAP board serves the ports it is built with, "
                        f"{PORT_BASE}-{PORT_BASE + 3}; leave --port-base out (and "
                        f"{ENV_PORT_BASE} unset), not {port_text}")
-    from host.board.tap import TapBoard, interface_state
+    from host.board.tap import TapBoard
     try:
         board = TapBoard(args.tap, key=SIMULATION_KEY)
     except (ValueError, OSError) as exc:
         raise CliError(str(exc)) from None
-    previous = {}
-
-    def stop(signum, frame):
-        board.request_stop()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, stop)
     started = time.perf_counter()
-    try:
-        print(f"gradwire board: {board.describe()}", flush=True)
-        print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
-              f"Verilated top is built with)", flush=True)
-        # the interface is the user's to configure; say what is missing, serve anyway (it
-        # may be configured after this line)
-        up, address = interface_state(board.name)
-        if address is None:
-            print(f"gradwire board: {board.name} has no IPv4 address yet: give the host one "
-                  f"on the board's subnet (ip addr add 192.168.77.1/24 dev {board.name})",
-                  flush=True)
-        elif ipaddress.IPv4Address(board.ip) not in address.network \
-                or address.ip == ipaddress.IPv4Address(board.ip):
-            print(f"gradwire board: {board.name} has {address}, which does not reach the "
-                  f"board at {board.ip}: give the host another address on its subnet",
-                  flush=True)
-        if not up:
-            print(f"gradwire board: {board.name} is down (ip link set {board.name} up)",
-                  flush=True)
-        print(f"gradwire board: ready on TAP {board.name}: board {board.ip} ({board.mac}) ports "
-              f"{board.port_base}-{board.port_base + 3}", flush=True)
-        board.serve_forever()
-    except TransportError as exc:
-        raise CliError(f"the Verilated board stopped: {exc}") from None
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        board.close()
+    with _serving(board, board.close):
+        _serve_tap_forever(board)
     s = board.stats
     seconds = time.perf_counter() - started
     print(f"gradwire board: stopped after {s['frames_in']:,} frames in, {s['frames_out']:,} out "
@@ -435,6 +406,37 @@ def _serve_tap(args):
           + (f"; {s['write_errors']:,} frames the TAP refused (interface down)"
              if s["write_errors"] else ""), flush=True)
     return 0
+
+
+def _serve_tap_forever(board):
+    """Say how the TAP interface stands, then serve until asked to stop."""
+    from host.board.tap import interface_state
+
+    from ..driver.udp import format_key
+    print(f"gradwire board: {board.describe()}", flush=True)
+    print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
+          f"Verilated top is built with)", flush=True)
+    # the interface is the user's to configure; say what is missing, serve anyway (it
+    # may be configured after this line)
+    up, address = interface_state(board.name)
+    if address is None:
+        print(f"gradwire board: {board.name} has no IPv4 address yet: give the host one "
+              f"on the board's subnet (ip addr add 192.168.77.1/24 dev {board.name})",
+              flush=True)
+    elif ipaddress.IPv4Address(board.ip) not in address.network \
+            or address.ip == ipaddress.IPv4Address(board.ip):
+        print(f"gradwire board: {board.name} has {address}, which does not reach the "
+              f"board at {board.ip}: give the host another address on its subnet",
+              flush=True)
+    if not up:
+        print(f"gradwire board: {board.name} is down (ip link set {board.name} up)",
+              flush=True)
+    print(f"gradwire board: ready on TAP {board.name}: board {board.ip} ({board.mac}) ports "
+          f"{board.port_base}-{board.port_base + 3}", flush=True)
+    try:
+        board.serve_forever()
+    except TransportError as exc:
+        raise CliError(f"the Verilated board stopped: {exc}") from None
 
 
 # -- status and ping ---------------------------------------------------------------------

