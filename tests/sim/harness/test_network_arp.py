@@ -18,6 +18,7 @@ from contract.registers import COMMIT, SWITCH_REGISTERS
 from hdl.net.top import SIMULATION_KEY
 from host.board import Datagram, GoldenBoard
 from sim.harness.board import host_mac
+from sim.network_top import engine_period_ps
 from tests.helpers import fresh_rng
 from tests.sim.harness.test_network_board import agg, ctrl, net
 
@@ -26,7 +27,8 @@ pytestmark = pytest.mark.slow
 KEY = SIMULATION_KEY
 #: the time between two ARP requests for a silent host: 8 of them are 800 us
 ARP_PERIOD_S = 100e-6
-ENGINE_HZ = 125e6
+#: the harness's engine clock (the bitstream's, sim.network_top.engine_period_ps)
+ENGINE_HZ = 1e12 / engine_period_ps()
 PERIOD_CYCLES = round(ARP_PERIOD_S * ENGINE_HZ)
 LIVE_IP, DEAD_IP = "192.168.77.10", "192.168.77.66"
 CTRL_PORT, LIVE_PORT, DEAD_PORT = 40100, 40201, 40202
