@@ -82,7 +82,6 @@ class NetworkConfig:
     max_frame: int
     icmp_fifo_depth: int
     udp_ports: MappingProxyType
-    buffers: MappingProxyType
 
     def __post_init__(self):
         where = f"network config of {self.board!r}"
@@ -185,7 +184,6 @@ def load_network_config(board: str, path: Path | str = NETWORK_FILE, **overrides
     merged["resource"] = tuple(resource)
     merged["pins"] = MappingProxyType(dict(merged["pins"]))
     merged["udp_ports"] = MappingProxyType(dict(merged["udp_ports"]))
-    merged["buffers"] = MappingProxyType(dict(merged["buffers"]))
     return NetworkConfig(board=board, **merged)
 
 

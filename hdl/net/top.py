@@ -19,8 +19,6 @@ front end's one-request-in-flight rule (:mod:`hdl.net.reply`), and the switch en
 """
 from __future__ import annotations
 
-import dataclasses
-
 from amaranth import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
@@ -136,9 +134,7 @@ class NetworkTop(wiring.Component):
     switch_params : dict, optional
         For :class:`hdl.switch.top.SwitchTop` (default its own: 64 slots, 64 lanes, 32
         workers, 4 jobs).
-    sizes : BufferSizes, optional
-        The front end's buffers; default the configuration's ``buffers`` over
-        :class:`~hdl.net.front_end.BufferSizes`' defaults.
+    sizes : BufferSizes
     rgmii : dict, optional
         The board's RGMII pins (:func:`hdl.net.eth_core.rgmii_ports`); default top-level
         ports ``rgmii_*`` (simulation).
@@ -156,7 +152,7 @@ class NetworkTop(wiring.Component):
     """
 
     def __init__(self, config=None, *, key=SIMULATION_KEY, engines=ENGINES,
-                 switch_params=None, sizes=None, rgmii=None):
+                 switch_params=None, sizes=BufferSizes(), rgmii=None):
         self.config = config if config is not None else load_network_config("ecpix5")
         engines = tuple(engines)
         if not engines or set(engines) - set(ENGINES):
@@ -165,14 +161,6 @@ class NetworkTop(wiring.Component):
         self.port_base = port_base_of(self.config)
         self.switch_params = {"slots": 64, "lanes": 64, "max_workers": 32, "jobs": 4,
                               **(switch_params or {})}
-        if sizes is None:
-            try:
-                sizes = BufferSizes(**self.config.buffers)
-            except TypeError:
-                raise ValueError(
-                    f"network config of {self.config.board!r}: buffers "
-                    f"{dict(self.config.buffers)} may name only "
-                    f"{', '.join(f.name for f in dataclasses.fields(BufferSizes))}") from None
         self.core = generate(self.config)
         self._key, self._sizes, self._rgmii = key, sizes, rgmii
         self.front_end = NetworkFrontEnd(

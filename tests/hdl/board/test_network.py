@@ -140,16 +140,3 @@ def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):
     selftest = summary(SimpleNamespace(engine_mhz=125.0, pll=pll), {"clk": (127.0, 125.0)})
     assert selftest["engine_fmax_mhz"] == 127.0 and selftest["timing_met"]
     assert "eth_fmax_mhz" not in selftest
-
-
-def test_a_board_sets_its_front_end_buffers():
-    """network.toml's `buffers` reach the front end (the Colorlight's shallower ones keep
-    its network top within the 25F's 56 block RAMs); other boards keep the defaults, and a
-    name that is not a buffer is refused."""
-    from hdl.net.front_end import BufferSizes
-    from hdl.net.top import NetworkTop
-    colorlight = NetworkTop(load_network_config("colorlight"), engines=("switch",))
-    assert colorlight.front_end.sizes == BufferSizes(ctrl_in=32, switch_out=32)
-    assert NetworkTop(load_network_config("ecpix5")).front_end.sizes == BufferSizes()
-    with pytest.raises(ValueError, match="buffers .* may name only nic_in"):
-        NetworkTop(load_network_config("versa", buffers={"ctrl_input": 32}))
