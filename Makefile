@@ -6,9 +6,11 @@
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
 #   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=network |
-#                    selftest, ENGINE=all | nic | switch | none (selftest), ROUTER=router1 |
-#                    router2, SEED=N (default the board's seed), FREQ=<engine MHz>
-#                    (default the board's engine_mhz for the top); network top: MAC=...,
+#                    selftest (default: network, selftest on the Colorlight, where the
+#                    network top does not fit), ENGINE=all | nic | switch | none
+#                    (selftest), ROUTER=router1 | router2, SEED=N (default the board's
+#                    seed), FREQ=<engine MHz> (default the board's engine_mhz for the
+#                    top); network top: MAC=...,
 #                    IP=..., KEY=<hex> (default random, in the build's summary.json only,
 #                    mode 0600)), into build/bitstream/
 #   make program     load the latest bitstream (same BOARD/TOP/ENGINE) into the board's SRAM
@@ -25,7 +27,7 @@ PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.gradwire-installed
 BOARD   ?= ecpix5
 ENGINE  ?= all
-TOP     ?= network
+TOP     ?=
 PYTEST_ARGS ?=
 
 export AMARANTH_USE_YOSYS := builtin
@@ -63,13 +65,13 @@ accuracy: $(STAMP)
 
 bitstream: $(STAMP)
 	@# the key goes through the environment (not echoed, not in the process list)
-	@GRADWIRE_KEY='$(KEY)' $(PY) -m hdl.board.build --board $(BOARD) --top $(TOP) \
+	@GRADWIRE_KEY='$(KEY)' $(PY) -m hdl.board.build --board $(BOARD) $(if $(TOP),--top $(TOP)) \
 		--engine $(ENGINE) $(if $(ROUTER),--router $(ROUTER)) $(if $(SEED),--seed $(SEED)) \
 		$(if $(FREQ),--freq $(FREQ)) \
 		$(if $(MAC),--mac $(MAC)) $(if $(IP),--ip $(IP))
 
 program: $(STAMP)
-	@$(PY) -m hdl.board.program --board $(BOARD) --top $(TOP) --engine $(ENGINE) \
+	@$(PY) -m hdl.board.program --board $(BOARD) $(if $(TOP),--top $(TOP)) --engine $(ENGINE) \
 		$(if $(filter 1 yes true,$(FLASH)),--flash) $(if $(CABLE),--cable $(CABLE))
 
 clean:

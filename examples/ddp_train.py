@@ -20,6 +20,7 @@ the ranks.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 import time
@@ -151,6 +152,12 @@ def main(argv=None) -> int:
                   f"{dense / sent if sent else float('inf'):.2f}x less)")
     if hook is not None:
         hook.close()
+    # No rank tears the group down while a peer may still use it. DDP's reducer sits in
+    # reference cycles and holds the group: freed only at interpreter exit, gloo's threads
+    # can be destroyed there while joinable, and the rank aborts (SIGABRT) after its work.
+    dist.barrier()
+    del ddp_model, optimizer
+    gc.collect()
     dist.destroy_process_group()
     return 0
 

@@ -7,8 +7,8 @@
                         [--show-key] [--freq MHZ] [--seed N[,N...]]
                         [--router router1|router2] [--build-dir DIR]
 
-``--top network`` (the default) is :mod:`hdl.board.network`: the engines served over the
-board's Ethernet port (``constraints/network.toml``), with the board's MAC and IP address
+``--top network`` (the default wherever it fits; ``constraints/boards.toml`` gives each
+board's tops) is :mod:`hdl.board.network`: the engines served over the board's Ethernet port (``constraints/network.toml``), with the board's MAC and IP address
 (``--mac``/``--ip``, default the configuration's) and a 64-bit control key (``--key``,
 default a fresh random one). The key goes into ``summary.json`` only, which is then
 readable by its owner alone (mode 0600), like the build folder (the netlists hold the key
@@ -194,9 +194,10 @@ def _seeds(text):
 def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.build", description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
-    p.add_argument("--top", default="network", choices=["network", "selftest"],
-                   help="network: the engines on the board's Ethernet port (default); "
-                        "selftest: the engines with their built-in self-test")
+    p.add_argument("--top", default=None, choices=["network", "selftest"],
+                   help="network: the engines on the board's Ethernet port; selftest: the "
+                        "engines with their built-in self-test (default: the board's first "
+                        "top in constraints/boards.toml, the network top where it fits)")
     p.add_argument("--mac", default=None, help="network top: the board's MAC address "
                    "(default constraints/network.toml's)")
     p.add_argument("--ip", default=None, help="network top: the board's IPv4 address "
@@ -255,8 +256,13 @@ def main(argv=None) -> int:
     boards = load_boards()
     args = _arguments(sys.argv[1:] if argv is None else argv, boards)
     board = boards[args.board]
+    args.top = args.top or board.default_top
+    if args.top not in board.tops:
+        print(f"make bitstream: {board.name} has no {args.top} top (it builds "
+              f"{', '.join(board.tops)}): {board.notes}", file=sys.stderr)
+        return 2
     if args.engine == "all":
-        engines = board.engines
+        engines = board.engines_for(args.top)
     elif args.engine == "none":
         if args.top == "network":
             print("--engine none is for the self-test top (the network top needs an "
@@ -265,7 +271,7 @@ def main(argv=None) -> int:
         engines = ()
     else:
         engines = (args.engine,)
-        if args.engine not in board.engines:
+        if args.engine not in board.engines_for(args.top):
             print(f"warning: boards.toml leaves {args.engine!r} out on {board.name} "
                   f"(it does not fit); building it alone anyway", file=sys.stderr)
     left_out = [e for e in ("nic", "switch") if e not in engines]

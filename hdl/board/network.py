@@ -106,7 +106,7 @@ class NetworkBoardTop(Elaboratable):
     key : int
         The control key (64 bits).
     engines : tuple of str, optional
-        Default the board's ``engines`` (what fits).
+        Default the board's ``engines`` for the network top (what fits).
     engine_mhz : float, optional
         Default the board's for the network top.
 
@@ -117,7 +117,7 @@ class NetworkBoardTop(Elaboratable):
 
     def __init__(self, board, config, *, key, engines=None, engine_mhz=None):
         self.board, self.config = board, config
-        self.engines = tuple(board.engines if engines is None else engines)
+        self.engines = tuple(board.engines_for("network") if engines is None else engines)
         if not self.engines or set(self.engines) - set(ENGINES):
             raise ValueError(f"engines must be some of {ENGINES}, not {self.engines!r}")
         self.engine_mhz = float(board.engine_clock_mhz("network") if engine_mhz is None

@@ -111,7 +111,8 @@ def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.program",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
-    p.add_argument("--top", default="network", choices=["network", "selftest"])
+    p.add_argument("--top", default=None, choices=["network", "selftest"],
+                   help="as given to make bitstream (default: the board's default top)")
     p.add_argument("--engine", default="all", choices=["all", "nic", "switch", "none"],
                    help="as given to make bitstream (the build folder to take)")
     p.add_argument("--flash", action="store_true",
@@ -130,7 +131,11 @@ def main(argv=None) -> int:
     boards = load_boards()
     args = _arguments(sys.argv[1:] if argv is None else argv, boards)
     board = boards[args.board]
+    args.top = args.top or board.default_top
     try:
+        if args.top not in board.tops:
+            raise ProgramError(f"{board.name} has no {args.top} top (it builds "
+                               f"{', '.join(board.tops)})")
         folder = build_folder(board.name, args.top, args.engine, args.build_root)
         bitstream = folder / "gradwire.bit"
         command = program_command(board, bitstream, flash=args.flash, cable=args.cable,
@@ -141,7 +146,7 @@ def main(argv=None) -> int:
             return 0
         if not bitstream.is_file():
             options = " ".join(f"{k}={v}" for k, v, default in (
-                ("BOARD", board.name, None), ("TOP", args.top, "network"),
+                ("BOARD", board.name, None), ("TOP", args.top, board.default_top),
                 ("ENGINE", args.engine, "all")) if v != default)
             raise ProgramError(f"no bitstream at {bitstream}: build it first "
                                f"(make bitstream {options})")

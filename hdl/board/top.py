@@ -45,7 +45,8 @@ class Board:
     name: str
     platform: str
     part: str
-    engines: tuple
+    #: top ("network", "selftest") -> the engines it builds by default (what fits)
+    engines: dict
     #: top ("network", "selftest") -> default engine clock, MHz
     engine_mhz: dict
     uart_tx: str
@@ -59,13 +60,36 @@ class Board:
     #: openFPGALoader's names: ``board`` and optionally ``cable`` (``make program``)
     program: dict = dataclasses.field(default_factory=dict)
 
+    @property
+    def tops(self) -> tuple:
+        """The tops this board builds (those ``engine_mhz`` gives a clock), in
+        :data:`TOPS` order."""
+        return tuple(top for top in TOPS if top in self.engine_mhz)
+
+    @property
+    def default_top(self) -> str:
+        """What ``make bitstream`` builds when no ``TOP`` is given: the first of
+        :attr:`tops` (the network top wherever it fits)."""
+        return self.tops[0]
+
+    def engines_for(self, top) -> tuple:
+        """The engines ``top`` builds by default on this board (what fits beside it)."""
+        self.engine_clock_mhz(top)              # the one error for a top the board lacks
+        return self.engines[top]
+
     def engine_clock_mhz(self, top):
-        """The default engine clock of ``top`` (``"network"`` or ``"selftest"``), MHz."""
+        """The default engine clock of ``top`` (``"network"`` or ``"selftest"``), MHz.
+
+        Raises
+        ------
+        ValueError
+            The board does not build ``top`` (its ``notes`` say why).
+        """
         try:
             return self.engine_mhz[top]
         except KeyError:
-            raise ValueError(f"board {self.name!r} has no engine clock for the {top!r} top "
-                             f"(boards.toml engine_mhz has {sorted(self.engine_mhz)})") from None
+            raise ValueError(f"board {self.name!r} does not build the {top!r} top (it builds "
+                             f"{', '.join(self.tops)}): {self.notes}") from None
 
     def platform_class(self):
         module, cls = self.platform.split(":")
@@ -100,8 +124,8 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
                 name=name,
                 platform=entry.pop("platform"),
                 part=entry.pop("part"),
-                engines=tuple(entry.pop("engines")),
                 engine_mhz=_engine_clocks(entry.pop("engine_mhz")),
+                engines=entry.pop("engines"),
                 uart_tx=entry.pop("uart_tx"),
                 leds=dict(entry.pop("leds", {})),
                 fault_input=entry.pop("fault_input", None),
@@ -124,7 +148,12 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
                              f"(strings), not {board.program!r}")
         if entry:
             raise ValueError(f"{path}: board {name!r} has unknown keys {sorted(entry)}")
-        bad_engines = set(board.engines) - set(ENGINES)
+        try:
+            board = dataclasses.replace(
+                board, engines=_engines_per_top(board.engines, board.engine_mhz))
+        except ValueError as e:
+            raise ValueError(f"{path}: board {name!r}: {e}") from None
+        bad_engines = set().union(*board.engines.values()) - set(ENGINES)
         bad_leds = set(board.leds) - set(SelfTestStatus.members)
         from hdl.board.network import NetworkStatus
         bad_leds |= set(board.network_leds) - set(NetworkStatus.members)
@@ -139,13 +168,27 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
 TOPS = ("network", "selftest")
 
 
+def _engines_per_top(engines, clocks):
+    """boards.toml's ``engines`` -> ``{top: (engine, ...)}`` for every top the board builds:
+    one list for all of them, or a table that gives each its own."""
+    if isinstance(engines, list):
+        engines = {top: engines for top in clocks}
+    if not isinstance(engines, dict) or set(engines) != set(clocks) or not all(
+            isinstance(v, list) and v and all(isinstance(e, str) for e in v)
+            for v in engines.values()):
+        raise ValueError(f"engines must be a list of engines, or a table with one for each "
+                         f"top the board builds ({', '.join(clocks)}), not {engines!r}")
+    return {top: tuple(engines[top]) for top in clocks}
+
+
 def _engine_clocks(table):
-    """boards.toml's ``engine_mhz`` -> ``{top: MHz}``, one positive number for every top."""
-    if not isinstance(table, dict) or set(table) != set(TOPS) or not all(
+    """boards.toml's ``engine_mhz`` -> ``{top: MHz}``: a positive clock for each top the
+    board builds (one or more of :data:`TOPS`; a top left out does not fit the board)."""
+    if not isinstance(table, dict) or not table or set(table) - set(TOPS) or not all(
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
             for v in table.values()):
-        raise ValueError(f"engine_mhz must give every top of {TOPS} a clock in MHz "
-                         f"({{ network = 75, selftest = 75 }}), not {table!r}")
+        raise ValueError(f"engine_mhz must give each top the board builds (of {TOPS}) a "
+                         f"clock in MHz ({{ network = 75, selftest = 75 }}), not {table!r}")
     return {top: float(mhz) for top, mhz in table.items()}
 
 
@@ -297,7 +340,7 @@ class BoardTop(Elaboratable):
     ----------
     board : Board
     engines : tuple of str or None
-        Engines to build; default ``board.engines`` (what fits).
+        Engines to build; default ``board.engines_for("selftest")`` (what fits).
     engine_mhz : float or None
         Engine clock; default the board's for the self-test top.
     selftest_kwargs : dict
@@ -312,7 +355,7 @@ class BoardTop(Elaboratable):
 
     def __init__(self, board, *, engines=None, engine_mhz=None, selftest_kwargs=None):
         self.board = board
-        self.engines = tuple(board.engines if engines is None else engines)
+        self.engines = tuple(board.engines_for("selftest") if engines is None else engines)
         self.engine_mhz = float(board.engine_clock_mhz("selftest") if engine_mhz is None
                                 else engine_mhz)
         self.selftest_kwargs = dict(selftest_kwargs or {})

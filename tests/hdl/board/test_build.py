@@ -93,6 +93,19 @@ def _met_timing(result, summary_path, engine_mhz):
     return summary
 
 
+def test_a_top_the_board_does_not_build_is_refused_before_any_tool(tmp_path, capsys):
+    """The Colorlight's part does not fit the network top: one line naming why, exit 2, no
+    build folder."""
+    from hdl.board.build import main
+    assert main(["--board", "colorlight", "--top", "network",
+                 "--build-dir", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("make bitstream: colorlight has no network top (it builds "
+                          "selftest): Colorlight 5A-75B")
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(os.environ.get("GRADWIRE_SKIP_BITSTREAM") == "1",
                     reason="GRADWIRE_SKIP_BITSTREAM=1")

@@ -1,7 +1,9 @@
 """The network board top: its PLL, and the elaboration of every board's network top (as far
 as the generated build files, without the tools); the build's key handling."""
 import json
+import os
 import stat
+import subprocess
 
 from pathlib import Path
 
@@ -29,7 +31,7 @@ def test_pll_makes_both_clocks_from_one_vco(f_in):
     assert (slower["f_out_mhz"], slower["f_os_mhz"], slower["f_vco_mhz"]) == (100, 62.5, 500)
 
 
-@pytest.mark.parametrize("board", sorted(BOARDS))
+@pytest.mark.parametrize("board", sorted(b for b in BOARDS if "network" in BOARDS[b].tops))
 def test_network_board_top_elaborates(board, tmp_path):
     entry = BOARDS[board]
     config = load_network_config(board, ip_address="10.1.2.3")
@@ -50,8 +52,8 @@ def test_network_board_top_elaborates(board, tmp_path):
     assert "10.1.2.3" in text("liteeth_core.v") or "167838211" in text("liteeth_core.v") \
         or "32'd167838211" in text("liteeth_core.v")
     assert format(KEY, "064b") in il
-    assert ("compressor" in il.lower()) == ("nic" in entry.engines)
-    assert ("aggregator" in il.lower()) == ("switch" in entry.engines)
+    assert ("compressor" in il.lower()) == ("nic" in entry.engines_for("network"))
+    assert ("aggregator" in il.lower()) == ("switch" in entry.engines_for("network"))
     for spec in entry.network_leds.values():
         assert f'"{spec.split(":")[0]}_{spec.split(":")[1].split(".")[0]}' in lpf
 
@@ -97,11 +99,16 @@ def test_network_is_the_default_top():
     from hdl.board.build import _arguments
     from hdl.board.top import load_boards
     boards = load_boards()
-    assert _arguments([], boards).top == "network"
+    assert boards["ecpix5"].default_top == boards["versa"].default_top == "network"
+    assert _arguments([], boards).top is None                 # the board's default top
     assert _arguments(["--top", "selftest", "--seed", "2,1"], boards).seed == (2, 1)
     # `make bitstream` passes no TOP unless the user does
-    makefile = (Path(__file__).resolve().parents[3] / "Makefile").read_text()
-    assert "TOP     ?= network" in makefile
+    for options, top in (((), None), (("TOP=selftest",), "selftest")):
+        dry = subprocess.run(["make", "-n", "bitstream", *options],
+                             cwd=Path(__file__).resolve().parents[3], capture_output=True,
+                             text=True, env=dict(os.environ, MAKEFLAGS=""))
+        line = next(l for l in dry.stdout.splitlines() if "hdl.board.build" in l)
+        assert ("--top" in line) == (top is not None) and (top is None or f"--top {top}" in line)
 
 
 def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):

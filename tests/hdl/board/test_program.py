@@ -78,8 +78,17 @@ def test_dry_run_prints_the_command_only(tmp_path, capsys):
     assert main(["--board", "colorlight", "--flash", "--dry-run",
                  "--build-root", str(tmp_path)]) == 0
     out, err = capsys.readouterr()
+    # the Colorlight builds the self-test top only, so that is its default
     assert out == (f"openFPGALoader --board colorlight --cable ft232RL --write-flash "
-                   f"{tmp_path / 'colorlight' / 'gradwire.bit'}\n") and err == ""
+                   f"{tmp_path / 'colorlight-selftest' / 'gradwire.bit'}\n") and err == ""
+
+
+def test_a_top_the_board_does_not_build_is_one_line(tmp_path, capsys):
+    assert main(["--board", "colorlight", "--top", "network", "--dry-run",
+                 "--build-root", str(tmp_path)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and err == ("make program: colorlight has no network top (it builds "
+                                 "selftest)\n")
 
 
 def test_no_board_on_the_cable_is_one_line(tmp_path):

@@ -15,7 +15,9 @@ ENTRY = ('[x]\nplatform = "a:b"\npart = "p"\nengines = ["nic"]\n'
 def test_board_table_names_the_required_boards():
     assert {"ecpix5", "versa", "colorlight"} <= set(BOARDS)
     assert BOARDS["ecpix5"].part == "LFE5UM5G-85F"
-    assert set(BOARDS["ecpix5"].engines) == {"nic", "switch"}
+    assert set(BOARDS["ecpix5"].engines_for("network")) == {"nic", "switch"}
+    # the Versa's part takes one engine per top: the aggregator beside the network front end
+    assert BOARDS["versa"].engines == {"network": ("switch",), "selftest": ("nic",)}
     for board in BOARDS.values():
         platform = board.make_platform()         # also checks the part against the platform
         assert platform.default_clk_frequency > 0
@@ -38,9 +40,25 @@ def test_board_table_gives_each_top_its_clock(tmp_path):
     assert board.engine_clock_mhz("network") == 75.0
     assert board.engine_clock_mhz("selftest") == 50.0
     assert board.seed == 3 and board.program == {"board": "b", "cable": "c"}
-    with pytest.raises(ValueError, match="no engine clock for the 'wire' top"):
+    assert board.tops == ("network", "selftest") and board.default_top == "network"
+    with pytest.raises(ValueError, match="'x' does not build the 'wire' top"):
         board.engine_clock_mhz("wire")
-    for clocks, seed, program in (("125", "1", "{}"), ("{ network = 75 }", "1", "{}"),
+    # a board whose part the network top does not fit builds the self-test top only
+    table.write_text(ENTRY.replace("network = 75, ", "") + 'notes = "too small"\n')
+    small = load_boards(table)["x"]
+    assert small.tops == ("selftest",) and small.default_top == "selftest"
+    with pytest.raises(ValueError, match="does not build the 'network' top .*too small"):
+        small.engine_clock_mhz("network")
+    assert board.engines_for("network") == board.engines_for("selftest") == ("nic",)
+    table.write_text(ENTRY.replace('["nic"]', '{ network = ["switch"], selftest = ["nic"] }'))
+    assert load_boards(table)["x"].engines == {"network": ("switch",), "selftest": ("nic",)}
+    for engines in ('{ network = ["switch"] }', '{ network = [], selftest = ["nic"] }',
+                    '["nic", "dsp"]', '"nic"'):
+        table.write_text(ENTRY.replace('["nic"]', engines))
+        with pytest.raises(ValueError, match="board 'x'.*engine"):
+            load_boards(table)
+    for clocks, seed, program in (("125", "1", "{}"), ("{}", "1", "{}"),
+                                  ("{ network = 75, wire = 75 }", "1", "{}"),
                                   ("{ network = 75, selftest = 0 }", "1", "{}"),
                                   ("{ network = 75, selftest = true }", "1", "{}"),
                                   ("{ network = 75, selftest = 75 }", "-1", "{}"),
@@ -61,6 +79,8 @@ def test_every_default_clock_has_margin_over_the_port():
     for board in BOARDS.values():
         for top, mhz in board.engine_mhz.items():
             assert 8 <= mhz <= 125, (board.name, top, mhz)
+        if "network" not in board.tops:
+            continue
         f_in = board.make_platform().default_clk_frequency / 1e6
         eth_mhz = load_network_config(board.name).sys_clk_hz / 1e6
         pll = NetworkPLL(f_in_mhz=f_in, f_out_mhz=board.engine_clock_mhz("network"),
@@ -111,7 +131,8 @@ def test_board_top_elaborates(board, tmp_path):
     il = il.decode() if isinstance(il, bytes) else il
     assert "EHXPLLL" in il
     assert "DCCA" in il              # the reset goes over a global network
-    assert ("compress" in il.lower()) == ("nic" in entry.engines)
-    assert ("aggregator" in il.lower() or "agg_traffic" in il) == ("switch" in entry.engines)
+    assert ("compress" in il.lower()) == ("nic" in entry.engines_for("selftest"))
+    assert ("aggregator" in il.lower() or "agg_traffic" in il) == \
+        ("switch" in entry.engines_for("selftest"))
     for spec in entry.leds.values():
         assert f'"{spec.split(":")[0]}_{spec.split(":")[1].split(".")[0]}' in lpf
