@@ -48,8 +48,8 @@ class EchoBoardTop(Elaboratable):
 
 
 def main(argv=None) -> int:
-    from hdl.board_top import load_boards
-    from hdl.build import tool_environment
+    from hdl.board.top import load_boards
+    from hdl.board.build import tool_environment
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--board", default="ecpix5", choices=sorted(load_boards()))
