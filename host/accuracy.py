@@ -23,7 +23,7 @@ rounded (``ring_rounded_fraction``), summed over ranks and steps.
 Bytes per step are per rank, payload only, as counted by the hooks; the fp32 row is what a
 plain ring all-reduce of the same gradients sends (``host.ddp.dense_ring_bytes``). Results
 go to ``<out>/accuracy.json``, ``<out>/accuracy.png`` (learning curves) and
-``<out>/accuracy.md`` (the README table).
+``<out>/accuracy.md`` (the table of ``docs/accuracy.md``).
 
 ``Settings.backend`` chooses who computes the compressed rows (:data:`BACKENDS`):
 ``"golden"`` (the NumPy models), ``"verilator"`` (the INCEPTIONN rows through every rank's
@@ -552,7 +552,7 @@ def hardware_table(results: dict) -> str:
 
 
 def results_table(results: dict) -> str:
-    """The Markdown table of the README section."""
+    """The Markdown table of ``docs/accuracy.md``."""
     s = results["settings"]
     lines = [
         "| task | gradients | final metric | final test loss | bytes/step/rank | vs fp32 ring "
