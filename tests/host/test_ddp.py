@@ -466,8 +466,9 @@ def _exact_errors(vectors, total):
 
 @pytest.mark.parametrize("k", K_VALUES)
 def test_ring_error_within_stated_bound_rounding_included(group_run, k):
-    """The bound of docs/accuracy.md, N 2^-k + 2^-24 sum_j (1 + 2^-24)^j sum_{i<=j} |x_{c+i}|, holds
-    exactly (errors computed with fractions) on inputs built to make the rounding hurt."""
+    """The bound of docs/accuracy.md, N 2^-k + 2^-24 sum_j (1 + 2^-24)^j sum_{i<=j}
+    |x_{c+i}|, holds exactly (errors computed with fractions) on inputs built to make the
+    rounding hurt."""
     for name in ("uniform2001", "tight", "spread"):
         vectors = group_run["ring_cases"][name]
         total = group_run["ranks"][0]["ring"][name, k][0]
@@ -478,8 +479,9 @@ def test_ring_error_within_stated_bound_rounding_included(group_run, k):
 
 def test_ring_old_bound_misses_the_rounding(group_run):
     """N 2^-k alone (the bound the README stated before) is violated: by the example of
-    docs/accuracy.md (3 ranks, values in 1..2001, k = 15: about 3.7e-4 against 9.2e-5) and, at every k, by
-    2^25 + 2 + 2, which the ring returns as 2^25 (error 4, exactly 2^-24 (|p_1| + |p_2|))."""
+    docs/accuracy.md (3 ranks, values in 1..2001, k = 15: about 3.7e-4 against 9.2e-5)
+    and, at every k, by 2^25 + 2 + 2, which the ring returns as 2^25 (error 4, exactly
+    2^-24 (|p_1| + |p_2|))."""
     vectors = group_run["ring_cases"]["uniform2001"]
     errors = _exact_errors(vectors, group_run["ranks"][0]["ring"]["uniform2001", 15][0])
     assert float(max(errors)) > 3.5e-4 > ring_error_bound(WORLD, 15)
