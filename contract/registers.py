@@ -4,8 +4,9 @@ Every control register (name, address, access, width, meaning) is declared here,
 everything else derives from these declarations: the gateware's address decoders
 (``hdl.nic.top``, ``hdl.switch.control``), the reference models' register serving
 (``host.aggregator``, ``host.driver.models``), the driver (``host.driver``), the self-test's
-counter report (``hdl.selftest.top``), the cocotb benches, the README's register table
-(:func:`markdown_table`, checked by ``tests/test_architecture.py``) and the tests.
+counter report (``hdl.selftest.top``), the cocotb benches, the register tables of
+``docs/registers.md`` (:func:`markdown_table`, checked by ``tests/test_architecture.py``)
+and the tests.
 No register address is written as a number anywhere else.
 
 A map is a list of entries, each one of:
@@ -334,7 +335,7 @@ REGISTER_MAPS = {"nic": NIC_REGISTERS, "switch": SWITCH_REGISTERS, "net": NET_RE
 
 
 def markdown_table(register_map: RegisterMap) -> str:
-    """The map as a Markdown table (the README's register section is this text)."""
+    """The map as a Markdown table (``docs/registers.md`` holds this text)."""
     lines = ["| address | access | bits | register | meaning |", "|---|---|---|---|---|"]
     for address, access, width, name, doc in register_map.rows():
         lines.append(f"| `{address}` | {access} | {width} | `{name}` | {doc} |")

@@ -23,7 +23,7 @@ rounded (``ring_rounded_fraction``), summed over ranks and steps.
 Bytes per step are per rank, payload only, as counted by the hooks; the fp32 row is what a
 plain ring all-reduce of the same gradients sends (``host.ddp.dense_ring_bytes``). Results
 go to ``<out>/accuracy.json``, ``<out>/accuracy.png`` (learning curves) and
-``<out>/accuracy.md`` (the README table).
+``<out>/accuracy.md`` (the table of ``docs/accuracy.md``).
 
 ``Settings.backend`` chooses who computes the compressed rows (:data:`BACKENDS`):
 ``"golden"`` (the NumPy models), ``"verilator"`` (the INCEPTIONN rows through every rank's
@@ -36,17 +36,19 @@ out), the hook's calls and the part of them in the hardware path.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
+import os
 import time
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["CODECS", "TASKS", "BACKENDS", "Settings", "make_ncf_data", "load_digits_split",
-           "prepare_datasets", "first_step_gradients", "train_in_group", "run_experiment",
-           "results_table", "plot_curves", "write_outputs"]
+__all__ = ["CODECS", "TASKS", "BACKENDS", "PINNED_ENVIRONMENT", "Settings", "make_ncf_data",
+           "load_digits_split", "prepare_datasets", "first_step_gradients", "train_in_group",
+           "run_experiment", "results_table", "plot_curves", "write_outputs"]
 
 #: Gradient paths, in table order: name -> None (plain DDP), ("inceptionn", k,
 #: error_feedback) or ("lhc",).
@@ -63,6 +65,16 @@ CODECS = {
 TASKS = ("digits", "ncf")
 #: who computes the compressed rows (see the module docstring)
 BACKENDS = ("golden", "verilator", "udp")
+#: The training processes' SIMD code paths, pinned. By default MKL's sgemm and ATen's
+#: vectorised kernels take the widest instructions the CPU has (AVX2, AVX-512, ...), and their
+#: float32 results differ in the last bits from one instruction set to another; the runs that
+#: carry such bits forward (error feedback's residuals, the ring's rounded additions, fp32
+#: itself over 300 steps) then print other figures on another machine. With these every
+#: x86-64 machine takes the same code paths (MKL's conditional numerical reproducibility mode
+#: COMPATIBLE, ATen's baseline kernels). One machine gives the same bits run after run either
+#: way (one intra-op thread, seeded data, models and batches). A variable already set in the
+#: environment is left as it is; the results record what the processes ran with.
+PINNED_ENVIRONMENT = {"MKL_CBWR": "COMPATIBLE", "ATEN_CPU_CAPABILITY": "default"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -499,19 +511,34 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
     try:
         if settings.backend == "udp":
             hardware.update(board=board, key=key)
-        per_rank = run_local_group(train_in_group, settings.world_size, settings, datasets,
-                                   hardware, timeout=3600)
+        with _pinned_environment() as environment:
+            per_rank = run_local_group(train_in_group, settings.world_size, settings, datasets,
+                                       hardware, timeout=3600)
     finally:
         if virtual is not None:
             virtual.stop()
     runs = per_rank[0]
-    results = {"settings": dataclasses.asdict(settings), "runs": runs,
-               "wall_seconds": time.perf_counter() - started}
+    results = {"settings": dataclasses.asdict(settings), "environment": environment,
+               "runs": runs, "wall_seconds": time.perf_counter() - started}
     if settings.backend == "udp":
         results["board"] = {"address": board, "virtual": virtual is not None}
         if virtual is not None:
             results["board"]["datagrams_in_out"] = virtual.datagrams()
     return results
+
+
+@contextlib.contextmanager
+def _pinned_environment():
+    """:data:`PINNED_ENVIRONMENT` in ``os.environ`` while the training processes start (they
+    inherit it), restored afterwards; yields the values they run with."""
+    added = [name for name in PINNED_ENVIRONMENT if name not in os.environ]
+    for name in added:
+        os.environ[name] = PINNED_ENVIRONMENT[name]
+    try:
+        yield {name: os.environ[name] for name in PINNED_ENVIRONMENT}
+    finally:
+        for name in added:
+            os.environ.pop(name, None)
 
 
 # ---------------------------------------------------------------------------------------
@@ -552,7 +579,7 @@ def hardware_table(results: dict) -> str:
 
 
 def results_table(results: dict) -> str:
-    """The Markdown table of the README section."""
+    """The Markdown table of ``docs/accuracy.md``."""
     s = results["settings"]
     lines = [
         "| task | gradients | final metric | final test loss | bytes/step/rank | vs fp32 ring "

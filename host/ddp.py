@@ -22,7 +22,7 @@ bit, the arithmetic of the gateware.
     the codec is idempotent, so every rank ends with the same bits. Chunk bounds, direction
     of travel, order of the additions and the exact error bound (quantisation ``N * 2^-k``
     plus the float32 rounding of the partial sums) are in :mod:`host.ring`'s docstring and
-    the README; :func:`host.ring.ring_sum_error_bound` computes the bound.
+    ``docs/accuracy.md``; :func:`host.ring.ring_sum_error_bound` computes the bound.
 
     With ``error_feedback=True`` each rank first quantises its own bucket with the residual
     of its earlier steps added (:func:`host.golden.inceptionn.quantize_with_feedback`) and

@@ -6,8 +6,8 @@ every worker owning one fully reduced chunk, and an all-gather (N-1 steps) passe
 reduced chunks around. Every hop goes through the sender's NIC transmit path (compress)
 and the receiver's NIC receive path (decompress).
 
-The exact algorithm (the same bits as :class:`host.ddp.InceptionnHook`'s ring; the README's
-"Accuracy with compressed gradients" section states it too). ``N >= 2`` workers hold
+The exact algorithm (the same bits as :class:`host.ddp.InceptionnHook`'s ring;
+``docs/accuracy.md`` states it too). ``N >= 2`` workers hold
 float32 vectors ``x_0 .. x_{N-1}`` of ``n`` values; ``q`` is
 :func:`host.golden.inceptionn.quantize` (``decode(encode(.))``) and ``fl`` a float32
 addition, rounded to nearest even.

@@ -18,7 +18,8 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_BITSTREAM_TEST = "test_make_bitstream_default_board"
 #: The control key of that build. The key is a constant of the netlist, so a random key (what
 #: `make bitstream` draws for a user) would place every CI run differently; with this public
-#: one the build is the one measured on seeds 1-3 (README, "Network").
+#: one the build is the one measured on seeds 1-3 (docs/measurements.md, "Board builds
+#: (nextpnr)").
 BITSTREAM_TEST_KEY = "0123456789abcdef"
 #: what that test runs: `make bitstream` with no options but the key
 DEFAULT_BITSTREAM_COMMAND = ["make", "bitstream", f"KEY={BITSTREAM_TEST_KEY}",

@@ -17,10 +17,10 @@ hook's calls, the part of them in the hardware path (golden paths: the NumPy cod
 gloo collectives that stand for the switch), packets and bytes into the hardware per rank,
 resends, and the hardware's start-up at the first bucket (left out of the per-step times).
 
-``python -m host.benchmarks.ddp_hardware`` is the 50-step run of both models the README quotes
-(a few minutes); ``make bench`` runs it through ``host.bench``, shorter: both models for
-:data:`BENCH_STEPS` steps (about a minute and a half), ``--quick`` the digits model for
-:data:`QUICK_STEPS` steps.
+``python -m host.benchmarks.ddp_hardware`` is the 50-step run of both models that
+``docs/training.md`` quotes (a few minutes); ``make bench`` runs it through ``host.bench``,
+shorter: both models for :data:`BENCH_STEPS` steps (about a minute and a half), ``--quick``
+the digits model for :data:`QUICK_STEPS` steps.
 """
 from __future__ import annotations
 

@@ -77,6 +77,24 @@ def test_the_report_says_who_computed_each_row_and_what_went_through_it(hardware
     assert f"| digits | inceptionn-k10 | {rows['inceptionn-k10']['backend']} |" in table
 
 
+def test_the_training_processes_run_on_pinned_code_paths(golden, monkeypatch):
+    """The SIMD code paths that make the figures the same on every x86-64 machine: set while
+    the processes start (unless the caller set them), restored afterwards, recorded."""
+    import os
+
+    names = sorted(accuracy.PINNED_ENVIRONMENT)
+    if not any(name in os.environ for name in names):
+        assert golden["environment"] == accuracy.PINNED_ENVIRONMENT
+    for name in names:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(names[0], "mine")
+    with accuracy._pinned_environment() as environment:
+        assert environment == {names[0]: "mine",
+                               names[1]: accuracy.PINNED_ENVIRONMENT[names[1]]}
+        assert {name: os.environ[name] for name in names} == environment
+    assert os.environ[names[0]] == "mine" and names[1] not in os.environ
+
+
 def test_command_line_errors(capsys, monkeypatch):
     monkeypatch.delenv("GRADWIRE_BOARD", raising=False)
     monkeypatch.delenv("GRADWIRE_KEY", raising=False)

@@ -90,7 +90,7 @@ def _ring_cases():
 def _rounding_cases(rng):
     """Inputs where the float32 rounding of the partial sums matters (issue 16, item 10)."""
     cases = {}
-    # The README's example: values in 1..2001 are raw at every k (nothing is quantised), and
+    # docs/accuracy.md's example: values in 1..2001 are raw at every k (nothing is quantised), and
     # partial sums up to 6003 round to 2^-11.
     cases["uniform2001"] = [rng.uniform(1, 2001, 2001).astype(np.float32) for _ in range(WORLD)]
     # Chunk c starts at rank c: 2^25 there, then 2 twice (half an ulp, a tie to even each
@@ -466,8 +466,9 @@ def _exact_errors(vectors, total):
 
 @pytest.mark.parametrize("k", K_VALUES)
 def test_ring_error_within_stated_bound_rounding_included(group_run, k):
-    """The README's bound, N 2^-k + 2^-24 sum_j (1 + 2^-24)^j sum_{i<=j} |x_{c+i}|, holds
-    exactly (errors computed with fractions) on inputs built to make the rounding hurt."""
+    """The bound of docs/accuracy.md, N 2^-k + 2^-24 sum_j (1 + 2^-24)^j sum_{i<=j}
+    |x_{c+i}|, holds exactly (errors computed with fractions) on inputs built to make the
+    rounding hurt."""
     for name in ("uniform2001", "tight", "spread"):
         vectors = group_run["ring_cases"][name]
         total = group_run["ranks"][0]["ring"][name, k][0]
@@ -477,9 +478,10 @@ def test_ring_error_within_stated_bound_rounding_included(group_run, k):
 
 
 def test_ring_old_bound_misses_the_rounding(group_run):
-    """N 2^-k alone (the bound the README stated before) is violated: by the README's example
-    (3 ranks, values in 1..2001, k = 15: about 3.7e-4 against 9.2e-5) and, at every k, by
-    2^25 + 2 + 2, which the ring returns as 2^25 (error 4, exactly 2^-24 (|p_1| + |p_2|))."""
+    """N 2^-k alone (the bound the README stated before) is violated: by the example of
+    docs/accuracy.md (3 ranks, values in 1..2001, k = 15: about 3.7e-4 against 9.2e-5)
+    and, at every k, by 2^25 + 2 + 2, which the ring returns as 2^25 (error 4, exactly
+    2^-24 (|p_1| + |p_2|))."""
     vectors = group_run["ring_cases"]["uniform2001"]
     errors = _exact_errors(vectors, group_run["ranks"][0]["ring"]["uniform2001", 15][0])
     assert float(max(errors)) > 3.5e-4 > ring_error_bound(WORLD, 15)

@@ -1,7 +1,7 @@
-"""The INCEPTIONN ring as the README states it, and its exact error bound (issue 16, item 10).
+"""The INCEPTIONN ring as docs/accuracy.md states it, and its exact error bound (issue 16, item 10).
 
 The NIC-driven ring of ``host.ring`` (one NIC model serving every hop, no process group)
-against a model written from the README's text, and against the stated bound with the
+against a model written from that page's text, and against the stated bound with the
 float32 rounding term; the DDP hook's ring is checked against the same bound in
 tests/host/test_ddp.py.
 """
@@ -23,7 +23,7 @@ def _bits(a):
 
 
 def _stated_ring(vectors, k):
-    """The README's algorithm: chunk c = [c n // N, (c+1) n // N) starts at worker c and
+    """The algorithm of docs/accuracy.md: chunk c = [c n // N, (c+1) n // N) starts at worker c and
     travels to c+1, c+2, ...; p_0 = x_c, p_j = fl32(q(p_{j-1}) + x_{c+j}); everyone gets
     q(p_{N-1})."""
     workers, n = len(vectors), vectors[0].size
@@ -39,7 +39,7 @@ def _stated_ring(vectors, k):
 
 def _adversarial(rng, workers, n):
     """Every magnitude 2^-20 .. 2^26 with both signs, class boundaries with their ulp
-    neighbours, values just below 2^-k for several k, and the README's example range."""
+    neighbours, values just below 2^-k for several k, and docs/accuracy.md's example range."""
     vectors = []
     for _ in range(workers):
         x = rng.choice([-1.0, 1.0], n) * 2.0 ** rng.uniform(-20, 26, n)

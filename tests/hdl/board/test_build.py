@@ -2,7 +2,7 @@
 the real ``make bitstream`` of the default top, the network top on the ECPIX-5, which CI
 gates on (GRADWIRE_SKIP_BITSTREAM=1 skips it for a quicker local run). The other tops and
 the engines alone are elaborated in the fast tests; their routed figures are measurements
-(README, ``make bench-timing``)."""
+(``docs/measurements.md``, ``make bench-timing``)."""
 import argparse
 import json
 import os

@@ -1,6 +1,6 @@
 """The engine-alone timing harness (``python -m hdl.board.engine_timing``): every engine input is
 fed from the shift register and every output reaches the pins (the build itself is slow and
-run by hand; its numbers are in README.md)."""
+run by hand; its numbers are in docs/measurements.md)."""
 import random
 
 import pytest

@@ -14,7 +14,7 @@ from sim.runner import BUILD, run_cocotb
 
 pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
 
-#: cocotb test -> its parameters (seeds and sizes; small enough for CI, see README)
+#: cocotb test -> its parameters (seeds and sizes; small enough for CI, see docs/network.md)
 BENCHES = {
     "arp_and_ping": {"seed": 1},
     "nic_services": {"seed": 2, "packets": 12, "max_values": 600},

@@ -1,10 +1,11 @@
-"""The README's bring-up, run against the TAP board inside a network namespace of its own.
+"""The bring-up of docs/bring-up.md, run against the TAP board inside a network namespace of
+its own.
 
 Run by ``tests/host/board/test_tap.py`` as ``unshare -n python tests/host/board/tap_rehearsal.py
 OUT.json [STEPS...]``: it refuses to run anywhere but in a fresh namespace (only ``lo``), so
 it can never configure the machine's own interfaces. It creates ``tap0`` there, gives the
 host 192.168.77.1/24, starts ``gradwire board serve --backend verilator --tap tap0`` and
-takes the README's steps with the host's own tools and sockets, recording what each saw
+takes that page's steps with the host's own tools and sockets, recording what each saw
 (frames on the TAP are captured with scapy, which also parses them). The namespace, the
 TAP and every process go away when it exits.
 

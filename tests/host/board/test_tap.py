@@ -3,9 +3,10 @@ Linux TAP interface, reached by the host's own network stack.
 
 The end-to-end tests run ``tap_rehearsal.py`` once under ``unshare -n``: a network namespace
 of its own, with the TAP inside it (never in the machine's namespace), where it takes the
-README's bring-up steps (ping and ARP, ``board status``, ``board compress``, NIC datagrams
-from a kernel socket, a two-rank training run with ``backend="udp"``) and the refusals;
-they are skipped, saying why, where the machine allows no namespace or has no TUN/TAP.
+bring-up steps of docs/bring-up.md (ping and ARP, ``board status``, ``board compress``, NIC
+datagrams from a kernel socket, a two-rank training run with ``backend="udp"``) and the
+refusals; they are skipped, saying why, where the machine allows no namespace or has no
+TUN/TAP.
 The loop's idle ticks, the batch classification and the option checks are tested here
 directly, without a namespace."""
 import json
