@@ -105,7 +105,7 @@ def check_backend(who: str, backend, choices) -> str:
 def check_board(who: str, board, key, mtu, *, per_rank: bool, need_key: bool):
     """The board settings of a ``"udp"`` backend: a list of ``board_settings`` dicts (one,
     or one per rank where ``per_rank``), checked now, where the caller can see the error."""
-    from .driver.udp import ENV_BOARD, board_settings
+    from .driver.settings import ENV_BOARD, board_settings
 
     if board is None and not os.environ.get(ENV_BOARD):
         raise ValueError(f"{who}: backend 'udp' needs board=HOST[:PORT_BASE] (or "
@@ -483,7 +483,8 @@ class NicRingCodec(_Backend):
 def _open_board_nic(settings):
     """A UdpTransport to a board's NIC, checked with one packet (and, with a key, one control
     read), each given up after about three seconds of silence."""
-    from .driver.udp import NoReplyError, UdpTransport
+    from .driver.transport import NoReplyError
+    from .driver.udp import UdpTransport
 
     # Every rank's bursts (one ring hop: a window of 16 packets per rank, all at once) queue
     # at a shared board, and a reply late in a burst waits for the whole queue: with the
@@ -587,7 +588,8 @@ class UdpSwitch(_Backend):
                                                self.job)
 
     def _configure(self, addresses):
-        from .driver.udp import NoReplyError, UdpTransport
+        from .driver.transport import NoReplyError
+        from .driver.udp import UdpTransport
         from .driver.udp_worker import configure_job
 
         s = self.settings

@@ -242,7 +242,7 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("incept
         backend_options=None, lhc_path="auto"):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
     report dict. ``report["ok"]`` is True when both paths are bit-exact. ``backend_options``
-    go to the backend (``"udp"``: ``host.driver.udp.open_top``); ``lhc_path`` ("auto",
+    go to the backend (``"udp"``: ``host.board.udp_backend.open_top``); ``lhc_path`` ("auto",
     "sketch" or "dense") is how each of the LHC model's tensors travels."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")

@@ -68,7 +68,7 @@ def run(args) -> int:
 
     import os
 
-    from ..driver.udp import ENV_BOARD, ENV_KEY, parse_key
+    from ..driver.settings import ENV_BOARD, ENV_KEY, parse_key
 
     board = args.board or (os.environ.get(ENV_BOARD) if args.backend == "udp" else None)
     key_text = args.key or (os.environ.get(ENV_KEY) if board else None)

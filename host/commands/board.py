@@ -214,7 +214,7 @@ def _retries_within(seconds, initial, maximum):
 
 
 def _settings(args, need_key):
-    from ..driver.udp import board_settings
+    from ..driver.settings import board_settings
     try:
         settings = board_settings(args.board, port_base=args.port_base, key=args.key,
                                   mtu=args.mtu)
@@ -277,7 +277,7 @@ def _diagnose(settings, args):
 
 def _control(args, settings, call):
     """Run ``call()`` (control traffic) and turn an unanswered request into one clear line."""
-    from ..driver.udp import NoReplyError
+    from ..driver.transport import NoReplyError
     try:
         return call()
     except NoReplyError as exc:
@@ -324,7 +324,7 @@ def _serve(args):
     if args.tap is not None:
         return _serve_tap(args)
     from host.board import VirtualBoard, WireFaults
-    from ..driver.udp import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
+    from ..driver.settings import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
 
     key_text = args.key or os.environ.get(ENV_KEY)
     try:
@@ -362,7 +362,7 @@ def _serve_tap(args):
     """``serve --tap NAME``: the Verilated network top on a TAP interface
     (:mod:`host.board.tap`). Its address, ports and key are those it is built with, so the
     options that would choose them are refused unless they agree."""
-    from ..driver.udp import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
+    from ..driver.settings import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
 
     if args.backend != "verilator":
         raise CliError(f"--tap serves the Verilated network top: give --backend verilator "
@@ -412,7 +412,7 @@ def _serve_tap_forever(board):
     """Say how the TAP interface stands, then serve until asked to stop."""
     from host.board.tap import interface_state
 
-    from ..driver.udp import format_key
+    from ..driver.settings import format_key
     print(f"gradwire board: {board.describe()}", flush=True)
     print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
           f"Verilated top is built with)", flush=True)

@@ -207,7 +207,7 @@ def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
     ``host.driver.backends``: the Verilated ``switch_top`` gateware through the compiled
     harness (``"verilator"``) or the cocotb bridge (``"cocotb"``), or a board over UDP
     (``"udp"``); by default checked packet for packet against the model in lockstep;
-    ``backend_options`` go to the backend (``"udp"``: see ``host.driver.udp.open_top``)."""
+    ``backend_options`` go to the backend (``"udp"``: see ``host.board.udp_backend.open_top``)."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":

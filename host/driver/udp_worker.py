@@ -27,7 +27,7 @@ that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` 
 - results are matched by ``seq`` and checked against the packet they answer; duplicates and
   results of earlier messages are discarded and counted;
 - a message that makes no progress (no new result) for ``timeout`` seconds raises
-  :class:`~host.driver.udp.NoReplyError`: a stopped board, a job that is not configured, or
+  :class:`~host.driver.transport.NoReplyError`: a stopped board, a job that is not configured, or
   a worker of the job that does not send.
 """
 from __future__ import annotations
@@ -43,8 +43,9 @@ from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGIS
                               Service, ip_to_int, network_address, service_ports)
 from contract.packet import Packet
 
-from .transport import TransportError
-from .udp import NoReplyError, RttEstimator, _drain, _udp_socket
+from .rtt import RttEstimator
+from .sockets import drain, local_address_towards, open_udp_socket
+from .transport import NoReplyError, TransportError
 
 __all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "DEFAULT_TIMEOUT"]
 
@@ -145,15 +146,7 @@ class UdpSwitchWorker:
             raise TransportError(f"cannot resolve the board's address {host!r}: {exc}") from None
         self.port_base = port_base
         self.switch_address = (self.host, service_ports(port_base)[Service.SWITCH])
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            probe.connect(self.switch_address)
-            local_ip = probe.getsockname()[0]
-        except OSError as exc:
-            raise TransportError(f"no route to the board at {self.host}: {exc}") from None
-        finally:
-            probe.close()
-        self.sock = _udp_socket(local_ip)
+        self.sock = open_udp_socket(local_address_towards(self.switch_address))
         self.stats = WorkerStats()
         self.layout: JobLayout | None = None
         self.next_chunk = 0
@@ -241,7 +234,7 @@ class UdpSwitchWorker:
                        max(progress + self.timeout - time.monotonic(), 0.0))
             ready, _, _ = select.select([self.sock], [], [], wait)
             if ready:
-                for data, source in _drain(self.sock):
+                for data, source in drain(self.sock):
                     index = self._take(data, source, outstanding, first)
                     if index is None:
                         continue

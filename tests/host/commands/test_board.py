@@ -15,7 +15,8 @@ from contract.network import NET_REGISTERS, Service, network_address
 from contract.registers import SWITCH_REGISTERS, decode_switch_params
 from host.board import VirtualBoard, free_port_base
 from host.cli import main
-from host.driver.udp import UdpTransport, format_key
+from host.driver.settings import format_key
+from host.driver.udp import UdpTransport
 from tests.helpers import serve_board
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
