@@ -7,9 +7,9 @@ import pytest
 from host.aggregator import AggregatorModel, model_transport
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
-from host.switch_packets import (FaultInjector, JobSpec, Phase, ProtocolError,
-                                 allreduce_jobs_over_transport, allreduce_over_transport,
-                                 run_allreduce_packets, run_jobs)
+from host.switch_packets import (FaultInjector, JobSpec, Phase, allreduce_jobs_over_transport,
+                                 allreduce_over_transport, run_allreduce_packets, run_jobs)
+from host.switch_window import ProtocolError
 from contract.header import PacketType
 
 
