@@ -232,18 +232,21 @@ def _open(args, *, region=None, need_key=True, single=False):
     from ..driver.udp import UdpTransport
     settings = _settings(args, need_key)
     if single:
-        initial = maximum = args.timeout
+        # every request waits exactly --timeout: the transport's estimate of the round trip
+        # would time out a reply slower than the last ones, and ping would count a loss
+        initial = minimum = maximum = args.timeout
         retries = 0
     else:
         initial = min(0.1, args.timeout / 4)
+        minimum = min(0.02, initial)
         maximum = max(initial, min(1.0, args.timeout / 2))
         retries = args.retries if args.retries is not None else \
             _retries_within(args.timeout, initial, maximum)
     try:
         return UdpTransport(settings["host"], port_base=settings["port_base"],
                             key=settings["key"], mtu=settings["mtu"], region=region,
-                            timeout=initial, min_timeout=min(0.02, initial),
-                            max_timeout=maximum, retries=retries), settings
+                            timeout=initial, min_timeout=minimum, max_timeout=maximum,
+                            retries=retries), settings
     except (ValueError, TransportError) as exc:
         raise CliError(str(exc)) from None
 
