@@ -10,7 +10,6 @@ The loop's idle ticks, the batch classification and the option checks are tested
 directly, without a namespace."""
 import json
 import os
-import re
 import shutil
 import signal
 import socket
