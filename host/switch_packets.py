@@ -62,7 +62,9 @@ __all__ = [
     "DEFAULT_TIMEOUT",
 ]
 
-Transport = Callable[[list], list]
+#: what carries a batch of packets to the switch and returns what it emits (the module
+#: docstring's "transport"; the driver's Transport class is another thing)
+PacketExchange = Callable[[list], list]
 
 #: Ticks a worker waits for a result before resending.
 DEFAULT_TIMEOUT = 24
@@ -280,7 +282,7 @@ class JobSpec:
     first_chunk: int = 0
 
 
-def run_protocols(protocols: Sequence[Generator], transport: Transport, *, job: int = 0,
+def run_protocols(protocols: Sequence[Generator], transport: PacketExchange, *, job: int = 0,
                   slot_base: int = 0, slot_count: int, lanes: int,
                   fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
                   first_chunk: int = 0, max_ticks: int = 10_000_000):
@@ -325,7 +327,7 @@ def _check_jobs(jobs, lanes):
         seen[spec.job] = spec
 
 
-def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
+def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
              fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
              max_ticks: int = 10_000_000):
     """Run several jobs' worker protocols at once over one ``transport`` and one clock.
@@ -442,7 +444,7 @@ def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
     return out
 
 
-def aggregate_phase(vectors: Sequence, transport: Transport, *, op, exponents=None,
+def aggregate_phase(vectors: Sequence, transport: PacketExchange, *, op, exponents=None,
                     **options):
     """Aggregate one vector per worker (OR or wrap-around ADD) through ``transport``.
 
@@ -511,7 +513,7 @@ def _agreed_result(results, packet_stats, what="worker"):
     return result, {"lhc": lhc_stats, "packets": packet_stats}
 
 
-def allreduce_over_transport(tensors, transport: Transport, *, slot_count: int, lanes: int,
+def allreduce_over_transport(tensors, transport: PacketExchange, *, slot_count: int, lanes: int,
                              job: int = 0, slot_base: int = 0,
                              load: float = lhc.DEFAULT_LOAD, r_min: int = 1,
                              path: str = "sketch", fault: FaultInjector | None = None,
@@ -540,7 +542,7 @@ def allreduce_over_transport(tensors, transport: Transport, *, slot_count: int, 
     return _agreed_result(results, packet_stats)
 
 
-def allreduce_jobs_over_transport(requests: Sequence[dict], transport: Transport, *,
+def allreduce_jobs_over_transport(requests: Sequence[dict], transport: PacketExchange, *,
                                   lanes: int, fault: FaultInjector | None = None,
                                   timeout: int = DEFAULT_TIMEOUT,
                                   max_ticks: int = 10_000_000):

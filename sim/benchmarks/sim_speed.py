@@ -140,7 +140,7 @@ def _all_packets(log):
 
 
 def _measure(top, verilog, streams, log, quick):
-    from sim.cocotb_transport import VerilatorTransport
+    from sim.cocotb_transport import CocotbTransport
     from sim.harness import HarnessTransport
 
     # Best of a few runs, the compiled and the bare loop taking turns, as the machine is
@@ -174,7 +174,7 @@ def _measure(top, verilog, streams, log, quick):
     bare_s, bare_cycles = min(bare)
 
     budget = COCOTB_CYCLES[0 if quick else 1]
-    with VerilatorTransport(top, verilog, streams, waves=False) as t:
+    with CocotbTransport(top, verilog, streams, waves=False) as t:
         cocotb_s, cocotb_cycles, cocotb_n = _replay(t, log, cycle_budget=budget)
 
     out = {
