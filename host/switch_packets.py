@@ -9,8 +9,8 @@ matched by ``seq``. A worker's chunk numbers count on over its phases, so versio
 alternating.
 
 The network is a simulated clock (an event loop in integer ticks) with an optional
-:class:`FaultInjector` that loses, duplicates and delays (reorders) packets both ways. Its
-one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
+:class:`TickFaults` (the fault model of :mod:`host.network_faults`) that loses,
+duplicates and delays (reorders) packets both ways. Its one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
 section 3: a worker reuses a slot with the other version only after it has the result of
 that slot's previous round, one round back, not two): **every copy of a worker's packet for
 a slot reaches the switch before that worker's next-round packet for the same slot does.** A
@@ -44,19 +44,19 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import itertools
-import random
 from typing import Callable, Generator, Sequence
 
 import numpy as np
 
 from .aggregator import AggregatorModel, model_transport
 from .golden import lhc
+from .network_faults import NetworkFaults
 from .switch_window import ProtocolError, SwitchWorkerWindow, as_words, check_layout
 from contract.header import PacketType
 from contract.packet import Packet
 
 __all__ = [
-    "Phase", "FaultInjector",
+    "Phase", "TickFaults",
     "PacketStats", "JobSpec", "run_protocols", "run_jobs", "aggregate_phase", "lhc_protocol",
     "allreduce_over_transport", "allreduce_jobs_over_transport", "run_allreduce_packets",
     "DEFAULT_TIMEOUT",
@@ -73,13 +73,14 @@ DEFAULT_TIMEOUT = 24
 # ---------------------------------------------------------------------------------------
 # the simulated network
 
-class FaultInjector:
-    """Loses, duplicates and delays packets on the simulated network, reproducibly.
+class TickFaults(NetworkFaults):
+    """Loses, duplicates and delays packets on the simulated network, reproducibly (the
+    fault model of :mod:`host.network_faults`, in ticks).
 
     Parameters
     ----------
     seed : int
-        Seed of the injector's own random generator.
+        Seed of the model's own random generator.
     loss : float
         Probability that a transmission (worker to switch, or one copy of a result to one
         worker) is lost.
@@ -116,50 +117,21 @@ class FaultInjector:
             raise ValueError(f"max_delay must be a positive integer, got {max_delay!r}")
         if int(latency) != latency or latency < 1:
             raise ValueError(f"latency must be a positive integer, got {latency!r}")
-        self.loss, self.dup, self.reorder = loss, dup, reorder
-        self.max_delay, self.latency = int(max_delay), int(latency)
-        self.keep_window_order = bool(keep_window_order)
-        self._rng = random.Random(seed)
-        self._rounds = {}   # (job, worker, slot) -> [seq, floor, horizon]
-        self.lost = self.duplicated = self.delayed = self.held_back = 0
-
-    def _arrivals(self, now: int) -> list[int]:
-        if self.loss and self._rng.random() < self.loss:
-            self.lost += 1
-            return []
-        copies = 2 if self.dup and self._rng.random() < self.dup else 1
-        self.duplicated += copies - 1
-        times = []
-        for _ in range(copies):
-            delay = self.latency
-            if self.reorder and self._rng.random() < self.reorder:
-                delay += self._rng.randint(1, self.max_delay)
-                self.delayed += 1
-            times.append(now + delay)
-        return times
+        super().__init__(seed=seed, loss=loss, dup=dup, reorder=reorder, latency=int(latency),
+                         max_delay=int(max_delay), ticks=True,
+                         keep_window_order=keep_window_order)
 
     def to_switch(self, packet: Packet, now: int) -> list[int]:
         """Arrival ticks at the switch of one transmission of ``packet`` (maybe none)."""
         h = packet.header
-        key = (h.job, h.worker, h.slot)
-        seq, floor, horizon = self._rounds.get(key, (None, -1, -1))
-        if seq != h.seq:                    # the worker's next round on this slot
-            seq, floor = h.seq, horizon
-        times = []
-        for t in self._arrivals(now):
-            if t <= floor and self.keep_window_order:
-                self.held_back += 1
-                t = floor + 1
-            times.append(t)
-        self._rounds[key] = (seq, floor, max([horizon, *times]))
-        return times
+        return self.hold_in_window_order((h.job, h.worker, h.slot), h.seq, self.arrivals(now))
 
     def to_worker(self, packet: Packet, worker: int, now: int) -> list[int]:
         """Arrival ticks at ``worker`` of one copy of a result (maybe none)."""
-        return self._arrivals(now)
+        return self.arrivals(now)
 
 
-class _NoFaults(FaultInjector):
+class _NoFaults(TickFaults):
     def __init__(self):
         super().__init__()
 
@@ -284,7 +256,7 @@ class JobSpec:
 
 def run_protocols(protocols: Sequence[Generator], transport: PacketExchange, *, job: int = 0,
                   slot_base: int = 0, slot_count: int, lanes: int,
-                  fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
+                  fault: TickFaults | None = None, timeout: int = DEFAULT_TIMEOUT,
                   first_chunk: int = 0, max_ticks: int = 10_000_000):
     """Run one protocol generator per worker over ``transport`` on a simulated clock.
 
@@ -328,7 +300,7 @@ def _check_jobs(jobs, lanes):
 
 
 def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
-             fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
+             fault: TickFaults | None = None, timeout: int = DEFAULT_TIMEOUT,
              max_ticks: int = 10_000_000):
     """Run several jobs' worker protocols at once over one ``transport`` and one clock.
 
@@ -516,7 +488,7 @@ def _agreed_result(results, packet_stats, what="worker"):
 def allreduce_over_transport(tensors, transport: PacketExchange, *, slot_count: int, lanes: int,
                              job: int = 0, slot_base: int = 0,
                              load: float = lhc.DEFAULT_LOAD, r_min: int = 1,
-                             path: str = "sketch", fault: FaultInjector | None = None,
+                             path: str = "sketch", fault: TickFaults | None = None,
                              timeout: int = DEFAULT_TIMEOUT, first_chunk: int = 0,
                              max_ticks: int = 10_000_000):
     """LHC all-reduce of ``tensors`` (one per worker) through a switch behind ``transport``.
@@ -543,7 +515,7 @@ def allreduce_over_transport(tensors, transport: PacketExchange, *, slot_count: 
 
 
 def allreduce_jobs_over_transport(requests: Sequence[dict], transport: PacketExchange, *,
-                                  lanes: int, fault: FaultInjector | None = None,
+                                  lanes: int, fault: TickFaults | None = None,
                                   timeout: int = DEFAULT_TIMEOUT,
                                   max_ticks: int = 10_000_000):
     """Several LHC all-reduces at once, each its own job, through one switch.

@@ -7,7 +7,7 @@ from host.aggregator import AggregatorModel, model_transport
 from host.golden import lhc
 from contract.header import PacketType
 from contract.packet import Packet
-from host.switch_packets import (FaultInjector, aggregate_phase, allreduce_over_transport,
+from host.switch_packets import (TickFaults, aggregate_phase, allreduce_over_transport,
                                  run_allreduce_packets)
 from host.switch_window import ProtocolError
 
@@ -26,7 +26,7 @@ def same_bits(a, b):
 # ---------------------------------------------------------------------------------------
 # one phase over the model
 
-@pytest.mark.parametrize("fault", [None, FaultInjector(3, loss=0.2, dup=0.2, reorder=0.5)])
+@pytest.mark.parametrize("fault", [None, TickFaults(3, loss=0.2, dup=0.2, reorder=0.5)])
 def test_aggregate_phase_or_and_wrapping_add(fault):
     rng = np.random.default_rng(2)
     n, size = 5, 1000
@@ -89,7 +89,7 @@ def test_packet_allreduce_is_exact_under_loss_duplication_and_reordering(
     xs = sparse_tensors(rng, n, length, density)
     golden, golden_stats = lhc.allreduce(xs)
     model = AggregatorModel(slots=slots, lanes=lanes)
-    fault = FaultInjector(seed, loss=0.15, dup=0.15, reorder=0.4, max_delay=12)
+    fault = TickFaults(seed, loss=0.15, dup=0.15, reorder=0.4, max_delay=12)
     result, stats = run_allreduce_packets(xs, model, fault=fault)
     assert same_bits(result, golden) and stats["lhc"] == golden_stats
     p = stats["packets"]
@@ -105,7 +105,7 @@ def test_fallback_round_goes_over_packets_too():
     assert golden_stats.unpeeled > 100
     model = AggregatorModel(slots=6, lanes=16)
     result, stats = run_allreduce_packets(xs, model, load=1e6,
-                                          fault=FaultInjector(1, loss=0.1, dup=0.1, reorder=0.3))
+                                          fault=TickFaults(1, loss=0.1, dup=0.1, reorder=0.3))
     assert same_bits(result, golden)
     assert stats["packets"].chunks["fallback"] == -(-golden_stats.unpeeled // 16)
 
@@ -136,7 +136,7 @@ def test_any_transport_works_byte_images_and_reversed_batches():
 
     result, stats = allreduce_over_transport(
         xs, bytes_transport, job=1, slot_base=1, slot_count=4, lanes=32,
-        fault=FaultInjector(9, loss=0.1, dup=0.1, reorder=0.5))
+        fault=TickFaults(9, loss=0.1, dup=0.1, reorder=0.5))
     assert same_bits(result, golden)
     assert max(calls) > 1                     # packets arriving together are batched
 
@@ -149,7 +149,7 @@ def test_back_to_back_messages_continue_the_chunk_count():
     second = sparse_tensors(rng, 2, 2000, 0.1)
     result, _ = run_allreduce_packets(second, model, configure=False,
                                       first_chunk=stats["packets"].next_chunk,
-                                      fault=FaultInjector(2, loss=0.1, dup=0.1))
+                                      fault=TickFaults(2, loss=0.1, dup=0.1))
     assert same_bits(result, lhc.allreduce(second)[0])
 
 
@@ -157,7 +157,7 @@ def test_same_seed_same_run():
     rng = np.random.default_rng(8)
     xs = sparse_tensors(rng, 3, 2000, 0.1)
     runs = [run_allreduce_packets(xs, AggregatorModel(slots=4, lanes=16),
-                                  fault=FaultInjector(4, loss=0.2, dup=0.2, reorder=0.3))[1]
+                                  fault=TickFaults(4, loss=0.2, dup=0.2, reorder=0.3))[1]
             for _ in range(2)]
     assert runs[0]["packets"] == runs[1]["packets"]
 
@@ -169,7 +169,7 @@ def test_without_the_window_bound_stale_copies_corrupt_the_result():
     golden, _ = lhc.allreduce(xs)
     failures = 0
     for seed in range(6):
-        fault = FaultInjector(seed, dup=0.5, reorder=0.5, max_delay=40,
+        fault = TickFaults(seed, dup=0.5, reorder=0.5, max_delay=40,
                               keep_window_order=False)
         try:
             result, _ = run_allreduce_packets(xs, AggregatorModel(slots=1, lanes=16),
@@ -202,8 +202,8 @@ def test_inconsistent_switch_answers_are_detected():
 
 def test_fault_injector_arguments():
     with pytest.raises(ValueError):
-        FaultInjector(loss=1.0)
+        TickFaults(loss=1.0)
     with pytest.raises(ValueError):
-        FaultInjector(dup=-0.1)
+        TickFaults(dup=-0.1)
     with pytest.raises(ValueError):
-        FaultInjector(max_delay=0)
+        TickFaults(max_delay=0)
