@@ -5,7 +5,7 @@ communication time of one all-reduce with the codec in the NIC and on the CPU.
 Per k in :data:`K_VALUES` and per gradient set (every figure of a row from the same data,
 in the same run):
 
-- the accuracy experiment's models (``host/accuracy.py``: the digits MLP and the NeuMF
+- the accuracy experiment's models (``host/ddp/accuracy.py``: the digits MLP and the NeuMF
   recommender, each rank's gradient of the first training step; needs torch), the
   ``make sim`` workloads (``host/workloads.py``: DenseMLP and NcfModel, step 0), and
   gradient-like synthetic values (``host.benchmarks.inceptionn.gradients``), each for
@@ -78,7 +78,7 @@ def _gradient_sets(quick):
     sets, notes = {}, []
     try:
         import torch  # noqa: F401
-        from host import accuracy
+        from host.ddp import accuracy
         settings = accuracy.Settings(world_size=WORKERS)
         if quick:
             settings = accuracy.Settings.quick(world_size=WORKERS)

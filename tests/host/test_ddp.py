@@ -1,4 +1,4 @@
-"""DDP communication hooks (host/ddp.py) on a real gloo process group on 127.0.0.1.
+"""DDP communication hooks (host/ddp/hooks.py) on a real gloo process group on 127.0.0.1.
 
 Starting processes that import torch costs seconds on a 2-core machine, so one module-scoped
 run of a 3-process group does all the distributed work (ring and sketch all-reduces of many
@@ -29,7 +29,8 @@ torch = pytest.importorskip(
 
 import torch.distributed as dist  # noqa: E402
 
-from host import accuracy, ddp  # noqa: E402
+from host import ddp  # noqa: E402
+from host.ddp import accuracy  # noqa: E402
 from host.ring import ring_error_bound, ring_sum_error_bound  # noqa: E402
 from host.golden import inceptionn as inc  # noqa: E402
 from host.golden import lhc  # noqa: E402
