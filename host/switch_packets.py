@@ -16,12 +16,12 @@ that slot's previous round, one round back, not two): **every copy of a worker's
 a slot reaches the switch before that worker's next-round packet for the same slot does.** A
 stale copy that arrived later would find the worker's seen bit already moved to the other
 version and be folded in as a new contribution, corrupting the slot
-(``tests/host/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'
+(``tests/host/golden/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'
 packets and all results may be reordered freely.
 
 The engine talks to the switch through a **transport**: any callable
 ``send(packets: list[Packet]) -> list[Packet]`` that feeds packets to the aggregator in
-order and returns what it emits (e.g. :func:`host.aggregator.model_transport`, or a
+order and returns what it emits (e.g. :func:`host.golden.aggregator.model_transport`, or a
 hardware driver's ``lambda ps: transport.exchange("agg", ps)``). Configuring the job on the
 switch is the caller's business.
 
@@ -32,7 +32,7 @@ header's ``job``. The jobs must have distinct job numbers and disjoint slot rang
 the switch's control interface enforces).
 
 Entry points: :func:`run_allreduce_packets` (LHC all-reduce through an
-:class:`~host.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
+:class:`~host.golden.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
 any transport; ``path`` = "sketch", "dense" or "auto" as in
 :func:`host.golden.lhc.allreduce`), :func:`allreduce_jobs_over_transport` (several at
 once), :func:`aggregate_phase` (one OR/ADD vector per worker), and the lower-level
@@ -48,8 +48,8 @@ from typing import Callable, Generator, Sequence
 
 import numpy as np
 
-from .aggregator import AggregatorModel, model_transport
 from .golden import lhc
+from .golden.aggregator import AggregatorModel, model_transport
 from .network_faults import NetworkFaults
 from .switch_window import ProtocolError, SwitchWorkerWindow, as_words, check_layout
 from contract.header import PacketType

@@ -13,7 +13,7 @@ their gradients are all-reduced over the two network paths:
    model's tensors is its own job, all of them on the switch at once.
 
 2 to 32 workers (``workers``): the ring has N hops per phase and its result is checked
-against the exact per-element bound (``host.ring.ring_sum_error_bound``: N 2^-k plus the
+against the exact per-element bound (``host.golden.ring.ring_sum_error_bound``: N 2^-k plus the
 float32 rounding of the partial sums); the switch's worker bitmaps are 32 bits wide.
 
 With ``backend="udp"`` every packet crosses real UDP sockets on 127.0.0.1 to a virtual
@@ -112,7 +112,7 @@ def _build_info(transport):
 def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default",
                    backend_options=None):
     from host.driver.nic import NicInterface, open_nic
-    from host.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
+    from host.golden.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
     from host.workloads import DenseMLP
 
     model = DenseMLP(seed=seed, **SIZES[size]["mlp"])

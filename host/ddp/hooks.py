@@ -21,8 +21,8 @@ bit, the arithmetic of the gateware.
     it by its quantised value (``quantize`` = decode(encode(.))) before forwarding it, and
     the codec is idempotent, so every rank ends with the same bits. Chunk bounds, direction
     of travel, order of the additions and the exact error bound (quantisation ``N * 2^-k``
-    plus the float32 rounding of the partial sums) are in :mod:`host.ring`'s docstring and
-    the README; :func:`host.ring.ring_sum_error_bound` computes the bound.
+    plus the float32 rounding of the partial sums) are in :mod:`host.golden.ring`'s docstring and
+    the README; :func:`host.golden.ring.ring_sum_error_bound` computes the bound.
 
     With ``error_feedback=True`` each rank first quantises its own bucket with the residual
     of its earlier steps added (:func:`host.golden.inceptionn.quantize_with_feedback`) and
@@ -93,7 +93,7 @@ from .hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBacke
                            NicRingCodec, UdpSwitch, check_backend, check_board)
 from ..golden import inceptionn as _inc
 from ..golden import lhc as _lhc
-from ..ring import ring_chunk_bounds
+from ..golden.ring import ring_chunk_bounds
 
 __all__ = [
     "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY", "HookBackendError",
@@ -622,7 +622,7 @@ class InceptionnHook(_CommHook):
     through the ring and the division by the world size as a float32 bucket would, and the
     average is narrowed back to the bucket's dtype, rounded to nearest even, on every rank
     alike (same bits everywhere). The narrowing adds one rounding to the ring's bound
-    (:func:`host.ring.ring_sum_error_bound`, divided by the world size for the average): at
+    (:func:`host.golden.ring.ring_sum_error_bound`, divided by the world size for the average): at
     most half a unit in the last place of the result, ``2^-11 |avg|`` for float16 and
     ``2^-8 |avg|`` for bfloat16 in their normal ranges (``2^-25`` absolute in float16's
     subnormal range, which also flushes what falls below ``2^-25``), and an average beyond
@@ -674,7 +674,7 @@ class InceptionnHook(_CommHook):
     Without feedback, for comparison, the quantisation changes 59-61 % (digits) and 8.6 %
     (recommender) of the hop values and 0.002-18 % of the additions round.
     What the ring drops is not fed back (it happens after the residual is taken); its
-    size stays within the ring's bound (:mod:`host.ring`).
+    size stays within the ring's bound (:mod:`host.golden.ring`).
 
     See :func:`inceptionn_ring_allreduce` and the module docstring.
     """

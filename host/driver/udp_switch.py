@@ -7,7 +7,7 @@ first time the transport sends for that (job, worker)); results come back to tho
 (multicast: one datagram per worker). ``exchange("agg", packets)`` sends each packet from
 its worker's socket and returns what the engine emits for them, as an engine transport
 does: it knows which packets complete a round because it runs the reference aggregator on
-the same packets (``host.aggregator.AggregatorModel``, configured from the board's job
+the same packets (``host.golden.aggregator.AggregatorModel``, configured from the board's job
 registers) and waits until every worker that the board sends a result to has received its
 copy. A worker keeps one outstanding packet per (slot, version); a worker still waiting for
 a result on its timeout resends its outstanding packet, and the switch answers a resend of
@@ -75,7 +75,7 @@ class SwitchWorkerSockets:
 
     def _ensure_shadow(self):
         if self._shadow is None:
-            from host.aggregator import AggregatorModel
+            from host.golden.aggregator import AggregatorModel
             word, = self._switch_read([SWITCH_REGISTERS["params"].address])
             params = decode_switch_params(word)
             if not params["slots"] or not params["lanes"] or params["lanes"] % LANES:

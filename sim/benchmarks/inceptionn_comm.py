@@ -12,7 +12,7 @@ in the same run):
   :data:`WORKERS` workers;
 - **compression ratio**: fp32 bytes / the compressed packets' payload bytes of the workers'
   own gradients (golden codec, 2048-value packets) (and with the 32-byte headers);
-- **ring wire bytes against fp32**: the INCEPTIONN ring all-reduce (``host.ring``, every hop
+- **ring wire bytes against fp32**: the INCEPTIONN ring all-reduce (``host.golden.ring``, every hop
   through the NIC model, which the gateware equals bit for bit) counted packet by packet,
   headers included, against the same hops as RAW_F32 packets;
 - **engine throughput**: the real ``nic_top`` through the compiled harness: a slice of the
@@ -143,7 +143,7 @@ def _codec_speed(values, k):
 def _ring(grads, k):
     from host.driver.models import NicModelTransport
     from host.driver.nic import NicInterface
-    from host.ring import ring_allreduce
+    from host.golden.ring import ring_allreduce
 
     nic = _CountingNic(NicInterface(NicModelTransport()))
     _, stats = ring_allreduce(grads, nic, k)

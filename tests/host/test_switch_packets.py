@@ -3,7 +3,7 @@ all-reduce packet by packet, faults, the window bound, inconsistent answers."""
 import numpy as np
 import pytest
 
-from host.aggregator import AggregatorModel, model_transport
+from host.golden.aggregator import AggregatorModel, model_transport
 from host.golden import lhc
 from contract.header import PacketType
 from contract.packet import Packet

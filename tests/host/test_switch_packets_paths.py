@@ -4,7 +4,7 @@
 import numpy as np
 import pytest
 
-from host.aggregator import AggregatorModel, model_transport
+from host.golden.aggregator import AggregatorModel, model_transport
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
 from host.switch_packets import (JobSpec, Phase, TickFaults, allreduce_jobs_over_transport,

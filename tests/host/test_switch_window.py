@@ -9,7 +9,7 @@ import pytest
 
 from contract.header import WORKER_MULTICAST, Flags, PacketType
 from contract.packet import Packet
-from host.aggregator import AggregatorModel, model_transport
+from host.golden.aggregator import AggregatorModel, model_transport
 from host.switch_window import (ProtocolError, SwitchWorkerWindow, chunk_slot, collect_results,
                                 make_packets)
 

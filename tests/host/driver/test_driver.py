@@ -9,7 +9,7 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface
 from host.driver.switch import SwitchInterface
 from host.golden import inceptionn, lhc
-from host.ring import ring_allreduce, ring_error_bound
+from host.golden.ring import ring_allreduce, ring_error_bound
 from host.switch_packets import TickFaults
 from tests.helpers import bits
 

@@ -22,7 +22,7 @@ from contract.network import (
     network_address,
 )
 from contract.packet import Packet
-from host.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel
 from host.board import GoldenBoard, VirtualBoard, WireFaults, free_port_base
 from host.driver.lockstep import LockstepTransport
 from host.driver.models import NicModelTransport, SwitchModelTransport
