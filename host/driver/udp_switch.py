@@ -169,7 +169,7 @@ class SwitchWorkerSockets:
         self._register_workers((p.header.job, p.header.worker) for p in packets)
         est = self._rtt[Service.SWITCH]
         predictions = []       # (predicted result, kind): kind "m" (multicast) or a worker
-        waiting = {}           # (job, worker, slot, version, seq) -> _Pending
+        waiting = {}           # (job, worker, slot, version, seq) -> ResendTimer
         for packet in packets:
             h = packet.header
             data = packet.to_bytes()
