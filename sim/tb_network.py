@@ -416,7 +416,7 @@ async def lhc_round(dut):
     answered unicast; a stranger refused."""
     from host.golden.aggregator import AggregatorModel
     from host.golden import lhc
-    from host.switch_window import collect_results, make_packets
+    from host.switchml.window import collect_results, make_packets
     bench = await started(dut)
     rng = rng_of("lhc_round", 4)
     n_workers, lanes, job, slot_base, slot_count = 4, 64, 1, 8, 8
@@ -598,7 +598,7 @@ async def golden_board(dut):
     from host.board.backend import Datagram
     from host.board.golden import GoldenBoard
     from host.golden.inceptionn import nic_tx
-    from host.switch_window import make_packets
+    from host.switchml.window import make_packets
     from sim.nic_stimulus import rx_traffic, tx_traffic
     bench = await started(dut)
     rng = rng_of("golden_board", 7)
@@ -797,7 +797,7 @@ async def line_rate(dut):
     request in to the first byte of its reply out, in engine cycles) go to the report."""
     from host.golden.aggregator import AggregatorModel
     from host.golden.inceptionn import nic_rx, nic_tx
-    from host.switch_window import chunk_slot
+    from host.switchml.window import chunk_slot
     from sim.nic_stimulus import tx_packet, value_mix
     bench = await started(dut)
     params = params_of("line_rate")

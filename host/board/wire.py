@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from contract.header import HEADER_BYTES, HEADER_FIELDS, PacketType
 
-from ..network_faults import NetworkFaults
+from ..switchml.faults import NetworkFaults
 
 __all__ = ["WireFaults", "INBOUND", "OUTBOUND"]
 
@@ -47,7 +47,7 @@ def _field(data: bytes, name: str) -> int:
 
 class WireFaults(NetworkFaults):
     """Seeded loss, duplication and delay of datagrams on the board's wire (the fault model
-    of :mod:`host.network_faults`, in seconds).
+    of :mod:`host.switchml.faults`, in seconds).
 
     Parameters
     ----------

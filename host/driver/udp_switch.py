@@ -16,8 +16,8 @@ unicasts, and is returned as the multicast the engine emitted). The transport mu
 every worker of a job (one host running N workers uses N sockets). After a job's commit
 the transport discards whatever its workers' sockets still hold for that job.
 
-Which packet a worker sends when is the caller's business (``host.switch_packets.run_jobs``
-drives one :class:`~host.switch_window.SwitchWorkerWindow` per worker over this
+Which packet a worker sends when is the caller's business (``host.switchml.network.run_jobs``
+drives one :class:`~host.switchml.window.SwitchWorkerWindow` per worker over this
 transport); this module only carries the packets and their results.
 """
 from __future__ import annotations

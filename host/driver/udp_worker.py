@@ -11,7 +11,7 @@ that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` 
   writes the table, for every worker of the job, from one process that has the control
   key); the switch accepts the worker's packets only from it and multicasts results to it;
 - a message (one vector of 32-bit words) is one
-  :class:`~host.switch_window.SwitchWorkerWindow`: chunks of ``lanes`` words, chunk ``g`` on
+  :class:`~host.switchml.window.SwitchWorkerWindow`: chunks of ``lanes`` words, chunk ``g`` on
   slot ``slot_base + g % slot_count``, version ``(g // slot_count) % 2``, ``seq = g``, at most
   one outstanding packet per slot; ``g`` keeps counting over all messages of the job, so
   versions keep alternating. The window decides what to send; this module owns the socket
@@ -42,7 +42,7 @@ from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGIS
                               Service, ip_to_int, network_address, service_ports)
 from contract.packet import Packet
 
-from ..switch_window import ProtocolError, SwitchWorkerWindow
+from ..switchml.window import ProtocolError, SwitchWorkerWindow
 from .rtt import ResendTimer, RttEstimator
 from .sockets import drain, local_address_towards, open_udp_socket
 from .transport import NoReplyError, TransportError

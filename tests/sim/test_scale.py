@@ -6,7 +6,7 @@ import pytest
 
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
-from host.switch_packets import TickFaults
+from host.switchml.network import TickFaults
 from tests.helpers import bits
 
 pytestmark = pytest.mark.cocotb

@@ -15,7 +15,7 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import inceptionn, lhc
-from host.switch_packets import TickFaults
+from host.switchml.network import TickFaults
 from tests.helpers import bits
 
 pytestmark = pytest.mark.cocotb

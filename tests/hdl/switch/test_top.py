@@ -4,7 +4,7 @@
 Each test runs one cocotb bench (``testcase``) of the same Verilog, so the Verilator model
 is built once (cached by content hash) and reused by every test, variant and by the LHC
 all-reduce, which goes through the driver's Verilator transport and
-``host/switch_packets.py``.
+``host/switchml/network.py``.
 """
 import functools
 
@@ -83,7 +83,7 @@ def test_lhc_allreduce_through_gateware(faults):
     through the gateware too."""
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
-    from host.switch_packets import TickFaults, allreduce_over_transport
+    from host.switchml.network import TickFaults, allreduce_over_transport
 
     rng = np.random.default_rng(7)
     tensors = sparse_tensors(rng, 4, 2500, 200)

@@ -10,7 +10,7 @@ from host.driver.nic import NicInterface
 from host.driver.switch import SwitchInterface
 from host.golden import inceptionn, lhc
 from host.golden.ring import ring_allreduce, ring_error_bound
-from host.switch_packets import TickFaults
+from host.switchml.network import TickFaults
 from tests.helpers import bits
 
 

@@ -5,7 +5,7 @@ import pytest
 
 from contract.header import PacketType
 from host.golden.ring import ring_chunk_bounds
-from host.switch_window import make_packets
+from host.switchml.window import make_packets
 from sim.benchmarks import links
 from sim.benchmarks.aggregation import phase_frames
 

@@ -1,4 +1,4 @@
-"""SwitchWorkerWindow (host/switch_window.py) driven directly, with no network: the window
+"""SwitchWorkerWindow (host/switchml/window.py) driven directly, with no network: the window
 bound, loss and resends, reordered and duplicated results, stale timers, inconsistent
 answers; every result bit-exact with the OR / wrap-around sum of the workers' words. And
 the packetisation it uses (make_packets, collect_results)."""
@@ -10,7 +10,7 @@ import pytest
 from contract.header import WORKER_MULTICAST, Flags, PacketType
 from contract.packet import Packet
 from host.golden.aggregator import AggregatorModel, model_transport
-from host.switch_window import (ProtocolError, SwitchWorkerWindow, chunk_slot, collect_results,
+from host.switchml.window import (ProtocolError, SwitchWorkerWindow, chunk_slot, collect_results,
                                 make_packets)
 
 ADD, OR = PacketType.AGG_ADD_I32, PacketType.AGG_OR32

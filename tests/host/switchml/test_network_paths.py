@@ -1,5 +1,5 @@
 """The dense and auto paths over packets, and several jobs at once on one switch
-(host/switch_packets.py: ``lhc_protocol`` by path, ``run_jobs``,
+(host/switchml/network.py: ``lhc_protocol`` by path, ``run_jobs``,
 ``allreduce_jobs_over_transport``), through the reference aggregator."""
 import numpy as np
 import pytest
@@ -7,9 +7,9 @@ import pytest
 from host.golden.aggregator import AggregatorModel, model_transport
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
-from host.switch_packets import (JobSpec, Phase, TickFaults, allreduce_jobs_over_transport,
+from host.switchml.network import (JobSpec, Phase, TickFaults, allreduce_jobs_over_transport,
                                  allreduce_over_transport, run_allreduce_packets, run_jobs)
-from host.switch_window import ProtocolError
+from host.switchml.window import ProtocolError
 from contract.header import PacketType
 
 

@@ -1,8 +1,8 @@
 """One seeded fault model for the host's simulated networks: loss, duplication, delay
 (reordering), and the window order SwitchML needs.
 
-Two networks use it: the simulated network of :mod:`host.switch_packets` (integer ticks,
-:class:`~host.switch_packets.TickFaults`) and the virtual board's wire
+Two networks use it: the simulated network of :mod:`host.switchml.network` (integer ticks,
+:class:`~host.switchml.network.TickFaults`) and the virtual board's wire
 (seconds, :class:`~host.board.wire.WireFaults`). Per transmission, drawn from the model's
 own seeded generator:
 

@@ -21,7 +21,7 @@ the window of outstanding slots.
 
 :class:`SwitchWorkerWindow` is that worker for one message. It has no socket and no clock:
 its driver feeds it results and timer expiries, and sends the packets it returns. Three
-drivers share it: the simulated network (``host.switch_packets.run_jobs``, integer ticks),
+drivers share it: the simulated network (``host.switchml.network.run_jobs``, integer ticks),
 the UDP transport carrying every worker of a job (through ``run_jobs``), and the per-rank
 UDP worker (``host.driver.udp_worker.UdpSwitchWorker``, wall-clock timers).
 """

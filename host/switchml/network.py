@@ -3,13 +3,13 @@
 Each worker's vector of 32-bit words (an index bitmap for ``AGG_OR32``, an int32 sketch or
 fallback vector for ``AGG_ADD_I32``) goes through the switch as the aggregator protocol
 says (``../shared/spec/aggregator-protocol.md`` section 3), one
-:class:`~host.switch_window.SwitchWorkerWindow` per worker and phase: chunks of P lanes
+:class:`~host.switchml.window.SwitchWorkerWindow` per worker and phase: chunks of P lanes
 over the job's slot pool, one outstanding packet per slot, resends on timeouts, results
 matched by ``seq``. A worker's chunk numbers count on over its phases, so versions keep
 alternating.
 
 The network is a simulated clock (an event loop in integer ticks) with an optional
-:class:`TickFaults` (the fault model of :mod:`host.network_faults`) that loses,
+:class:`TickFaults` (the fault model of :mod:`host.switchml.faults`) that loses,
 duplicates and delays (reorders) packets both ways. Its one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
 section 3: a worker reuses a slot with the other version only after it has the result of
 that slot's previous round, one round back, not two): **every copy of a worker's packet for
@@ -37,7 +37,7 @@ any transport; ``path`` = "sketch", "dense" or "auto" as in
 :func:`host.golden.lhc.allreduce`), :func:`allreduce_jobs_over_transport` (several at
 once), :func:`aggregate_phase` (one OR/ADD vector per worker), and the lower-level
 :func:`run_protocols` / :func:`run_jobs`. Packetisation (``make_packets``,
-``collect_results``) is :mod:`host.switch_window`'s.
+``collect_results``) is :mod:`host.switchml.window`'s.
 """
 from __future__ import annotations
 
@@ -48,10 +48,10 @@ from typing import Callable, Generator, Sequence
 
 import numpy as np
 
-from .golden import lhc
-from .golden.aggregator import AggregatorModel, model_transport
-from .network_faults import NetworkFaults
-from .switch_window import ProtocolError, SwitchWorkerWindow, as_words, check_layout
+from ..golden import lhc
+from ..golden.aggregator import AggregatorModel, model_transport
+from .faults import NetworkFaults
+from .window import ProtocolError, SwitchWorkerWindow, as_words, check_layout
 from contract.header import PacketType
 from contract.packet import Packet
 
@@ -75,7 +75,7 @@ DEFAULT_TIMEOUT = 24
 
 class TickFaults(NetworkFaults):
     """Loses, duplicates and delays packets on the simulated network, reproducibly (the
-    fault model of :mod:`host.network_faults`, in ticks).
+    fault model of :mod:`host.switchml.faults`, in ticks).
 
     Parameters
     ----------
@@ -176,7 +176,7 @@ class PacketStats:
 
 class _SimulatedWorker:
     """One worker on the simulated network: drives its protocol generator, one
-    :class:`~host.switch_window.SwitchWorkerWindow` per phase."""
+    :class:`~host.switchml.window.SwitchWorkerWindow` per phase."""
 
     def __init__(self, worker, protocol, *, job, slot_base, slot_count, lanes, first_chunk,
                  stats):

@@ -1,4 +1,4 @@
-"""SwitchML workers on the simulated network (host/switch_packets.py): one phase, the LHC
+"""SwitchML workers on the simulated network (host/switchml/network.py): one phase, the LHC
 all-reduce packet by packet, faults, the window bound, inconsistent answers."""
 import numpy as np
 import pytest
@@ -7,9 +7,9 @@ from host.golden.aggregator import AggregatorModel, model_transport
 from host.golden import lhc
 from contract.header import PacketType
 from contract.packet import Packet
-from host.switch_packets import (TickFaults, aggregate_phase, allreduce_over_transport,
+from host.switchml.network import (TickFaults, aggregate_phase, allreduce_over_transport,
                                  run_allreduce_packets)
-from host.switch_window import ProtocolError
+from host.switchml.window import ProtocolError
 
 ADD, OR = PacketType.AGG_ADD_I32, PacketType.AGG_OR32
 

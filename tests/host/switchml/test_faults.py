@@ -1,10 +1,10 @@
-"""The one network fault model (host/network_faults.py) that the simulated network
+"""The one network fault model (host/switchml/faults.py) that the simulated network
 (TickFaults) and the virtual board's wire (WireFaults) share."""
 import pytest
 
 from host.board.wire import WireFaults
-from host.network_faults import NetworkFaults
-from host.switch_packets import TickFaults
+from host.switchml.faults import NetworkFaults
+from host.switchml.network import TickFaults
 
 
 def test_ticks_and_seconds_draw_the_same_losses_and_copies():
