@@ -1,6 +1,6 @@
 """The whole system, end to end: what ``make sim`` and ``gradwire sim`` run.
 
-N workers train two NumPy models (``host.workloads``; 1.3M parameters in total by
+N workers train two NumPy models (``sim.workloads``; 1.3M parameters in total by
 default, 11.5M with ``size="large"``) on data they generate. After every training step
 their gradients are all-reduced over the two network paths:
 
@@ -113,7 +113,7 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
                    backend_options=None):
     from host.driver.nic import NicInterface, open_nic
     from host.golden.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
-    from host.workloads import DenseMLP
+    from sim.workloads import DenseMLP
 
     model = DenseMLP(seed=seed, **SIZES[size]["mlp"])
     transport = open_nic(backend, check=True, waves=waves, **(backend_options or {}))
@@ -192,7 +192,7 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
             backend_options=None, lhc_path="auto"):
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
-    from host.workloads import NcfModel
+    from sim.workloads import NcfModel
 
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
     layout = model.layout()

@@ -7,7 +7,7 @@ in the same run):
 
 - the accuracy experiment's models (``host/ddp/accuracy.py``: the digits MLP and the NeuMF
   recommender, each rank's gradient of the first training step; needs torch), the
-  ``make sim`` workloads (``host/workloads.py``: DenseMLP and NcfModel, step 0), and
+  ``make sim`` workloads (``sim/workloads.py``: DenseMLP and NcfModel, step 0), and
   gradient-like synthetic values (``host.benchmarks.inceptionn.gradients``), each for
   :data:`WORKERS` workers;
 - **compression ratio**: fp32 bytes / the compressed packets' payload bytes of the workers'
@@ -72,7 +72,7 @@ class _CountingNic:
 def _gradient_sets(quick):
     """name -> list of WORKERS float32 gradients (and a note of what was left out)."""
     from host.benchmarks.inceptionn import gradients
-    from host.workloads import DenseMLP, NcfModel
+    from sim.workloads import DenseMLP, NcfModel
     from sim.e2e import SIZES
 
     sets, notes = {}, []

@@ -58,7 +58,7 @@ def _nic_requests(quick):
 
     from host.driver.models import NicModelTransport
     from host.driver.nic import NicInterface
-    from host.workloads import DenseMLP
+    from sim.workloads import DenseMLP
     from sim.e2e import SIZES
 
     model = DenseMLP(seed=0, **SIZES["small" if quick else "default"]["mlp"])
@@ -77,7 +77,7 @@ def _switch_requests(quick, engine):
 
     from host.driver.models import SwitchModelTransport
     from host.driver.switch import SwitchInterface
-    from host.workloads import NcfModel
+    from sim.workloads import NcfModel
     from sim.e2e import SIZES
 
     model = NcfModel(seed=0, **SIZES["small" if quick else "default"]["ncf"])
