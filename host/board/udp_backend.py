@@ -31,10 +31,10 @@ def open_top(top, *, waves=None, board=None, key=None, mtu=None, port_base=None,
 
     With ``board`` (``HOST[:PORT_BASE]``) or :data:`ENV_BOARD` set, it talks to that board
     (key from ``key`` or :data:`ENV_KEY`); otherwise it starts a virtual board with the
-    ``board_backend`` of :data:`~host.board.backend.BOARD_BACKENDS` (``"golden"``, or ``"verilator"``:
-    the Verilated network top, with the simulation key unless ``key`` is given) and
-    ``params`` on free ports of 127.0.0.1, with ``fault_rate`` / ``fault_seed`` on its wire,
-    and stops it on ``close()``.
+    ``board_backend`` of :data:`~host.board.backend.BOARD_BACKENDS` (``"golden"``, or
+    ``"verilator"``: the Verilated network top, with the simulation key unless ``key`` is
+    given) and ``params`` on free ports of 127.0.0.1, with ``fault_rate`` / ``fault_seed``
+    on its wire, and stops it on ``close()``.
     """
     if top not in _TOP_REGIONS:
         raise ValueError(f"the udp backend serves {', '.join(_TOP_REGIONS)}, not {top!r}")

@@ -12,12 +12,17 @@ The hooks' API is this package's::
 
     from host.ddp import InceptionnHook, LhcHook
 """
-from .hooks import (DEFAULT_HISTORY, CallStats, HookBackendError, InceptionnHook, LhcHook,
-                    dense_ring_bytes, free_loopback_port, inceptionn_ring_allreduce,
-                    lhc_allreduce, ring_chunk_bounds, run_local_group)
-
 __all__ = [
     "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY", "HookBackendError",
     "ring_chunk_bounds", "dense_ring_bytes", "inceptionn_ring_allreduce", "lhc_allreduce",
     "free_loopback_port", "run_local_group",
 ]
+
+
+def __getattr__(name):
+    # The hooks import torch; the package is imported without them too (the accuracy
+    # experiment's tables build the CLI's --help), so they load on first use.
+    if name in __all__:
+        from . import hooks
+        return getattr(hooks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
