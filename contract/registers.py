@@ -3,8 +3,8 @@
 Every control register (name, address, access, width, meaning) is declared here, and
 everything else derives from these declarations: the gateware's address decoders
 (``hdl.nic.top``, ``hdl.switch.control``), the reference models' register serving
-(``host.aggregator``, ``host.driver.models``), the driver (``host.driver``), the self-test's
-counter report (``hdl.selftest.top``), the cocotb benches, the register tables of
+(``host.golden.aggregator``, ``host.driver.models``), the driver (``host.driver``), the
+self-test's counter report (``hdl.selftest.top``), the cocotb benches, the register tables of
 ``docs/registers.md`` (:func:`markdown_table`, checked by ``tests/test_architecture.py``)
 and the tests.
 No register address is written as a number anywhere else.

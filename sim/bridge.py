@@ -1,6 +1,6 @@
-"""cocotb side of the Verilator transport: serves a host process over a local socket.
+"""cocotb side of the cocotb transport: serves a host process over a local socket.
 
-The host driver (``host.driver.transport.VerilatorTransport``) starts the Verilated top
+The host driver (``sim.cocotb_transport.CocotbTransport``) starts the Verilated top
 through cocotb with this module as the test. :func:`serve` connects back to the host and
 executes its requests one at a time while simulated time stands still in between:
 

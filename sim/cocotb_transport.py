@@ -16,17 +16,17 @@ from contract.tops import TOP_PORTS
 from hdl.export import export_verilog, make_top
 from host.driver.transport import Transport, TransportError
 
-__all__ = ["VerilatorTransport", "open_top"]
+__all__ = ["CocotbTransport", "open_top"]
 
 
 def open_top(top, *, waves=None, **params):
-    """A :class:`VerilatorTransport` to the exported ``top`` built with ``params``."""
+    """A :class:`CocotbTransport` to the exported ``top`` built with ``params``."""
     ports = TOP_PORTS[top]
-    return VerilatorTransport(top, export_verilog(make_top(top, **params), top), ports.streams,
-                              ctrl=True, waves=waves)
+    return CocotbTransport(top, export_verilog(make_top(top, **params), top), ports.streams,
+                           ctrl=True, waves=waves)
 
 
-class VerilatorTransport(Transport):
+class CocotbTransport(Transport):
     """The Verilated gateware, driven through cocotb and cocotbext-axi.
 
     The simulator runs in a child process (``sim/bridge.py`` as the cocotb test); requests

@@ -1,6 +1,6 @@
 """The whole system, end to end: what ``make sim`` and ``gradwire sim`` run.
 
-N workers train two NumPy models (``host.workloads``; 1.3M parameters in total by
+N workers train two NumPy models (``sim.workloads``; 1.3M parameters in total by
 default, 11.5M with ``size="large"``) on data they generate. After every training step
 their gradients are all-reduced over the two network paths:
 
@@ -13,7 +13,7 @@ their gradients are all-reduced over the two network paths:
    model's tensors is its own job, all of them on the switch at once.
 
 2 to 32 workers (``workers``): the ring has N hops per phase and its result is checked
-against the exact per-element bound (``host.ring.ring_sum_error_bound``: N 2^-k plus the
+against the exact per-element bound (``host.golden.ring.ring_sum_error_bound``: N 2^-k plus the
 float32 rounding of the partial sums); the switch's worker bitmaps are 32 bits wide.
 
 With ``backend="udp"`` every packet crosses real UDP sockets on 127.0.0.1 to a virtual
@@ -112,8 +112,8 @@ def _build_info(transport):
 def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="default",
                    backend_options=None):
     from host.driver.nic import NicInterface, open_nic
-    from host.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
-    from host.workloads import DenseMLP
+    from host.golden.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
+    from sim.workloads import DenseMLP
 
     model = DenseMLP(seed=seed, **SIZES[size]["mlp"])
     transport = open_nic(backend, check=True, waves=waves, **(backend_options or {}))
@@ -192,7 +192,7 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
             backend_options=None, lhc_path="auto"):
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
-    from host.workloads import NcfModel
+    from sim.workloads import NcfModel
 
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
     layout = model.layout()
@@ -242,7 +242,7 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("incept
         backend_options=None, lhc_path="auto"):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
     report dict. ``report["ok"]`` is True when both paths are bit-exact. ``backend_options``
-    go to the backend (``"udp"``: ``host.driver.udp.open_top``); ``lhc_path`` ("auto",
+    go to the backend (``"udp"``: ``host.board.udp_backend.open_top``); ``lhc_path`` ("auto",
     "sketch" or "dense") is how each of the LHC model's tensors travels."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")

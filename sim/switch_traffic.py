@@ -2,7 +2,7 @@
 
 Pure Python (no simulator): the cocotb testbench (``sim/tb_switch.py``), the Amaranth
 simulator test of the whole engine and the benchmark all replay these sequences into the
-gateware and into :class:`host.aggregator.AggregatorModel` and compare.
+gateware and into :class:`host.golden.aggregator.AggregatorModel` and compare.
 
 A sequence is a list of steps:
 

@@ -5,7 +5,7 @@ crossing, the front end, ``NicTop`` and ``SwitchTop``. cocotbext-eth's RGMII mod
 the PHY chip; scapy builds and parses every frame; the hosts on the wire (a controller and
 the workers, each with its own IP and MAC) answer the board's ARP requests. Every reply is
 compared byte for byte with the golden models (``host.golden.inceptionn`` for the NIC,
-``host.aggregator.AggregatorModel`` for the switch, the control service's contract), and
+``host.golden.aggregator.AggregatorModel`` for the switch, the control service's contract), and
 every counter with what the test sent.
 
 Launched from ``tests/hdl/net/test_network_top.py``, all tests in one simulator run;
@@ -414,9 +414,9 @@ async def lhc_round(dut):
     service: every result fanned out to the 4 workers' table entries, byte for byte the
     reference aggregator's; the decoded sum bit-exact with the golden all-reduce; a resend
     answered unicast; a stranger refused."""
-    from host.aggregator import AggregatorModel
+    from host.golden.aggregator import AggregatorModel
     from host.golden import lhc
-    from host.switch_packets import collect_results, make_packets
+    from host.switchml.window import collect_results, make_packets
     bench = await started(dut)
     rng = rng_of("lhc_round", 4)
     n_workers, lanes, job, slot_base, slot_count = 4, 64, 1, 8, 8
@@ -598,7 +598,7 @@ async def golden_board(dut):
     from host.board.backend import Datagram
     from host.board.golden import GoldenBoard
     from host.golden.inceptionn import nic_tx
-    from host.switch_packets import make_packets
+    from host.switchml.window import make_packets
     from sim.nic_stimulus import rx_traffic, tx_traffic
     bench = await started(dut)
     rng = rng_of("golden_board", 7)
@@ -795,9 +795,9 @@ async def line_rate(dut):
     at once: every reply exact and to its requester, no datagram dropped; the figures
     (datagrams per second against the 1 Gb/s wire, latency from the last byte of a
     request in to the first byte of its reply out, in engine cycles) go to the report."""
-    from host.aggregator import AggregatorModel
+    from host.golden.aggregator import AggregatorModel
     from host.golden.inceptionn import nic_rx, nic_tx
-    from host.switch_packets import chunk_slot
+    from host.switchml.window import chunk_slot
     from sim.nic_stimulus import tx_packet, value_mix
     bench = await started(dut)
     params = params_of("line_rate")

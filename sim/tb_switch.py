@@ -1,7 +1,7 @@
 """cocotb benches of the switch top (``hdl/switch/top.py``) against the reference model.
 
 Every bench drives one packet sequence (``sim/switch_traffic.py``) into the Verilated
-gateware through cocotbext-axi and, step by step, into :class:`host.aggregator.AggregatorModel`,
+gateware through cocotbext-axi and, step by step, into :class:`host.golden.aggregator.AggregatorModel`,
 then requires the same result packets (every byte, in order) and the same counters, read
 back over the ``ctrl_*`` port. Job configurations go through the ``ctrl_*`` port too, between
 packets, exactly where the sequence has them.
@@ -28,7 +28,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStream
 
 from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
-from host.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel
 from sim.runner import test_params
 from sim.switch_traffic import (
     BAD_CLASSES,

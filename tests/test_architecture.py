@@ -103,6 +103,33 @@ def test_packages_import_one_way():
         assert not extra, {t: targets[t] for t in extra}
 
 
+
+def imported_modules(path):
+    """Absolute names of the modules ``path``'s import statements name (relative imports
+    resolved against its package), with the line of each."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    package = list(path.relative_to(REPO).parts[:-1])
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom):
+            base = package[:len(package) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            yield module, node.lineno
+            for alias in node.names:      # ``from host import board``
+                yield f"{module}.{alias.name}", node.lineno
+
+
+def test_the_driver_never_imports_the_board():
+    """``host.board`` (a board behind sockets) builds on ``host.driver`` (its transport);
+    the driver reaches a virtual board only through ``host.driver.backends``' names."""
+    found = [f"{path.relative_to(REPO)}:{line} imports {module}"
+             for path in sorted((REPO / "host" / "driver").rglob("*.py"))
+             for module, line in imported_modules(path)
+             if module == "host.board" or module.startswith("host.board.")]
+    assert not found, found
+
 # -- register addresses --------------------------------------------------------------------
 
 def register_addresses():

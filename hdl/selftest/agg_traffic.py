@@ -20,7 +20,7 @@ Results arrive in round order: round ``r`` completes with the last worker's roun
 packet, and every worker sends its rounds in order.
 
 :class:`AggTrafficModel` is the same traffic in Python (for the tests, which also run it
-through the reference model ``host.aggregator.AggregatorModel``).
+through the reference model ``host.golden.aggregator.AggregatorModel``).
 """
 from amaranth import Array, Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring

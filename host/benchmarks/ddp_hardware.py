@@ -1,7 +1,7 @@
 """DDP training through the gateware: what the hardware path costs, and that it changes no bit.
 
 4 gloo processes on 127.0.0.1 train the accuracy experiment's models (the digits MLP and the
-NCF recommender, :mod:`host.accuracy`: the same seeds, batches and optimizers) for the same
+NCF recommender, :mod:`host.ddp.accuracy`: the same seeds, batches and optimizers) for the same
 steps once per gradient path:
 
 - ``fp32``: DDP's own all-reduce over gloo (the baseline of every time);
@@ -111,7 +111,7 @@ def _train(task, steps, path, board, key):
 
 
 def _rank_main(rank, world, tasks, steps, paths, settings, datasets, board, key):
-    from host.accuracy import _Task
+    from host.ddp.accuracy import _Task
 
     results = []
     for name in tasks:
@@ -170,7 +170,7 @@ def _summarise(per_rank, steps):
 
 
 def run(quick: bool = False, *, steps: int | None = None, tasks=None, paths=None) -> dict:
-    from host import accuracy
+    from host.ddp import accuracy
     from host.board.process import BoardProcess
     from host.ddp import run_local_group
 

@@ -154,7 +154,9 @@ def _board_run(rate, quick, seed=1):
     from host.board import free_port_base
     from host.driver.nic import NicInterface
     from host.driver.switch import SwitchInterface
-    from host.driver.udp import UdpTransport, format_key, retries_for_loss
+    from host.driver.rtt import retries_for_loss
+    from host.driver.settings import format_key
+    from host.driver.udp import UdpTransport
     from host.golden import inceptionn, lhc
 
     base = free_port_base()

@@ -7,7 +7,9 @@
   gateware's network top is compared against);
 - :mod:`host.board.virtual`: :class:`VirtualBoard`, a backend behind real UDP sockets on
   127.0.0.1 (``gradwire board serve``);
-- :mod:`host.board.wire`: :class:`WireFaults`, a seeded fault injector on its wire.
+- :mod:`host.board.wire`: :class:`WireFaults`, a seeded fault injector on its wire;
+- :mod:`host.board.udp_backend`: the driver's ``"udp"`` backend (a transport to a given
+  board, or to a virtual board it starts).
 
 The host talks to any of them, and to a real board, through
 :class:`host.driver.udp.UdpTransport`.

@@ -6,7 +6,7 @@ source check, the ``CTRL`` service with the control key and the one address map,
 network counters. The behaviour beyond the spec (what every corner does) is
 ``docs/network-contract.md``; the engines behind it are the golden NIC
 (``host.golden.inceptionn`` through :class:`~host.driver.models.NicModelTransport`) and the
-reference aggregator (:class:`~host.aggregator.AggregatorModel`).
+reference aggregator (:class:`~host.golden.aggregator.AggregatorModel`).
 
 It works at the level of UDP datagrams: the Ethernet, IPv4 and UDP checks of spec section 1
 (FCS, fragments, checksums, ARP) happen in the core below the front end, so their counters
@@ -61,7 +61,7 @@ class GoldenBoard(BoardBackend):
     max_count : int
         The NIC receive path's largest packet (values).
     slots, lanes, max_workers, jobs : int
-        The aggregator's parameters (``host.aggregator.AggregatorModel``); the worker table
+        The aggregator's parameters (``host.golden.aggregator.AggregatorModel``); the worker table
         holds entries for ``jobs`` jobs of ``max_workers`` workers.
     link : bool
         What the ``link`` register reports.
@@ -71,7 +71,7 @@ class GoldenBoard(BoardBackend):
                  port_base: int = PORT_BASE, services=ALL_SERVICES, max_count: int = 2048,
                  slots: int = 64, lanes: int = 64, max_workers: int = 32, jobs: int = 4,
                  link: bool = True):
-        from host.aggregator import AggregatorModel
+        from host.golden.aggregator import AggregatorModel
         from host.driver.models import NicModelTransport
 
         if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 1 << 64:

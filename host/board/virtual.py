@@ -172,7 +172,8 @@ class VirtualBoard:
         """A :class:`~host.driver.udp.UdpTransport` to this board (with its key and its
         backend's ``transport_options``; unless given, resends enough for the loss its wire
         injects)."""
-        from host.driver.udp import UdpTransport, retries_for_loss
+        from host.driver.rtt import retries_for_loss
+        from host.driver.udp import UdpTransport
         options = {**getattr(self.backend, "transport_options", {}), **options}
         if "retries" not in options:
             options["retries"] = retries_for_loss(self.faults.loss if self.faults else 0.0)

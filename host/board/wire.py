@@ -1,4 +1,4 @@
-"""A seeded fault injector on the virtual board's wire: loss, duplication, delay, reordering.
+"""Seeded faults on the virtual board's wire: loss, duplication, delay, reordering.
 
 Like SwitchML's drop simulator, it sits where the board meets the network and decides, per
 datagram and per direction, whether the datagram is lost, how many copies arrive and when.
@@ -29,9 +29,9 @@ up to ``max_delay`` seconds with probability ``reorder`` (so later datagrams ove
 """
 from __future__ import annotations
 
-import random
-
 from contract.header import HEADER_BYTES, HEADER_FIELDS, PacketType
+
+from ..switchml.faults import NetworkFaults
 
 __all__ = ["WireFaults", "INBOUND", "OUTBOUND"]
 
@@ -45,8 +45,9 @@ def _field(data: bytes, name: str) -> int:
     return int.from_bytes(data[f.offset:f.offset + f.size], "little")
 
 
-class WireFaults:
-    """Seeded loss, duplication and delay of datagrams on the board's wire.
+class WireFaults(NetworkFaults):
+    """Seeded loss, duplication and delay of datagrams on the board's wire (the fault model
+    of :mod:`host.switchml.faults`, in seconds).
 
     Parameters
     ----------
@@ -70,16 +71,8 @@ class WireFaults:
                 raise ValueError(f"fault probability {name} must be in [0, 1), not {p!r}")
         if not 0.0 < max_delay <= 1.0:
             raise ValueError(f"max_delay must be in (0, 1] seconds, not {max_delay!r}")
-        self.loss, self.dup, self.reorder = rates["loss"], rates["dup"], rates["reorder"]
-        self.max_delay = float(max_delay)
-        self.seed = seed
-        self._rng = random.Random(seed)
-        self._rounds = {}   # (src ip, src port, job, worker, slot) -> (seq, floor, horizon)
-        self.lost = self.duplicated = self.delayed = self.held_back = 0
-
-    @property
-    def active(self) -> bool:
-        return bool(self.loss or self.dup or self.reorder)
+        super().__init__(seed=seed, **rates, latency=0.0, max_delay=float(max_delay),
+                         ticks=False)
 
     def stats(self) -> dict:
         return {"loss": self.loss, "dup": self.dup, "reorder": self.reorder,
@@ -94,35 +87,10 @@ class WireFaults:
         sender's (ip, port); ``barrier`` marks a control request (rule 2: copies are not
         delayed); ``switch`` a datagram to the aggregator (rule 1 applies).
         """
-        if self.loss and self._rng.random() < self.loss:
-            self.lost += 1
-            return []
-        copies = 2 if self.dup and self._rng.random() < self.dup else 1
-        self.duplicated += copies - 1
-        times = []
-        for _ in range(copies):
-            delay = 0.0
-            if not barrier and self.reorder and self._rng.random() < self.reorder:
-                delay = self._rng.uniform(0.0, self.max_delay)
-                self.delayed += 1
-            times.append(now + delay)
-        if direction == INBOUND and switch:
-            times = self._window_order(src, payload, times)
+        times = self.arrivals(now, delay=not barrier)
+        if direction == INBOUND and switch and len(payload) >= HEADER_BYTES \
+                and _field(payload, "type") in _AGG_TYPES:
+            key = (*src, _field(payload, "job"), _field(payload, "worker"),
+                   _field(payload, "slot"))
+            times = self.hold_in_window_order(key, _field(payload, "seq"), times)
         return times
-
-    def _window_order(self, src, payload, times):
-        if len(payload) < HEADER_BYTES or _field(payload, "type") not in _AGG_TYPES:
-            return times
-        key = (*src, _field(payload, "job"), _field(payload, "worker"), _field(payload, "slot"))
-        seq = _field(payload, "seq")
-        last_seq, floor, horizon = self._rounds.get(key, (None, float("-inf"), float("-inf")))
-        if seq != last_seq:              # the worker's next round on this slot
-            last_seq, floor = seq, horizon
-        held = []
-        for t in times:
-            if t < floor:
-                self.held_back += 1
-                t = floor                # the board's queue keeps insertion order on ties
-            held.append(t)
-        self._rounds[key] = (last_seq, floor, max([horizon, *held]))
-        return held

@@ -1,6 +1,6 @@
 """``gradwire accuracy``: train with the compressed DDP hooks and compare with fp32.
 
-Runs :func:`host.accuracy.run_experiment` (a gloo process group on 127.0.0.1; see that
+Runs :func:`host.ddp.accuracy.run_experiment` (a gloo process group on 127.0.0.1; see that
 module for the tasks and gradient paths), prints the results table and writes
 ``accuracy.json``, ``accuracy.png`` and ``accuracy.md`` into ``--out``. Needs the ``ddp``
 extra (PyTorch, scikit-learn, matplotlib); torch is imported only when the command runs.
@@ -32,7 +32,7 @@ def _positive(text):
 
 
 def add_arguments(parser):
-    from ..accuracy import BACKENDS, CODECS, TASKS
+    from ..ddp.accuracy import BACKENDS, CODECS, TASKS
 
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 20 steps, small tables (a minute or two)")
@@ -64,11 +64,11 @@ def run(args) -> int:
     if missing:
         raise CliError(f"missing {', '.join(missing)}: install the 'ddp' extra "
                        f"(pip install -e '.[ddp]', or make setup)")
-    from ..accuracy import Settings, results_table, run_experiment, write_outputs
+    from ..ddp.accuracy import Settings, results_table, run_experiment, write_outputs
 
     import os
 
-    from ..driver.udp import ENV_BOARD, ENV_KEY, parse_key
+    from ..driver.settings import ENV_BOARD, ENV_KEY, parse_key
 
     board = args.board or (os.environ.get(ENV_BOARD) if args.backend == "udp" else None)
     key_text = args.key or (os.environ.get(ENV_KEY) if board else None)

@@ -214,7 +214,7 @@ def _retries_within(seconds, initial, maximum):
 
 
 def _settings(args, need_key):
-    from ..driver.udp import board_settings
+    from ..driver.settings import board_settings
     try:
         settings = board_settings(args.board, port_base=args.port_base, key=args.key,
                                   mtu=args.mtu)
@@ -232,18 +232,21 @@ def _open(args, *, region=None, need_key=True, single=False):
     from ..driver.udp import UdpTransport
     settings = _settings(args, need_key)
     if single:
-        initial = maximum = args.timeout
+        # every request waits exactly --timeout: the transport's estimate of the round trip
+        # would time out a reply slower than the last ones, and ping would count a loss
+        initial = minimum = maximum = args.timeout
         retries = 0
     else:
         initial = min(0.1, args.timeout / 4)
+        minimum = min(0.02, initial)
         maximum = max(initial, min(1.0, args.timeout / 2))
         retries = args.retries if args.retries is not None else \
             _retries_within(args.timeout, initial, maximum)
     try:
         return UdpTransport(settings["host"], port_base=settings["port_base"],
                             key=settings["key"], mtu=settings["mtu"], region=region,
-                            timeout=initial, min_timeout=min(0.02, initial),
-                            max_timeout=maximum, retries=retries), settings
+                            timeout=initial, min_timeout=minimum, max_timeout=maximum,
+                            retries=retries), settings
     except (ValueError, TransportError) as exc:
         raise CliError(str(exc)) from None
 
@@ -277,7 +280,7 @@ def _diagnose(settings, args):
 
 def _control(args, settings, call):
     """Run ``call()`` (control traffic) and turn an unanswered request into one clear line."""
-    from ..driver.udp import NoReplyError
+    from ..driver.transport import NoReplyError
     try:
         return call()
     except NoReplyError as exc:
@@ -324,7 +327,7 @@ def _serve(args):
     if args.tap is not None:
         return _serve_tap(args)
     from host.board import VirtualBoard, WireFaults
-    from ..driver.udp import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
+    from ..driver.settings import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
 
     key_text = args.key or os.environ.get(ENV_KEY)
     try:
@@ -362,7 +365,7 @@ def _serve_tap(args):
     """``serve --tap NAME``: the Verilated network top on a TAP interface
     (:mod:`host.board.tap`). Its address, ports and key are those it is built with, so the
     options that would choose them are refused unless they agree."""
-    from ..driver.udp import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
+    from ..driver.settings import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
 
     if args.backend != "verilator":
         raise CliError(f"--tap serves the Verilated network top: give --backend verilator "
@@ -412,7 +415,7 @@ def _serve_tap_forever(board):
     """Say how the TAP interface stands, then serve until asked to stop."""
     from host.board.tap import interface_state
 
-    from ..driver.udp import format_key
+    from ..driver.settings import format_key
     print(f"gradwire board: {board.describe()}", flush=True)
     print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
           f"Verilated top is built with)", flush=True)

@@ -24,10 +24,11 @@ BACKENDS = {
         "nic_top": "sim.cocotb_transport:open_top",
         "switch_top": "sim.cocotb_transport:open_top",
     },
-    # a board over UDP sockets (a virtual board on 127.0.0.1 unless one is given)
+    # a board over UDP sockets (a virtual board on 127.0.0.1 unless one is given): the
+    # board package builds on the driver, so the driver names it here and never imports it
     "udp": {
-        "nic_top": "host.driver.udp:open_top",
-        "switch_top": "host.driver.udp:open_top",
+        "nic_top": "host.board.udp_backend:open_top",
+        "switch_top": "host.board.udp_backend:open_top",
     },
 }
 

@@ -59,13 +59,13 @@ class NicModelTransport(Transport):
 
 
 class SwitchModelTransport(Transport):
-    """The switch top's reference model (``host.aggregator.AggregatorModel``), stream
+    """The switch top's reference model (``host.golden.aggregator.AggregatorModel``), stream
     ``agg``; its registers are the model's own (``SWITCH_REGISTERS``, served as the
     gateware serves them)."""
 
     def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
         super().__init__()
-        from host.aggregator import AggregatorModel
+        from host.golden.aggregator import AggregatorModel
         self.model = AggregatorModel(slots=slots, lanes=lanes, max_workers=max_workers,
                                      jobs=jobs)
         self.params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)

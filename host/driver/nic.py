@@ -89,7 +89,7 @@ def open_nic(backend="golden", *, check=True, waves=None, max_count=2048, **back
         and counter (raises :class:`~host.driver.lockstep.MismatchError`).
     backend_options
         Passed to the backend (``"udp"``: ``board``, ``key``, ``mtu``, ``fault_rate``,
-        ``fault_seed``; see ``host.driver.udp.open_top``).
+        ``fault_seed``; see ``host.board.udp_backend.open_top``).
     """
     from .models import NicModelTransport
     if backend == "golden":

@@ -3,7 +3,7 @@
 The same :class:`SwitchInterface` runs over any transport with the stream ``agg`` and the
 switch register map: the reference model (:class:`~host.driver.models.SwitchModelTransport`),
 the Verilated gateware (:func:`open_switch` with ``backend="verilator"``), or, later, a
-board. Windowing, resends and result collection are ``host.switch_packets``'s.
+board. Windowing, resends and result collection are ``host.switchml.network``'s.
 """
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ class SwitchInterface:
         With ``configure`` the job is (re)configured for ``len(tensors)`` workers over
         ``slot_count`` slots (default: the whole pool from ``slot_base``) first.
 
-        ``options`` go to :func:`host.switch_packets.allreduce_over_transport`: ``path``
+        ``options`` go to :func:`host.switchml.network.allreduce_over_transport`: ``path``
         ("sketch", the default, "dense" or "auto"), ``load``, ``r_min``, ``timeout``, ...
 
         Returns
@@ -117,7 +117,7 @@ class SwitchInterface:
             LHC statistics (path, rows, peeled, unpeeled, bytes per phase, ...) and packet
             statistics (packets sent, resends, results).
         """
-        from ..switch_packets import allreduce_over_transport
+        from ..switchml.network import allreduce_over_transport
         if slot_count is None:
             slot_count = self.slots - slot_base
         if configure:
@@ -156,7 +156,7 @@ class SwitchInterface:
         -------
         list of ``(result, stats)`` as :meth:`allreduce`, in job order.
         """
-        from ..switch_packets import allreduce_jobs_over_transport
+        from ..switchml.network import allreduce_jobs_over_transport
         tensor_sets = [list(t) for t in tensor_sets]
         count = len(tensor_sets)
         jobs = list(range(count)) if jobs is None else list(jobs)
@@ -207,7 +207,7 @@ def open_switch(backend="golden", *, check=True, waves=None, slots=64, lanes=64,
     ``host.driver.backends``: the Verilated ``switch_top`` gateware through the compiled
     harness (``"verilator"``) or the cocotb bridge (``"cocotb"``), or a board over UDP
     (``"udp"``); by default checked packet for packet against the model in lockstep;
-    ``backend_options`` go to the backend (``"udp"``: see ``host.driver.udp.open_top``)."""
+    ``backend_options`` go to the backend (``"udp"``: see ``host.board.udp_backend.open_top``)."""
     from .models import SwitchModelTransport
     params = dict(slots=slots, lanes=lanes, max_workers=max_workers, jobs=jobs)
     if backend == "golden":

@@ -3,7 +3,7 @@
 The driver talks to every engine through the same small interface, :class:`Transport`, so
 its code is the same whether the engine is the NumPy reference model
 (``host.driver.models``), the Verilated gateware (``sim.cocotb_transport``, reached through
-``host.driver.backends``), or, later, an FPGA NIC behind a UDP socket:
+``host.driver.backends``), or a board behind UDP sockets (``host.driver.udp``):
 
 - ``exchange(stream, packets) -> list[Packet]``: send packets into one of the engine's
   AXI-Stream paths and return what that path emits;
@@ -16,11 +16,26 @@ from dataclasses import dataclass, field
 
 from contract.packet import Packet
 
-__all__ = ["Transport", "TransportError", "ExchangeStats"]
+__all__ = ["Transport", "TransportError", "NoReplyError", "ExchangeStats"]
 
 
 class TransportError(RuntimeError):
     """The engine behind a transport failed, timed out or went away."""
+
+
+class NoReplyError(TransportError):
+    """A request (or an awaited result) over a network stayed unanswered after the retry
+    limit.
+
+    Attributes
+    ----------
+    service : contract.network.Service
+        The board's service that did not answer.
+    """
+
+    def __init__(self, service, message):
+        self.service = service
+        super().__init__(message)
 
 
 @dataclass

@@ -10,16 +10,15 @@ that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` 
 - the socket is the worker's entry in the board's worker table (:func:`configure_job`
   writes the table, for every worker of the job, from one process that has the control
   key); the switch accepts the worker's packets only from it and multicasts results to it;
-- a message (one vector of 32-bit words) is cut into chunks of ``lanes`` words exactly as
-  :func:`host.switch_packets.make_packets` does: chunk ``g`` goes to slot ``slot_base + g %
-  slot_count``, version ``(g // slot_count) % 2``, ``seq = g``; ``g`` keeps counting over
-  all messages of the job, so versions keep alternating;
-- at most one outstanding packet per slot: chunk ``g + slot_count`` leaves when the result
-  of chunk ``g`` is in (the result of a round on a slot is proof that every worker's packet
-  of that round reached the switch, so the next version cannot overtake a stale copy);
+- a message (one vector of 32-bit words) is one
+  :class:`~host.switchml.window.SwitchWorkerWindow`: chunks of ``lanes`` words, chunk ``g`` on
+  slot ``slot_base + g % slot_count``, version ``(g // slot_count) % 2``, ``seq = g``, at most
+  one outstanding packet per slot; ``g`` keeps counting over all messages of the job, so
+  versions keep alternating. The window decides what to send; this module owns the socket
+  and the clock;
 - a packet whose result does not come within its timeout, while no other result comes
-  either, is sent again, the same bytes; the switch drops a resend of a round still waiting for other workers and answers one of a
-  complete round with a unicast result (a multicast copy that was lost). Timeouts follow
+  either, is sent again, the same bytes; the switch drops a resend of a round still waiting
+  for other workers and answers one of a complete round with a unicast result (a multicast copy that was lost). Timeouts follow
   the measured time from a packet to its result (RFC 6298, Karn: first attempts only), which
   includes the wait for the slowest worker, and double while the switch is silent; while
   it is silent only the oldest expired packet is resent (a probe), once it answers every
@@ -27,8 +26,8 @@ that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` 
 - results are matched by ``seq`` and checked against the packet they answer; duplicates and
   results of earlier messages are discarded and counted;
 - a message that makes no progress (no new result) for ``timeout`` seconds raises
-  :class:`~host.driver.udp.NoReplyError`: a stopped board, a job that is not configured, or
-  a worker of the job that does not send.
+  :class:`~host.driver.transport.NoReplyError`: a stopped board, a job that is not
+  configured, or a worker of the job that does not send.
 """
 from __future__ import annotations
 
@@ -38,13 +37,15 @@ import time
 
 import numpy as np
 
-from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, PacketType
+from contract.header import HEADER_BYTES, WORKER_MULTICAST, Header, PacketType
 from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE,
                               Service, ip_to_int, network_address, service_ports)
 from contract.packet import Packet
 
-from .transport import TransportError
-from .udp import NoReplyError, RttEstimator, _drain, _udp_socket
+from ..switchml.window import ProtocolError, SwitchWorkerWindow
+from .rtt import ResendTimer, RttEstimator
+from .sockets import drain, local_address_towards, open_udp_socket
+from .transport import NoReplyError, TransportError
 
 __all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "DEFAULT_TIMEOUT"]
 
@@ -84,20 +85,6 @@ class WorkerStats:
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
-
-
-@dataclasses.dataclass
-class _Outstanding:
-    data: bytes
-    header: Header
-    sent: float
-    last_sent: float
-    timeout: float
-    attempt: int = 0
-
-    @property
-    def deadline(self) -> float:
-        return self.last_sent + self.timeout
 
 
 def _check_int(name, value, low, high):
@@ -145,15 +132,7 @@ class UdpSwitchWorker:
             raise TransportError(f"cannot resolve the board's address {host!r}: {exc}") from None
         self.port_base = port_base
         self.switch_address = (self.host, service_ports(port_base)[Service.SWITCH])
-        probe = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        try:
-            probe.connect(self.switch_address)
-            local_ip = probe.getsockname()[0]
-        except OSError as exc:
-            raise TransportError(f"no route to the board at {self.host}: {exc}") from None
-        finally:
-            probe.close()
-        self.sock = _udp_socket(local_ip)
+        self.sock = open_udp_socket(local_address_towards(self.switch_address))
         self.stats = WorkerStats()
         self.layout: JobLayout | None = None
         self.next_chunk = 0
@@ -183,8 +162,6 @@ class UdpSwitchWorker:
         Returns ``(vector, exponent)``: the aggregated uint32 vector and the MAX of the
         workers' ``exponent`` bytes (None for an empty vector, which sends nothing).
         """
-        from ..switch_packets import collect_results, make_packets
-
         if self._closed:
             raise TransportError("the switch worker is closed")
         if self.layout is None:
@@ -196,125 +173,113 @@ class UdpSwitchWorker:
         words = np.ascontiguousarray(words).reshape(-1)
         if words.dtype.itemsize != 4 or words.dtype.kind not in "iu":
             raise TypeError(f"expected 32-bit integer words, not {words.dtype}")
-        first = self.next_chunk
-        packets = make_packets(words.view(np.uint32), op=op, job=self.job, worker=self.worker,
-                               slot_base=layout.slot_base, slot_count=layout.slot_count,
-                               lanes=layout.lanes, first_chunk=first, exponent=exponent)
-        self.next_chunk += len(packets)
+        window = SwitchWorkerWindow(words, op=op, job=self.job, worker=self.worker,
+                                    slot_base=layout.slot_base, slot_count=layout.slot_count,
+                                    lanes=layout.lanes, first_chunk=self.next_chunk,
+                                    exponent=exponent)
+        self.next_chunk = window.end_chunk
         self.stats.messages += 1
         try:
-            results = self._run(packets, first, name)
+            self._run(window, name)
         finally:
             self.stats.seconds += time.perf_counter() - started
-        vector, e_max = collect_results(results, words.size, lanes=layout.lanes,
-                                        first_chunk=first)
-        return vector, e_max
+        return window.result()
 
-    def _run(self, packets, first, name):
-        """Send ``packets`` (chunks ``first ..``) with one outstanding per slot; return
-        their results."""
-        count, window = len(packets), self.layout.slot_count
-        results = [None] * count
-        outstanding: dict[int, _Outstanding] = {}    # by seq
-        remaining = count
+    def _run(self, window: SwitchWorkerWindow, name: str) -> None:
+        """Drive ``window`` over the socket until every result is in: the window says what
+        to send; this loop owns the clock (a resend timer per outstanding ``seq``)."""
+        timers: dict[int, ResendTimer] = {}          # by seq; item: the datagram
         progress = time.monotonic()
 
-        def send(index, now):
-            packet = packets[index]
-            data = packet.to_bytes()
-            outstanding[packet.header.seq] = _Outstanding(data, packet.header, now, now,
-                                                          self._rtt.rto)
-            self.stats.packets += 1
-            self._send(data)
+        def send_new(packets, now):
+            for packet in packets:
+                data = packet.to_bytes()
+                timers[packet.header.seq] = ResendTimer(data, now, now, self._rtt.rto)
+                self.stats.packets += 1
+                self._send(data)
 
-        now = time.monotonic()
-        for index in range(min(window, count)):
-            send(index, now)
-        while remaining:
+        send_new(window.start(), progress)
+        while not window.done:
             # A packet is overdue at its deadline, but not while results still come: a
             # busy switch answers a window of packets one after the other, and the last of
             # them waits its turn (a lost packet stalls only its slot, and shows when the
             # other slots are done).
-            due = max(min(entry.deadline for entry in outstanding.values()),
+            due = max(min(timer.deadline for timer in timers.values()),
                       self._heard + self._rtt.rto)
             wait = min(max(due - time.monotonic(), 0.0),
                        max(progress + self.timeout - time.monotonic(), 0.0))
             ready, _, _ = select.select([self.sock], [], [], wait)
             if ready:
-                for data, source in _drain(self.sock):
-                    index = self._take(data, source, outstanding, first)
-                    if index is None:
+                for data, source in drain(self.sock):
+                    packet = self._datagram_packet(data, source)
+                    if packet is None:
                         continue
-                    results[index] = data
-                    remaining -= 1
-                    progress = time.monotonic()
-                    following = index + window
-                    if following < count:
-                        send(following, progress)
+                    seq = packet.header.seq
+                    try:
+                        accepted, following = window.on_result(packet)
+                    except ProtocolError as exc:
+                        raise TransportError(str(exc)) from None
+                    if not accepted:
+                        self.stats.discarded += 1
+                        continue
+                    timer = timers.pop(seq)
+                    self._heard = progress = time.monotonic()
+                    if timer.attempt == 0:           # Karn: first attempts only
+                        self._rtt.sample(self._heard - timer.sent)
+                    self._count_result(packet, len(data))
+                    send_new(following, progress)
             now = time.monotonic()
-            if remaining and now - progress >= self.timeout:
-                missing = sorted(outstanding)[:8]
+            if not window.done and now - progress >= self.timeout:
+                missing = sorted(timers)[:8]
                 raise NoReplyError(Service.SWITCH,
                     f"no result from the board's switch at {self.switch_address[0]}:"
-                    f"{self.switch_address[1]} for {len(outstanding)} packet(s) of "
+                    f"{self.switch_address[1]} for {len(timers)} packet(s) of "
                     f"{name} (job {self.job} worker {self.worker}, seq {missing}) within "
                     f"{self.timeout:g} s: is the board running, is job {self.job} configured "
                     f"with this worker's address, and do all {self.layout.workers} workers "
                     f"of the job send?")
             if now < self._heard + self._rtt.rto:
                 continue
-            expired = sorted((entry for entry in outstanding.values() if entry.deadline <= now),
-                             key=lambda entry: entry.deadline)
-            silent = bool(expired) and self._heard < min(e.last_sent for e in expired)
+            expired = sorted(((seq, timer) for seq, timer in timers.items()
+                              if timer.deadline <= now), key=lambda item: item[1].deadline)
+            silent = bool(expired) and self._heard < min(t.last_sent for _, t in expired)
             if silent:
                 self._rtt.backoff()          # nothing came back at all: slow or gone
-            for position, entry in enumerate(expired):
-                if self._heard > entry.last_sent:
-                    entry.timeout = self._rtt.rto
+            for position, (seq, timer) in enumerate(expired):
+                if self._heard > timer.last_sent:
+                    timer.timeout = self._rtt.rto
                 else:
-                    entry.timeout = min(entry.timeout * 2, self._rtt.maximum)
-                entry.last_sent = now
+                    timer.timeout = min(timer.timeout * 2, self._rtt.maximum)
+                timer.last_sent = now
                 # While the switch is silent (the other workers are late, or the board is
                 # slow or gone) one resend probes it; once it answers, every expired packet
                 # goes again. A flood of resends would only slow a busy board further.
                 if silent and position:
                     continue
-                entry.attempt += 1
+                if window.resend(seq) is None:
+                    continue
+                timer.attempt += 1
                 self.stats.resends += 1
-                self._send(entry.data)
-        return [Packet.from_bytes(r) for r in results]
+                self._send(timer.item)
 
-    def _take(self, data, source, outstanding, first):
-        """The chunk index a datagram completes, or None (counted as discarded/foreign)."""
+    def _datagram_packet(self, data: bytes, source) -> Packet | None:
+        """``data`` as a packet if it came from the switch and parses, else None (counted
+        as foreign or discarded)."""
         if source != self.switch_address:
             self.stats.foreign += 1
             return None
-        if len(data) < HEADER_BYTES:
+        if len(data) < HEADER_BYTES or (len(data) - HEADER_BYTES) % 4:
             self.stats.discarded += 1
             return None
-        h = Header.parse(data)
-        entry = outstanding.get(h.seq)
-        if (entry is None or not h.flags & Flags.RESULT or h.job != self.job
-                or h.worker not in (WORKER_MULTICAST, self.worker)):
-            self.stats.discarded += 1
-            return None
-        sent = entry.header
-        if (h.type != sent.type or h.slot != sent.slot or h.slot_version != sent.slot_version
-                or h.offset != sent.offset or h.count != sent.count
-                or len(data) != HEADER_BYTES + 4 * sent.count):
-            raise TransportError(f"job {self.job} worker {self.worker}: the switch's result "
-                                 f"{h} does not answer the packet {sent}")
-        del outstanding[h.seq]
-        self._heard = time.monotonic()
-        if entry.attempt == 0:
-            self._rtt.sample(self._heard - entry.sent)
+        return Packet(Header.parse(data), data[HEADER_BYTES:])
+
+    def _count_result(self, packet: Packet, size: int) -> None:
         self.stats.results += 1
-        self.stats.bytes_in += len(data)
-        if h.worker == WORKER_MULTICAST:
+        self.stats.bytes_in += size
+        if packet.header.worker == WORKER_MULTICAST:
             self.stats.multicast += 1
         else:
             self.stats.unicast += 1
-        return h.seq - first
 
     def _send(self, data: bytes) -> None:
         self.stats.bytes_out += len(data)

@@ -42,7 +42,7 @@ Public entry point: :func:`allreduce`. The building blocks (:func:`worker_expone
 :func:`aggregate_index`, :func:`rows_for`, :func:`encode_sketch`, :func:`aggregate_sketch`,
 :func:`count_map`, :func:`peel`, :func:`decode`) can be used alone, and :class:`LhcWorker`
 runs one worker's side of the protocol phase by phase, for drivers that carry the phases
-over a real (or simulated) network (``host/switch_packets.py``).
+over a real (or simulated) network (``host/switchml/network.py``).
 
 Points the spec fixes that are easy to get wrong (all deterministic, shared by every worker):
 

@@ -68,7 +68,7 @@ LINEARITY_TOLERANCE = 0.01
 
 
 # ---------------------------------------------------------------------------------------
-# packets, vectorised (the same bytes as host.switch_packets.make_packets)
+# packets, vectorised (the same bytes as host.switchml.window.make_packets)
 
 def _frame_dtype(lanes):
     fields = [(f.name, ("<i1" if f.signed else "<u1") if f.size == 1 else

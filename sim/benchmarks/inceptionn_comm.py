@@ -5,14 +5,14 @@ communication time of one all-reduce with the codec in the NIC and on the CPU.
 Per k in :data:`K_VALUES` and per gradient set (every figure of a row from the same data,
 in the same run):
 
-- the accuracy experiment's models (``host/accuracy.py``: the digits MLP and the NeuMF
+- the accuracy experiment's models (``host/ddp/accuracy.py``: the digits MLP and the NeuMF
   recommender, each rank's gradient of the first training step; needs torch), the
-  ``make sim`` workloads (``host/workloads.py``: DenseMLP and NcfModel, step 0), and
+  ``make sim`` workloads (``sim/workloads.py``: DenseMLP and NcfModel, step 0), and
   gradient-like synthetic values (``host.benchmarks.inceptionn.gradients``), each for
   :data:`WORKERS` workers;
 - **compression ratio**: fp32 bytes / the compressed packets' payload bytes of the workers'
   own gradients (golden codec, 2048-value packets) (and with the 32-byte headers);
-- **ring wire bytes against fp32**: the INCEPTIONN ring all-reduce (``host.ring``, every hop
+- **ring wire bytes against fp32**: the INCEPTIONN ring all-reduce (``host.golden.ring``, every hop
   through the NIC model, which the gateware equals bit for bit) counted packet by packet,
   headers included, against the same hops as RAW_F32 packets;
 - **engine throughput**: the real ``nic_top`` through the compiled harness: a slice of the
@@ -72,13 +72,13 @@ class _CountingNic:
 def _gradient_sets(quick):
     """name -> list of WORKERS float32 gradients (and a note of what was left out)."""
     from host.benchmarks.inceptionn import gradients
-    from host.workloads import DenseMLP, NcfModel
+    from sim.workloads import DenseMLP, NcfModel
     from sim.e2e import SIZES
 
     sets, notes = {}, []
     try:
         import torch  # noqa: F401
-        from host import accuracy
+        from host.ddp import accuracy
         settings = accuracy.Settings(world_size=WORKERS)
         if quick:
             settings = accuracy.Settings.quick(world_size=WORKERS)
@@ -143,7 +143,7 @@ def _codec_speed(values, k):
 def _ring(grads, k):
     from host.driver.models import NicModelTransport
     from host.driver.nic import NicInterface
-    from host.ring import ring_allreduce
+    from host.golden.ring import ring_allreduce
 
     nic = _CountingNic(NicInterface(NicModelTransport()))
     _, stats = ring_allreduce(grads, nic, k)

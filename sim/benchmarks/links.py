@@ -10,7 +10,7 @@ Everything here is a **model** built on counted numbers, and says so where it is
   longer of the two (they overlap, packet by packet);
 - the fp32 ring all-reduce of the same tensor (the baseline a cluster without in-network
   help runs): ``2 (N - 1)`` steps, in each of which every worker sends one of ``N`` chunks
-  (``host.ring.ring_chunk_bounds``) to its neighbour as RAW_F32 packets of at most 2048
+  (``host.golden.ring.ring_chunk_bounds``) to its neighbour as RAW_F32 packets of at most 2048
   values (jumbo frames); a step takes its largest chunk's wire time; the additions are
   left out (memory speed, far above every link here).
 """
@@ -48,7 +48,7 @@ def link_seconds(nbytes: float, gbps: float) -> float:
 
 
 def _ring_steps(values: int, workers: int):
-    from host.ring import ring_chunk_bounds
+    from host.golden.ring import ring_chunk_bounds
     sizes = [b - a for a, b in ring_chunk_bounds(values, workers)]
     largest = max(sizes)
     return 2 * (workers - 1), largest, sizes

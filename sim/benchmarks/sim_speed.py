@@ -58,7 +58,7 @@ def _nic_requests(quick):
 
     from host.driver.models import NicModelTransport
     from host.driver.nic import NicInterface
-    from host.workloads import DenseMLP
+    from sim.workloads import DenseMLP
     from sim.e2e import SIZES
 
     model = DenseMLP(seed=0, **SIZES["small" if quick else "default"]["mlp"])
@@ -77,7 +77,7 @@ def _switch_requests(quick, engine):
 
     from host.driver.models import SwitchModelTransport
     from host.driver.switch import SwitchInterface
-    from host.workloads import NcfModel
+    from sim.workloads import NcfModel
     from sim.e2e import SIZES
 
     model = NcfModel(seed=0, **SIZES["small" if quick else "default"]["ncf"])
@@ -140,7 +140,7 @@ def _all_packets(log):
 
 
 def _measure(top, verilog, streams, log, quick):
-    from sim.cocotb_transport import VerilatorTransport
+    from sim.cocotb_transport import CocotbTransport
     from sim.harness import HarnessTransport
 
     # Best of a few runs, the compiled and the bare loop taking turns, as the machine is
@@ -174,7 +174,7 @@ def _measure(top, verilog, streams, log, quick):
     bare_s, bare_cycles = min(bare)
 
     budget = COCOTB_CYCLES[0 if quick else 1]
-    with VerilatorTransport(top, verilog, streams, waves=False) as t:
+    with CocotbTransport(top, verilog, streams, waves=False) as t:
         cocotb_s, cocotb_cycles, cocotb_n = _replay(t, log, cycle_budget=budget)
 
     out = {

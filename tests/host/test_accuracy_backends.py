@@ -1,4 +1,4 @@
-"""``gradwire accuracy --backend verilator|udp`` (host/accuracy.py, host/commands/accuracy.py):
+"""``gradwire accuracy --backend verilator|udp`` (host/ddp/accuracy.py, host/commands/accuracy.py):
 a quick run of the experiment's digits model through the gateware gives the golden run's
 numbers exactly, and the report says which backend computed every row and how many packets
 went through the hardware.
@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("torch", reason="PyTorch is not installed (the 'ddp' extra)")
 pytest.importorskip("sklearn", reason="scikit-learn is not installed (the 'ddp' extra)")
 
-from host import accuracy  # noqa: E402
+from host.ddp import accuracy  # noqa: E402
 from host.cli import main  # noqa: E402
 
 STEPS = 3

@@ -1,4 +1,4 @@
-"""DDP communication hooks (host/ddp.py) on a real gloo process group on 127.0.0.1.
+"""DDP communication hooks (host/ddp/hooks.py) on a real gloo process group on 127.0.0.1.
 
 Starting processes that import torch costs seconds on a 2-core machine, so one module-scoped
 run of a 3-process group does all the distributed work (ring and sketch all-reduces of many
@@ -29,8 +29,9 @@ torch = pytest.importorskip(
 
 import torch.distributed as dist  # noqa: E402
 
-from host import accuracy, ddp  # noqa: E402
-from host.ring import ring_error_bound, ring_sum_error_bound  # noqa: E402
+from host import ddp  # noqa: E402
+from host.ddp import accuracy  # noqa: E402
+from host.golden.ring import ring_error_bound, ring_sum_error_bound  # noqa: E402
 from host.golden import inceptionn as inc  # noqa: E402
 from host.golden import lhc  # noqa: E402
 
@@ -432,7 +433,7 @@ def test_ring_bit_identical_on_all_ranks_and_equal_to_ring_model(group_run, k):
 def test_ring_sum_error_bound(group_run, k):
     """Each chunk is quantised N-1 times in the reduce-scatter and once by its owner, each
     time by less than 2^-k; each float32 addition of a partial sum p_j rounds by at most
-    2^-24 |p_j| (host.ring.ring_sum_error_bound)."""
+    2^-24 |p_j| (host.golden.ring.ring_sum_error_bound)."""
     for name, vectors in group_run["ring_cases"].items():
         stacked = np.stack(vectors).astype(np.float64)
         finite = np.isfinite(stacked).all(axis=0)

@@ -1,4 +1,4 @@
-"""Asynchronous DDP hooks (host/ddp_async.py, issue 35): the same bits as the synchronous
+"""Asynchronous DDP hooks (host/ddp/hook_worker.py, issue 35): the same bits as the synchronous
 hooks, errors on one rank raised on every rank, uneven inputs, mixed precision, process
 groups without a CPU backend.
 
@@ -9,7 +9,7 @@ One 4-process gloo group on 127.0.0.1 does the distributed work, with one virtua
   every hook and backend, ``asynchronous=True`` against ``asynchronous=False``: the
   parameters after every step and every call's statistics must be the same;
 * direct hook calls (several buckets in flight at once) of 1 to 4099 values and of nasty
-  values against the reference functions of host/ddp.py, float16 and bfloat16 buckets
+  values against the reference functions of host/ddp/hooks.py, float16 and bfloat16 buckets
   against the widened float32 computation narrowed once, float64 and integer buckets
   refused;
 * errors (bucket lengths that differ, a wrong key, no board, a switch worker that stops, a
@@ -45,7 +45,8 @@ torch = pytest.importorskip(
 
 import torch.distributed as dist  # noqa: E402
 
-from host import ddp, ddp_async  # noqa: E402
+from host import ddp  # noqa: E402
+from host.ddp import hook_worker  # noqa: E402
 from host.board import VirtualBoard  # noqa: E402
 from host.golden import lhc  # noqa: E402
 from tests.host.ddp_models import Buckets  # noqa: E402
@@ -207,7 +208,7 @@ def _hook_factories(address, key):
 
 
 def _reference(kind, x, group, size):
-    """The synchronous reference: host/ddp.py's functions, then the division by the world
+    """The synchronous reference: host/ddp/hooks.py's functions, then the division by the world
     size the hooks do, in float32."""
     if kind == "lhc":
         total = ddp.lhc_allreduce(x, group)[0]
@@ -340,25 +341,25 @@ def _no_cpu_group(rank):
     out = {}
     cuda_only = dist.new_group(backend="cuda:gloo")
     out["device_types"] = [d.type for d in cuda_only._device_types]
-    before = dict(ddp_async._SIDE_GROUPS)
+    before = dict(hook_worker._SIDE_GROUPS)
     for name, factory in (("inceptionn", lambda: ddp.InceptionnHook(k=K)),
                           ("lhc", lambda: ddp.LhcHook())):
         out["side", name] = _train(rank, factory(), None, state=cuda_only)
         out["default", name] = _train(rank, factory(), None)
-    new = {g: s for g, s in ddp_async._SIDE_GROUPS.items() if g not in before}
+    new = {g: s for g, s in hook_worker._SIDE_GROUPS.items() if g not in before}
     out["side-groups"] = [(g is cuda_only, dist.get_process_group_ranks(s),
                            [d.type for d in s._device_types]) for g, s in new.items()]
     # A default group without a CPU backend (an NCCL job) as the hooks see it: one gloo
     # group of every rank, created at the first bucket, shared by both hooks.
-    carries = ddp_async._carries_cpu
-    ddp_async._carries_cpu = lambda group: group is not dist.group.WORLD and carries(group)
+    carries = hook_worker._carries_cpu
+    hook_worker._carries_cpu = lambda group: group is not dist.group.WORLD and carries(group)
     try:
         for name, factory in (("inceptionn", lambda: ddp.InceptionnHook(k=K)),
                               ("lhc", lambda: ddp.LhcHook())):
             out["world-side", name] = _train(rank, factory(), None)
     finally:
-        ddp_async._carries_cpu = carries
-    side = ddp_async._SIDE_GROUPS.get(dist.group.WORLD)
+        hook_worker._carries_cpu = carries
+    side = hook_worker._SIDE_GROUPS.get(dist.group.WORLD)
     out["world-side-group"] = None if side is None else (
         dist.get_process_group_ranks(side), side is not dist.group.WORLD)
     # A smaller group without a CPU backend: the ranks outside it could not create the side
@@ -635,7 +636,7 @@ def test_close_and_collection_stop_the_worker(ranks):
 
 def test_interpreter_exit_stops_the_worker_after_its_jobs():
     code = ("import time\n"
-            "from host.ddp_async import HookWorker\n"
+            "from host.ddp.hook_worker import HookWorker\n"
             "w = HookWorker('exit-test')\n"
             "w.submit(lambda: (time.sleep(0.3), print('job done', flush=True)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,4 +1,4 @@
-"""DDP hooks on the gateware (host/ddp_hardware.py, issue 21): the same bits as the golden
+"""DDP hooks on the gateware (host/ddp/hardware.py, issue 21): the same bits as the golden
 models, through every rank's Verilated NIC, a board's NIC and a board's switch.
 
 One 4-process gloo group on 127.0.0.1 does all the distributed work, with one virtual board
@@ -431,7 +431,7 @@ def test_hook_arguments_are_checked_where_the_caller_sees_them(monkeypatch):
 def test_a_switch_path_counts_a_resent_packet_once_and_its_resend_apart():
     # One result per packet however often it went: the totals that ``make bench`` compares
     # (packets in == packets out) must not count the resend as another packet.
-    from host.ddp_hardware import UdpSwitch
+    from host.ddp.hardware import UdpSwitch
     from host.driver.udp_worker import WorkerStats
 
     switch = UdpSwitch("test", {"host": "127.0.0.1", "port_base": 1})

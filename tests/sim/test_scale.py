@@ -6,7 +6,7 @@ import pytest
 
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
-from host.switch_packets import FaultInjector
+from host.switchml.network import TickFaults
 from tests.helpers import bits
 
 pytestmark = pytest.mark.cocotb
@@ -26,7 +26,7 @@ def test_dense_and_sketch_at_once_on_the_gateware_with_32_workers():
     with open_switch("verilator") as transport:      # every packet checked against the model
         switch = SwitchInterface(transport)
         runs = switch.allreduce_jobs(sets, path=paths, slot_counts=[24, 24, 16],
-                                     fault=FaultInjector(6, loss=0.05, dup=0.05, reorder=0.2))
+                                     fault=TickFaults(6, loss=0.05, dup=0.05, reorder=0.2))
         chosen = []
         for tensors, path, (result, stats) in zip(sets, paths, runs):
             golden, golden_stats = lhc.allreduce(tensors, path=path)

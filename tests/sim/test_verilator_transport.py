@@ -15,7 +15,7 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import inceptionn, lhc
-from host.switch_packets import FaultInjector
+from host.switchml.network import TickFaults
 from tests.helpers import bits
 
 pytestmark = pytest.mark.cocotb
@@ -61,7 +61,7 @@ def test_switch_driver_resends_after_injected_loss():
         tensors.append(t)
     with open_switch("verilator") as transport:      # checked against the model in lockstep
         switch = SwitchInterface(transport)
-        fault = FaultInjector(3, loss=0.15, dup=0.1, reorder=0.2)
+        fault = TickFaults(3, loss=0.15, dup=0.1, reorder=0.2)
         result, stats = switch.allreduce(tensors, job=2, slot_base=8, slot_count=6, fault=fault)
         assert np.array_equal(bits(result), bits(lhc.allreduce(tensors)[0]))
         assert stats["resends"] > 0 and stats["lost"] > 0 and stats["duplicated"] > 0

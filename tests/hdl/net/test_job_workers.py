@@ -4,7 +4,7 @@
 Random writes to the switch's job registers (pending values, commits, ignored values, jobs
 beyond the engine's, configurations the engine rejects: too many workers, an empty range,
 one beyond the pool, one overlapping another job's) go to the component and to
-:class:`host.aggregator.AggregatorModel`; after each round the component's lookup must give every
+:class:`host.golden.aggregator.AggregatorModel`; after each round the component's lookup must give every
 job's ``workers`` of the model's active configuration (0 where unconfigured).
 """
 import random
@@ -13,7 +13,7 @@ import pytest
 
 from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus
 from hdl.net.job_workers import JobWorkers
-from host.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel
 from tests.amaranth_sim import run
 
 SLOTS, MAX_WORKERS, JOBS = 16, 8, 4

@@ -12,7 +12,7 @@ from tests.amaranth_sim import run
 
 def test_agg_traffic_model_agrees_with_reference_aggregator():
     from contract.packet import Packet
-    from host.aggregator import AggregatorModel
+    from host.golden.aggregator import AggregatorModel
     traffic = AggTrafficModel(workers=4, lanes=16, window=3, slot_base=2, job=1, seed=7)
     agg = AggregatorModel(slots=8, lanes=16, max_workers=8, jobs=2)
     agg.configure_job(1, 4, 2, 3)
@@ -40,7 +40,7 @@ def test_agg_traffic_against_reference_aggregator_in_the_loop():
     model's, and the checker must accept every result."""
     from contract.packet import Packet
     from hdl.selftest.agg_traffic import AggTraffic
-    from host.aggregator import AggregatorModel
+    from host.golden.aggregator import AggregatorModel
     dut = AggTraffic(workers=3, lanes=16, window=2, slot_base=1, job=1, clear_cycles=4,
                      seed=5, stall_limit=400)
     model = AggregatorModel(slots=4, lanes=16, max_workers=4, jobs=2)

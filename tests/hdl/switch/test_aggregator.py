@@ -9,7 +9,7 @@ import pytest
 from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS
 from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
-from host.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel
 from sim.switch_traffic import (OPS, EngineParams, bad_packet, chaos_traffic, data_packet,
                                 hammer_traffic, partial_middle_beat, protocol_traffic)
 from tests.amaranth_sim import RegisterPort, run

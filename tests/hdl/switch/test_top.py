@@ -4,7 +4,7 @@
 Each test runs one cocotb bench (``testcase``) of the same Verilog, so the Verilator model
 is built once (cached by content hash) and reused by every test, variant and by the LHC
 all-reduce, which goes through the driver's Verilator transport and
-``host/switch_packets.py``.
+``host/switchml/network.py``.
 """
 import functools
 
@@ -83,13 +83,13 @@ def test_lhc_allreduce_through_gateware(faults):
     through the gateware too."""
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
-    from host.switch_packets import FaultInjector, allreduce_over_transport
+    from host.switchml.network import TickFaults, allreduce_over_transport
 
     rng = np.random.default_rng(7)
     tensors = sparse_tensors(rng, 4, 2500, 200)
     want, want_stats = lhc.allreduce(tensors)
     assert want_stats.peeled > 0 and want_stats.unpeeled > 0   # all three phases run
-    fault = FaultInjector(seed=3, loss=0.05, dup=0.05, reorder=0.1) if faults else None
+    fault = TickFaults(seed=3, loss=0.05, dup=0.05, reorder=0.1) if faults else None
     with open_switch("verilator", check=True, **ENGINE.as_dict()) as transport:
         switch = SwitchInterface(transport)
         switch.configure_job(3, 2, 0, 4)          # another job on the pool, idle

@@ -25,7 +25,7 @@ from contract.network import (
 )
 from contract.packet import Packet
 from contract.registers import COMMIT, switch_params_word
-from host.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel
 from host.board import Datagram, GoldenBoard
 from host.golden import inceptionn
 from tests.helpers import fresh_rng

@@ -4,18 +4,22 @@ one-line errors (unreachable, wrong key, missing service, no key)."""
 import json
 import os
 import re
+import select
 import signal
+import socket
+import threading
 import time
 
 import numpy as np
 import pytest
 
 from contract.counters import AGG_COUNTERS, NET_COUNTERS, NIC_TX_COUNTERS
-from contract.network import NET_REGISTERS, Service, network_address
+from contract.network import NET_REGISTERS, Service, network_address, service_ports
 from contract.registers import SWITCH_REGISTERS, decode_switch_params
 from host.board import VirtualBoard, free_port_base
 from host.cli import main
-from host.driver.udp import UdpTransport, format_key
+from host.driver.settings import format_key
+from host.driver.udp import UdpTransport
 from tests.helpers import serve_board
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
@@ -105,6 +109,56 @@ def test_ping_times_round_trips(board, capsys):
     status, out, _ = run(capsys, "board", "ping", "-c", "3", "-i", "0", *where(board))
     assert status == 0 and out.count("reply in") == 3 and "0% lost" in out
 
+
+
+class SlowControlRelay:
+    """A control port in front of ``board``'s that holds every reply after the first back
+    for ``delay`` seconds: a round trip that grows after the first one."""
+
+    def __init__(self, board, delay):
+        self.port_base = free_port_base()
+        self.delay = delay
+        self.front = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.front.bind(("127.0.0.1", service_ports(self.port_base)[Service.CTRL]))
+        self.back = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.back.connect(("127.0.0.1", service_ports(board.port_base)[Service.CTRL]))
+        self.replies = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        client = None
+        while not self._stop.is_set():
+            ready, _, _ = select.select([self.front, self.back], [], [], 0.05)
+            if self.front in ready:
+                data, client = self.front.recvfrom(1 << 16)
+                self.back.send(data)
+            if self.back in ready:
+                data = self.back.recv(1 << 16)
+                self.replies += 1
+                delay = 0.0 if self.replies == 1 else self.delay
+                threading.Timer(delay, self.front.sendto, (data, client)).start()
+
+    def close(self):
+        self._stop.set()
+        self._thread.join()
+        time.sleep(self.delay)               # the held replies' timers
+        self.front.close()
+        self.back.close()
+
+
+def test_ping_waits_its_timeout_for_a_round_trip_slower_than_the_last(board, capsys):
+    """A reply within ``--timeout`` is a reply, however fast the ones before it came."""
+    relay = SlowControlRelay(board, delay=0.15)
+    try:
+        status, out, _ = run(capsys, "board", "ping", "-c", "3", "-i", "0", "--board",
+                             f"127.0.0.1:{relay.port_base}", "--timeout", "1", "--key",
+                             format_key(board.key))
+    finally:
+        relay.close()
+    assert status == 0 and out.count("reply in") == 3 and "0% lost" in out, out
+    assert "no reply" not in out
 
 def test_a_wrong_key_and_an_unreachable_board_are_one_line_errors_in_bounded_time(
         board, capsys):

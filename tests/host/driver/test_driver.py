@@ -9,8 +9,8 @@ from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface
 from host.driver.switch import SwitchInterface
 from host.golden import inceptionn, lhc
-from host.ring import ring_allreduce, ring_error_bound
-from host.switch_packets import FaultInjector
+from host.golden.ring import ring_allreduce, ring_error_bound
+from host.switchml.network import TickFaults
 from tests.helpers import bits
 
 
@@ -73,7 +73,7 @@ def sparse_tensors(rng, workers, n, density):
     return out
 
 
-@pytest.mark.parametrize("fault", [None, FaultInjector(7, loss=0.1, dup=0.1, reorder=0.2)])
+@pytest.mark.parametrize("fault", [None, TickFaults(7, loss=0.1, dup=0.1, reorder=0.2)])
 def test_switch_allreduce_exact_over_model(fault):
     rng = np.random.default_rng(3)
     tensors = sparse_tensors(rng, 4, 5000, 0.05)

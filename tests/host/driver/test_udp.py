@@ -22,23 +22,16 @@ from contract.network import (
     network_address,
 )
 from contract.packet import Packet
-from host.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel
 from host.board import GoldenBoard, VirtualBoard, WireFaults, free_port_base
 from host.driver.lockstep import LockstepTransport
 from host.driver.models import NicModelTransport, SwitchModelTransport
 from host.driver.nic import NicInterface, open_nic
 from host.driver.switch import SwitchInterface, open_switch
-from host.driver.transport import TransportError
-from host.driver.udp import (
-    NoReplyError,
-    RttEstimator,
-    UdpTransport,
-    board_settings,
-    inc_max_bytes,
-    nic_packet_values,
-    parse_key,
-    retries_for_loss,
-)
+from host.driver.rtt import ResendTimer, RttEstimator, retries_for_loss
+from host.driver.settings import board_settings, inc_max_bytes, nic_packet_values, parse_key
+from host.driver.transport import NoReplyError, TransportError
+from host.driver.udp import UdpTransport
 from host.golden import inceptionn, lhc
 from tests.helpers import bits, fresh_rng
 
@@ -528,12 +521,11 @@ def test_open_switch_udp_starts_and_stops_its_virtual_board():
 
 
 def test_timeouts_double_only_while_the_board_is_silent():
-    from host.driver.udp import _Pending
     with UdpTransport(LOOP, port_base=40000, timeout=0.1, min_timeout=0.01,
                       max_timeout=1.0) as t:
         est = t._rtt[Service.NIC_TX]
         now = time.monotonic()
-        entry = _Pending(0, now - 1.0, now - 0.5, 0.1)
+        entry = ResendTimer(0, now - 1.0, now - 0.5, 0.1)
         # nothing heard since it was sent: a slow or gone board, both timeouts double
         t._expired(Service.NIC_TX, {0: entry})
         assert est.rto == pytest.approx(0.2)

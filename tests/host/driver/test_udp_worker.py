@@ -14,7 +14,8 @@ from contract.header import Header, PacketType
 from contract.network import MAX_WORKERS_IN_TABLE, NET_REGISTERS, network_address
 from host.board import VirtualBoard, WireFaults, free_port_base
 from host.driver.transport import TransportError
-from host.driver.udp import NoReplyError, UdpTransport
+from host.driver.transport import NoReplyError
+from host.driver.udp import UdpTransport
 from host.driver.udp_worker import JobLayout, UdpSwitchWorker, configure_job
 from tests.helpers import fresh_rng
 

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from contract.header import PacketType
-from host.ring import ring_chunk_bounds
-from host.switch_packets import make_packets
+from host.golden.ring import ring_chunk_bounds
+from host.switchml.window import make_packets
 from sim.benchmarks import links
 from sim.benchmarks.aggregation import phase_frames
 

@@ -251,11 +251,11 @@ def run_plan(transport, plan):
 
 
 def both_transports(top, verilog, streams, plan):
-    from sim.cocotb_transport import VerilatorTransport
+    from sim.cocotb_transport import CocotbTransport
     from sim.harness import HarnessTransport
     with HarnessTransport(top, verilog, streams, waves=False) as harness:
         compiled = run_plan(harness, plan)
-    with VerilatorTransport(top, verilog, streams, waves=False) as bridge:
+    with CocotbTransport(top, verilog, streams, waves=False) as bridge:
         cocotb = run_plan(bridge, plan)
     return compiled, cocotb
 

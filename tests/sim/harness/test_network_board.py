@@ -30,7 +30,8 @@ from hdl.net.top import SIMULATION_KEY
 from host.board import Datagram, GoldenBoard, VirtualBoard
 from host.driver.models import NicModelTransport
 from host.driver.switch import SwitchInterface
-from host.driver.udp import NoReplyError, UdpTransport
+from host.driver.transport import NoReplyError
+from host.driver.udp import UdpTransport
 from host.golden import inceptionn, lhc
 from sim.nic_stimulus import rx_traffic, tx_traffic
 from tests.helpers import bits, fresh_rng, serve_board
@@ -330,7 +331,7 @@ def test_board_serve_runs_the_verilated_board_and_stops_on_sigterm():
     import signal
 
     from host.board import free_port_base
-    from host.driver.udp import format_key
+    from host.driver.settings import format_key
 
     base = free_port_base()
     # the network top's export and its harness build are cached

@@ -1,15 +1,15 @@
 """The dense and auto paths over packets, and several jobs at once on one switch
-(host/switch_packets.py: ``lhc_protocol`` by path, ``run_jobs``,
+(host/switchml/network.py: ``lhc_protocol`` by path, ``run_jobs``,
 ``allreduce_jobs_over_transport``), through the reference aggregator."""
 import numpy as np
 import pytest
 
-from host.aggregator import AggregatorModel, model_transport
+from host.golden.aggregator import AggregatorModel, model_transport
 from host.driver.switch import SwitchInterface, open_switch
 from host.golden import lhc
-from host.switch_packets import (FaultInjector, JobSpec, Phase, ProtocolError,
-                                 allreduce_jobs_over_transport, allreduce_over_transport,
-                                 run_allreduce_packets, run_jobs)
+from host.switchml.network import (JobSpec, Phase, TickFaults, allreduce_jobs_over_transport,
+                                 allreduce_over_transport, run_allreduce_packets, run_jobs)
+from host.switchml.window import ProtocolError
 from contract.header import PacketType
 
 
@@ -22,7 +22,7 @@ def same_bits(a, b):
     return a.shape == b.shape and np.array_equal(a.view(np.uint32), b.view(np.uint32))
 
 
-@pytest.mark.parametrize("fault", [None, FaultInjector(3, loss=0.15, dup=0.15, reorder=0.4)])
+@pytest.mark.parametrize("fault", [None, TickFaults(3, loss=0.15, dup=0.15, reorder=0.4)])
 @pytest.mark.parametrize("path, density, phases", [
     ("dense", 0.05, {"exponent", "dense"}),
     ("auto", 0.9, {"index", "dense"}),
@@ -62,7 +62,7 @@ def _job_sets(rng):
             sparse_tensors(rng, 9, 12_000, 0.4)]
 
 
-@pytest.mark.parametrize("fault", [None, FaultInjector(5, loss=0.1, dup=0.1, reorder=0.4)])
+@pytest.mark.parametrize("fault", [None, TickFaults(5, loss=0.1, dup=0.1, reorder=0.4)])
 def test_several_jobs_at_once_each_exact(fault):
     rng = np.random.default_rng(21)
     sets = _job_sets(rng)

@@ -209,7 +209,7 @@ def _ncf_model(users, items, dim=16):
 def _make_hook(codec, hardware=None):
     """The hook of a gradient path; ``hardware``: ``{"backend", "board", "key"}`` (None:
     golden)."""
-    from . import ddp
+    from . import hooks as ddp
 
     spec = CODECS[codec]
     if spec is None:
@@ -305,7 +305,7 @@ def _train_one(task, codec, world, hardware=None):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from . import ddp
+    from . import hooks as ddp
 
     torch.manual_seed(task.settings.seed)
     net = task.model()
@@ -490,7 +490,7 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
     board; without them a virtual board (golden backend) is started in a process of its own
     for the run (:class:`host.board.process.BoardProcess`).
     """
-    from .ddp import run_local_group
+    from .hooks import run_local_group
 
     unknown = set(settings.codecs) - set(CODECS) or set(settings.tasks) - set(TASKS)
     if unknown:
@@ -505,7 +505,7 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
     started = time.perf_counter()
     virtual = None
     if settings.backend == "udp" and board is None:
-        from .board.process import BoardProcess
+        from ..board.process import BoardProcess
         virtual = BoardProcess().start()
         board, key = virtual.address, virtual.key
     try:

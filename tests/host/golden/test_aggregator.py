@@ -1,11 +1,11 @@
-"""Switch aggregator reference model (host/aggregator.py) against docs/switch-contract.md."""
+"""Switch aggregator reference model (host/golden/aggregator.py) against docs/switch-contract.md."""
 import itertools
 
 import numpy as np
 import pytest
 
 from contract.registers import COMMIT, SWITCH_REGISTERS, switch_params_word
-from host.aggregator import AggregatorModel, model_transport
+from host.golden.aggregator import AggregatorModel, model_transport
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
 from contract.header import MAGIC, Flags, Header, PacketType
 from contract.packet import Packet

@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .golden import inceptionn
+from . import inceptionn
 from contract.header import HEADER_BYTES
 
 __all__ = ["ring_allreduce", "RingStats", "ring_error_bound", "ring_chunk_bounds",

@@ -1,37 +1,27 @@
-"""Host side of the in-network path: packetisation, SwitchML windowing, retransmission.
+"""Host side of the in-network path: SwitchML workers on a simulated network.
 
 Each worker's vector of 32-bit words (an index bitmap for ``AGG_OR32``, an int32 sketch or
-fallback vector for ``AGG_ADD_I32``) is cut into chunks of P lanes (the last one padded
-with zeros) and sent over the job's slot pool as the aggregator protocol says
-(``../shared/spec/aggregator-protocol.md`` section 3):
-
-- chunk ``g`` goes to slot ``slot_base + g % slot_count``, version ``(g // slot_count) % 2``,
-  with ``seq = g`` and ``offset`` = the word offset of the chunk within its phase's vector;
-  ``g`` counts chunks over the whole message, so versions keep alternating across phases
-  (a phase that restarted at version 0 could be taken for a retransmission of the last
-  round on that slot);
-- a worker keeps at most one outstanding packet per slot: it sends chunk ``g + slot_count``
-  only once the result of chunk ``g`` is in;
-- a worker resends an outstanding packet (same bytes) when its timeout expires; the switch
-  answers a retransmission of a complete round with a unicast result and drops one of an
-  incomplete round;
-- results (multicast or unicast) are matched by ``seq`` and checked against what was sent;
-  duplicates and stale results are ignored.
+fallback vector for ``AGG_ADD_I32``) goes through the switch as the aggregator protocol
+says (``../shared/spec/aggregator-protocol.md`` section 3), one
+:class:`~host.switchml.window.SwitchWorkerWindow` per worker and phase: chunks of P lanes
+over the job's slot pool, one outstanding packet per slot, resends on timeouts, results
+matched by ``seq``. A worker's chunk numbers count on over its phases, so versions keep
+alternating.
 
 The network is a simulated clock (an event loop in integer ticks) with an optional
-:class:`FaultInjector` that loses, duplicates and delays (reorders) packets both ways. Its
-one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
+:class:`TickFaults` (the fault model of :mod:`host.switchml.faults`) that loses,
+duplicates and delays (reorders) packets both ways. Its one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
 section 3: a worker reuses a slot with the other version only after it has the result of
 that slot's previous round, one round back, not two): **every copy of a worker's packet for
 a slot reaches the switch before that worker's next-round packet for the same slot does.** A
 stale copy that arrived later would find the worker's seen bit already moved to the other
 version and be folded in as a new contribution, corrupting the slot
-(``tests/host/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'
+(``tests/host/golden/test_aggregator.py`` shows it). Copies of the *same* packet, other workers'
 packets and all results may be reordered freely.
 
 The engine talks to the switch through a **transport**: any callable
 ``send(packets: list[Packet]) -> list[Packet]`` that feeds packets to the aggregator in
-order and returns what it emits (e.g. :func:`host.aggregator.model_transport`, or a
+order and returns what it emits (e.g. :func:`host.golden.aggregator.model_transport`, or a
 hardware driver's ``lambda ps: transport.exchange("agg", ps)``). Configuring the job on the
 switch is the caller's business.
 
@@ -42,161 +32,55 @@ header's ``job``. The jobs must have distinct job numbers and disjoint slot rang
 the switch's control interface enforces).
 
 Entry points: :func:`run_allreduce_packets` (LHC all-reduce through an
-:class:`~host.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
+:class:`~host.golden.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
 any transport; ``path`` = "sketch", "dense" or "auto" as in
 :func:`host.golden.lhc.allreduce`), :func:`allreduce_jobs_over_transport` (several at
 once), :func:`aggregate_phase` (one OR/ADD vector per worker), and the lower-level
-:func:`make_packets` / :func:`collect_results` / :func:`run_protocols` / :func:`run_jobs`.
+:func:`run_protocols` / :func:`run_jobs`. Packetisation (``make_packets``,
+``collect_results``) is :mod:`host.switchml.window`'s.
 """
 from __future__ import annotations
 
 import dataclasses
 import heapq
 import itertools
-import random
-from typing import Callable, Generator, Iterable, Sequence
+from typing import Callable, Generator, Sequence
 
 import numpy as np
 
-from .aggregator import AggregatorModel, model_transport
-from .golden import lhc
-from contract.header import Flags, Header, PacketType
+from ..golden import lhc
+from ..golden.aggregator import AggregatorModel, model_transport
+from .faults import NetworkFaults
+from .window import ProtocolError, SwitchWorkerWindow, as_words, check_layout
+from contract.header import PacketType
 from contract.packet import Packet
 
 __all__ = [
-    "ProtocolError", "Phase", "make_packets", "collect_results", "chunk_slot", "FaultInjector",
+    "Phase", "TickFaults",
     "PacketStats", "JobSpec", "run_protocols", "run_jobs", "aggregate_phase", "lhc_protocol",
     "allreduce_over_transport", "allreduce_jobs_over_transport", "run_allreduce_packets",
     "DEFAULT_TIMEOUT",
 ]
 
-Transport = Callable[[list], list]
+#: what carries a batch of packets to the switch and returns what it emits (the module
+#: docstring's "transport"; the driver's Transport class is another thing)
+PacketExchange = Callable[[list], list]
 
 #: Ticks a worker waits for a result before resending.
 DEFAULT_TIMEOUT = 24
-_OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
-
-
-class ProtocolError(RuntimeError):
-    """The switch answered something inconsistent, or the exchange made no progress."""
-
-
-# ---------------------------------------------------------------------------------------
-# packetisation
-
-def chunk_slot(chunk: int, slot_base: int, slot_count: int) -> tuple[int, int]:
-    """``(slot, version)`` of message chunk ``chunk``."""
-    return slot_base + chunk % slot_count, (chunk // slot_count) % 2
-
-
-def _as_words(words) -> np.ndarray:
-    words = np.ascontiguousarray(words).reshape(-1)
-    if words.dtype.itemsize != 4 or words.dtype.kind not in "iu":
-        raise TypeError(f"expected 32-bit integer words, got dtype {words.dtype}")
-    return words.view(np.uint32)
-
-
-def _check_layout(op, job, worker, slot_base, slot_count, lanes):
-    if op not in _OPS:
-        raise ValueError(f"op must be AGG_ADD_I32 or AGG_OR32, got {op!r}")
-    for name, value, lo, hi in (("job", job, 0, 255), ("worker", worker, 0, 254),
-                                ("slot_base", slot_base, 0, 0xFFFF),
-                                ("slot_count", slot_count, 1, 0x10000),
-                                ("lanes", lanes, 8, 0xFFFF)):
-        if isinstance(value, bool) or int(value) != value or not lo <= value <= hi:
-            raise ValueError(f"{name} must be an integer in {lo}..{hi}, got {value!r}")
-    if slot_base + slot_count > 0x10000:
-        raise ValueError("slot range goes beyond the 16-bit slot field")
-    if lanes % 8:
-        raise ValueError(f"lanes must be a multiple of 8, got {lanes}")
-
-
-def _chunk_packet(words, index, *, op, job, worker, slot_base, slot_count, lanes,
-                  first_chunk, exponent) -> Packet:
-    g = first_chunk + index
-    if g >= 2**32:
-        raise ValueError("chunk number exceeds the 32-bit seq field")
-    slot, version = chunk_slot(g, slot_base, slot_count)
-    lane_values = np.zeros(lanes, dtype="<u4")
-    piece = words[index * lanes:(index + 1) * lanes]
-    lane_values[:piece.size] = piece
-    header = Header(type=int(op), job=job, worker=worker, exponent=int(exponent), count=lanes,
-                    slot=slot, slot_version=version, seq=g, offset=index * lanes)
-    return Packet(header, lane_values.tobytes())
-
-
-def make_packets(words, *, op, job: int, worker: int, slot_base: int, slot_count: int,
-                 lanes: int, first_chunk: int = 0, exponent: int = 0) -> list[Packet]:
-    """One worker's vector of 32-bit words as aggregator packets, chunk by chunk.
-
-    Parameters
-    ----------
-    words : array_like of 32-bit integers
-        uint32 index words or int32 sketch / fallback values (sent as their bits).
-    op : PacketType
-        ``AGG_OR32`` or ``AGG_ADD_I32``.
-    job, worker : int
-        Header fields.
-    slot_base, slot_count : int
-        The job's slot pool (absolute slot numbers).
-    lanes : int
-        P, words per packet; the last chunk is zero padded.
-    first_chunk : int
-        Message chunk number of the first chunk (versions and seq continue from there).
-    exponent : int
-        Exponent byte of every packet (the worker's ``e_w`` in phase A).
-    """
-    words = _as_words(words)
-    _check_layout(op, job, worker, slot_base, slot_count, lanes)
-    count = -(-words.size // lanes)
-    return [_chunk_packet(words, i, op=op, job=job, worker=worker, slot_base=slot_base,
-                          slot_count=slot_count, lanes=lanes, first_chunk=first_chunk,
-                          exponent=exponent) for i in range(count)]
-
-
-def collect_results(results: Iterable[Packet], n_words: int, *, lanes: int,
-                    first_chunk: int = 0) -> tuple[np.ndarray, int | None]:
-    """Assemble RESULT packets into the aggregated vector (uint32, ``n_words`` long).
-
-    Results are placed by ``seq`` (chunk ``seq - first_chunk``); the ``offset`` must agree.
-    Duplicates must carry identical payloads. Returns the vector and the MAX of the result
-    exponents (None if ``n_words`` is 0). Raises ProtocolError for a missing, foreign or
-    inconsistent result.
-    """
-    count = -(-n_words // lanes)
-    buffer = np.zeros(count * lanes, dtype=np.uint32)
-    have = np.zeros(count, dtype=bool)
-    exponent = None
-    for packet in results:
-        h = packet.header
-        index = h.seq - first_chunk
-        if not h.flags & Flags.RESULT or not 0 <= index < count:
-            raise ProtocolError(f"not a result of this message: {packet}")
-        if h.offset != index * lanes or len(packet.payload) != 4 * lanes:
-            raise ProtocolError(f"result with inconsistent offset or length: {packet}")
-        values = np.frombuffer(packet.payload, dtype="<u4")
-        piece = buffer[index * lanes:(index + 1) * lanes]
-        if have[index] and not np.array_equal(piece, values):
-            raise ProtocolError(f"two different results for chunk {h.seq}")
-        piece[:] = values
-        have[index] = True
-        exponent = h.exponent if exponent is None else max(exponent, h.exponent)
-    if not have.all():
-        raise ProtocolError(f"missing results for chunks "
-                            f"{(np.flatnonzero(~have) + first_chunk).tolist()[:10]}")
-    return buffer[:n_words], exponent
 
 
 # ---------------------------------------------------------------------------------------
 # the simulated network
 
-class FaultInjector:
-    """Loses, duplicates and delays packets on the simulated network, reproducibly.
+class TickFaults(NetworkFaults):
+    """Loses, duplicates and delays packets on the simulated network, reproducibly (the
+    fault model of :mod:`host.switchml.faults`, in ticks).
 
     Parameters
     ----------
     seed : int
-        Seed of the injector's own random generator.
+        Seed of the model's own random generator.
     loss : float
         Probability that a transmission (worker to switch, or one copy of a result to one
         worker) is lost.
@@ -233,50 +117,21 @@ class FaultInjector:
             raise ValueError(f"max_delay must be a positive integer, got {max_delay!r}")
         if int(latency) != latency or latency < 1:
             raise ValueError(f"latency must be a positive integer, got {latency!r}")
-        self.loss, self.dup, self.reorder = loss, dup, reorder
-        self.max_delay, self.latency = int(max_delay), int(latency)
-        self.keep_window_order = bool(keep_window_order)
-        self._rng = random.Random(seed)
-        self._rounds = {}   # (job, worker, slot) -> [seq, floor, horizon]
-        self.lost = self.duplicated = self.delayed = self.held_back = 0
-
-    def _arrivals(self, now: int) -> list[int]:
-        if self.loss and self._rng.random() < self.loss:
-            self.lost += 1
-            return []
-        copies = 2 if self.dup and self._rng.random() < self.dup else 1
-        self.duplicated += copies - 1
-        times = []
-        for _ in range(copies):
-            delay = self.latency
-            if self.reorder and self._rng.random() < self.reorder:
-                delay += self._rng.randint(1, self.max_delay)
-                self.delayed += 1
-            times.append(now + delay)
-        return times
+        super().__init__(seed=seed, loss=loss, dup=dup, reorder=reorder, latency=int(latency),
+                         max_delay=int(max_delay), ticks=True,
+                         keep_window_order=keep_window_order)
 
     def to_switch(self, packet: Packet, now: int) -> list[int]:
         """Arrival ticks at the switch of one transmission of ``packet`` (maybe none)."""
         h = packet.header
-        key = (h.job, h.worker, h.slot)
-        seq, floor, horizon = self._rounds.get(key, (None, -1, -1))
-        if seq != h.seq:                    # the worker's next round on this slot
-            seq, floor = h.seq, horizon
-        times = []
-        for t in self._arrivals(now):
-            if t <= floor and self.keep_window_order:
-                self.held_back += 1
-                t = floor + 1
-            times.append(t)
-        self._rounds[key] = (seq, floor, max([horizon, *times]))
-        return times
+        return self.hold_in_window_order((h.job, h.worker, h.slot), h.seq, self.arrivals(now))
 
     def to_worker(self, packet: Packet, worker: int, now: int) -> list[int]:
         """Arrival ticks at ``worker`` of one copy of a result (maybe none)."""
-        return self._arrivals(now)
+        return self.arrivals(now)
 
 
-class _NoFaults(FaultInjector):
+class _NoFaults(TickFaults):
     def __init__(self):
         super().__init__()
 
@@ -319,8 +174,9 @@ class PacketStats:
         return dataclasses.asdict(self)
 
 
-class _Endpoint:
-    """One worker: drives its protocol generator and keeps its window of slots."""
+class _SimulatedWorker:
+    """One worker on the simulated network: drives its protocol generator, one
+    :class:`~host.switchml.window.SwitchWorkerWindow` per phase."""
 
     def __init__(self, worker, protocol, *, job, slot_base, slot_count, lanes, first_chunk,
                  stats):
@@ -328,11 +184,15 @@ class _Endpoint:
         self.job, self.slot_base, self.slot_count, self.lanes = job, slot_base, slot_count, lanes
         self.next_chunk = first_chunk
         self.stats = stats
-        self.outstanding = {}      # chunk -> [packet, attempt]
+        self.window: SwitchWorkerWindow | None = None
         self.finished = False
         self.result = None
         self.phase = None
         self.phase_log = []        # (name, first_chunk, chunks) for cross-worker checks
+
+    @property
+    def outstanding(self) -> dict:
+        return self.window.outstanding if self.window is not None else {}
 
     def start(self):
         return self._advance(None, first=True)
@@ -343,72 +203,40 @@ class _Endpoint:
             try:
                 phase = next(self.protocol) if first else self.protocol.send(value)
             except StopIteration as stop:
-                self.finished, self.result, self.phase = True, stop.value, None
+                self.finished, self.result = True, stop.value
+                self.phase = self.window = None
                 return []
             first = False
             if not isinstance(phase, Phase):
                 raise TypeError(f"a worker protocol must yield Phase objects, got {phase!r}")
-            words = _as_words(phase.words)
+            words = as_words(phase.words)
             if words.size == 0:
                 self.phase_log.append((phase.name, self.next_chunk, 0))
                 value = (words.copy(), None)
                 continue
-            chunks = -(-words.size // self.lanes)
-            self.phase = dict(phase=phase, words=words, first=self.next_chunk, chunks=chunks,
-                              buffer=np.zeros(chunks * self.lanes, dtype=np.uint32),
-                              remaining=chunks, exponent=None)
-            self.phase_log.append((phase.name, self.next_chunk, chunks))
+            window = SwitchWorkerWindow(words, op=phase.op, job=self.job, worker=self.worker,
+                                        slot_base=self.slot_base, slot_count=self.slot_count,
+                                        lanes=self.lanes, first_chunk=self.next_chunk,
+                                        exponent=phase.exponent)
+            self.phase_log.append((phase.name, self.next_chunk, window.chunks))
             if self.worker == 0:
-                self.stats.chunks[phase.name] = self.stats.chunks.get(phase.name, 0) + chunks
-            self.next_chunk += chunks
-            first_chunk = self.phase["first"]
-            return [self._packet(g) for g in range(first_chunk,
-                                                   first_chunk + min(self.slot_count, chunks))]
-
-    def _packet(self, g):
-        p = self.phase
-        packet = _chunk_packet(p["words"], g - p["first"], op=p["phase"].op, job=self.job,
-                               worker=self.worker, slot_base=self.slot_base,
-                               slot_count=self.slot_count, lanes=self.lanes,
-                               first_chunk=p["first"], exponent=p["phase"].exponent)
-        self.outstanding[g] = [packet, 0]
-        return packet
+                self.stats.chunks[phase.name] = \
+                    self.stats.chunks.get(phase.name, 0) + window.chunks
+            self.next_chunk = window.end_chunk
+            self.phase, self.window = phase, window
+            return window.start()
 
     def resend(self, g, attempt):
-        entry = self.outstanding.get(g)
-        if entry is None or entry[1] != attempt:
-            return None
-        entry[1] += 1
-        return entry[0]
+        return self.window.resend(g, attempt) if self.window is not None else None
 
     def on_result(self, packet):
         """Returns (accepted, packets to send next)."""
-        h = packet.header
-        entry = self.outstanding.get(h.seq)
-        if entry is None:
+        if self.window is None:
             return False, []
-        sent = entry[0].header
-        if (not h.flags & Flags.RESULT or h.type != sent.type or h.job != sent.job
-                or h.slot != sent.slot or h.slot_version != sent.slot_version
-                or h.offset != sent.offset or h.count != self.lanes
-                or len(packet.payload) != 4 * self.lanes):
-            raise ProtocolError(f"worker {self.worker}: result {packet} does not answer "
-                                f"{entry[0]}")
-        del self.outstanding[h.seq]
-        p = self.phase
-        index = h.seq - p["first"]
-        p["buffer"][index * self.lanes:(index + 1) * self.lanes] = \
-            np.frombuffer(packet.payload, dtype="<u4")
-        p["exponent"] = h.exponent if p["exponent"] is None else max(p["exponent"], h.exponent)
-        p["remaining"] -= 1
-        out = []
-        following = h.seq + self.slot_count
-        if following < p["first"] + p["chunks"]:
-            out.append(self._packet(following))
-        if p["remaining"] == 0:
-            vector = p["buffer"][:p["words"].size].copy()
-            out.extend(self._advance((vector, p["exponent"])))
-        return True, out
+        accepted, out = self.window.on_result(packet)
+        if accepted and self.window.done:
+            out = out + self._advance(self.window.result())
+        return accepted, out
 
 
 _TO_SWITCH, _TO_WORKER, _TIMEOUT = 0, 1, 2
@@ -426,9 +254,9 @@ class JobSpec:
     first_chunk: int = 0
 
 
-def run_protocols(protocols: Sequence[Generator], transport: Transport, *, job: int = 0,
+def run_protocols(protocols: Sequence[Generator], transport: PacketExchange, *, job: int = 0,
                   slot_base: int = 0, slot_count: int, lanes: int,
-                  fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
+                  fault: TickFaults | None = None, timeout: int = DEFAULT_TIMEOUT,
                   first_chunk: int = 0, max_ticks: int = 10_000_000):
     """Run one protocol generator per worker over ``transport`` on a simulated clock.
 
@@ -459,7 +287,7 @@ def _check_jobs(jobs, lanes):
         n = len(spec.protocols)
         if not 1 <= n <= 32:
             raise ValueError(f"job {spec.job}: 1..32 workers, got {n}")
-        _check_layout(PacketType.AGG_ADD_I32, spec.job, 0, spec.slot_base, spec.slot_count,
+        check_layout(PacketType.AGG_ADD_I32, spec.job, 0, spec.slot_base, spec.slot_count,
                       lanes)
         if spec.job in seen:
             raise ValueError(f"job {spec.job} appears twice in one run")
@@ -471,8 +299,8 @@ def _check_jobs(jobs, lanes):
         seen[spec.job] = spec
 
 
-def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
-             fault: FaultInjector | None = None, timeout: int = DEFAULT_TIMEOUT,
+def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
+             fault: TickFaults | None = None, timeout: int = DEFAULT_TIMEOUT,
              max_ticks: int = 10_000_000):
     """Run several jobs' worker protocols at once over one ``transport`` and one clock.
 
@@ -493,7 +321,7 @@ def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
     by_job = {spec.job: j for j, spec in enumerate(jobs)}
     stats = [PacketStats(workers=len(spec.protocols), lanes=lanes, slot_count=spec.slot_count)
              for spec in jobs]
-    endpoints = [[_Endpoint(w, iter(proto), job=spec.job, slot_base=spec.slot_base,
+    endpoints = [[_SimulatedWorker(w, iter(proto), job=spec.job, slot_base=spec.slot_base,
                             slot_count=spec.slot_count, lanes=lanes,
                             first_chunk=spec.first_chunk, stats=stats[j])
                   for w, proto in enumerate(spec.protocols)] for j, spec in enumerate(jobs)]
@@ -508,7 +336,7 @@ def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
         heapq.heappush(events, (now + timeout, next(order), _TIMEOUT,
                                 (j, w, packet.header.seq, attempt)))
         if w == 0:
-            name = endpoints[j][w].phase["phase"].name
+            name = endpoints[j][w].phase.name
             per_worker = stats[j].wire_bytes_per_worker
             per_worker[name] = per_worker.get(name, 0) + packet_bytes
 
@@ -588,7 +416,7 @@ def run_jobs(jobs: Sequence[JobSpec], transport: Transport, *, lanes: int,
     return out
 
 
-def aggregate_phase(vectors: Sequence, transport: Transport, *, op, exponents=None,
+def aggregate_phase(vectors: Sequence, transport: PacketExchange, *, op, exponents=None,
                     **options):
     """Aggregate one vector per worker (OR or wrap-around ADD) through ``transport``.
 
@@ -596,7 +424,7 @@ def aggregate_phase(vectors: Sequence, transport: Transport, *, op, exponents=No
     timeout, first_chunk). Returns ``(vector uint32, exponent or None, PacketStats)``;
     raises ProtocolError if workers ended with different vectors.
     """
-    vectors = [_as_words(v) for v in vectors]
+    vectors = [as_words(v) for v in vectors]
     exponents = [0] * len(vectors) if exponents is None else list(exponents)
 
     def protocol(words, exponent):
@@ -657,10 +485,10 @@ def _agreed_result(results, packet_stats, what="worker"):
     return result, {"lhc": lhc_stats, "packets": packet_stats}
 
 
-def allreduce_over_transport(tensors, transport: Transport, *, slot_count: int, lanes: int,
+def allreduce_over_transport(tensors, transport: PacketExchange, *, slot_count: int, lanes: int,
                              job: int = 0, slot_base: int = 0,
                              load: float = lhc.DEFAULT_LOAD, r_min: int = 1,
-                             path: str = "sketch", fault: FaultInjector | None = None,
+                             path: str = "sketch", fault: TickFaults | None = None,
                              timeout: int = DEFAULT_TIMEOUT, first_chunk: int = 0,
                              max_ticks: int = 10_000_000):
     """LHC all-reduce of ``tensors`` (one per worker) through a switch behind ``transport``.
@@ -686,8 +514,8 @@ def allreduce_over_transport(tensors, transport: Transport, *, slot_count: int, 
     return _agreed_result(results, packet_stats)
 
 
-def allreduce_jobs_over_transport(requests: Sequence[dict], transport: Transport, *,
-                                  lanes: int, fault: FaultInjector | None = None,
+def allreduce_jobs_over_transport(requests: Sequence[dict], transport: PacketExchange, *,
+                                  lanes: int, fault: TickFaults | None = None,
                                   timeout: int = DEFAULT_TIMEOUT,
                                   max_ticks: int = 10_000_000):
     """Several LHC all-reduces at once, each its own job, through one switch.

@@ -1,14 +1,15 @@
-"""Host packetisation, windowing and retransmission for the in-network path."""
+"""SwitchML workers on the simulated network (host/switchml/network.py): one phase, the LHC
+all-reduce packet by packet, faults, the window bound, inconsistent answers."""
 import numpy as np
 import pytest
 
-from host.aggregator import AggregatorModel, model_transport
+from host.golden.aggregator import AggregatorModel, model_transport
 from host.golden import lhc
-from contract.header import Flags, PacketType
+from contract.header import PacketType
 from contract.packet import Packet
-from host.switch_packets import (FaultInjector, ProtocolError, aggregate_phase,
-                                 allreduce_over_transport, chunk_slot, collect_results,
-                                 make_packets, run_allreduce_packets)
+from host.switchml.network import (TickFaults, aggregate_phase, allreduce_over_transport,
+                                 run_allreduce_packets)
+from host.switchml.window import ProtocolError
 
 ADD, OR = PacketType.AGG_ADD_I32, PacketType.AGG_OR32
 
@@ -23,65 +24,9 @@ def same_bits(a, b):
 
 
 # ---------------------------------------------------------------------------------------
-# packetisation
-
-def test_chunks_map_to_slots_versions_seq_and_offsets():
-    words = np.arange(1, 8 * 7 + 4, dtype=np.uint32)           # 7 full chunks + 3 words
-    packets = make_packets(words, op=OR, job=3, worker=2, slot_base=10, slot_count=3, lanes=8,
-                           first_chunk=5, exponent=-7)
-    assert len(packets) == 8
-    for i, p in enumerate(packets):
-        g = 5 + i
-        h = p.header
-        assert (h.slot, h.slot_version) == (10 + g % 3, (g // 3) % 2) == chunk_slot(g, 10, 3)
-        assert (h.type, h.job, h.worker, h.exponent, h.count) == (OR, 3, 2, -7, 8)
-        assert (h.seq, h.offset, h.flags) == (g, 8 * i, 0)
-        lanes = np.frombuffer(p.payload, "<u4")
-        expect = np.zeros(8, np.uint32)
-        piece = words[8 * i:8 * i + 8]
-        expect[:piece.size] = piece
-        assert lanes.tolist() == expect.tolist()                # last chunk zero padded
-    # versions alternate on every reuse of a slot
-    assert [p.header.slot_version for p in packets if p.header.slot == 10] == [0, 1, 0]
-
-
-def test_int32_words_travel_as_their_bits():
-    values = np.array([-1, -(2**31), 2**31 - 1, 0], dtype=np.int32)
-    (p,) = make_packets(values, op=ADD, job=0, worker=0, slot_base=0, slot_count=1, lanes=8)
-    assert np.frombuffer(p.payload, "<i4")[:4].tolist() == values.tolist()
-    with pytest.raises(TypeError):
-        make_packets(np.ones(3, np.float32), op=ADD, job=0, worker=0, slot_base=0,
-                     slot_count=1, lanes=8)
-    with pytest.raises(ValueError, match="lanes"):
-        make_packets(values, op=ADD, job=0, worker=0, slot_base=0, slot_count=1, lanes=12)
-    with pytest.raises(ValueError, match="op"):
-        make_packets(values, op=PacketType.RAW_F32, job=0, worker=0, slot_base=0,
-                     slot_count=1, lanes=8)
-
-
-def test_collect_results_reassembles_and_checks():
-    words = np.arange(100, dtype=np.uint32)
-    packets = make_packets(words, op=ADD, job=0, worker=0, slot_base=0, slot_count=4, lanes=16,
-                           first_chunk=9, exponent=3)
-    results = [Packet(p.header.replace(flags=Flags.RESULT, worker=0xFF), p.payload)
-               for p in packets]
-    rng = np.random.default_rng(1)
-    shuffled = [results[i] for i in rng.permutation(len(results))] + results[:2]   # + dups
-    vector, exponent = collect_results(shuffled, 100, lanes=16, first_chunk=9)
-    assert vector.tolist() == words.tolist() and exponent == 3
-    with pytest.raises(ProtocolError, match="missing"):
-        collect_results(results[1:], 100, lanes=16, first_chunk=9)
-    bad = Packet(results[0].header, bytes(64))
-    with pytest.raises(ProtocolError, match="different"):
-        collect_results(results + [bad], 100, lanes=16, first_chunk=9)
-    with pytest.raises(ProtocolError, match="not a result"):
-        collect_results(packets, 100, lanes=16, first_chunk=9)
-
-
-# ---------------------------------------------------------------------------------------
 # one phase over the model
 
-@pytest.mark.parametrize("fault", [None, FaultInjector(3, loss=0.2, dup=0.2, reorder=0.5)])
+@pytest.mark.parametrize("fault", [None, TickFaults(3, loss=0.2, dup=0.2, reorder=0.5)])
 def test_aggregate_phase_or_and_wrapping_add(fault):
     rng = np.random.default_rng(2)
     n, size = 5, 1000
@@ -144,7 +89,7 @@ def test_packet_allreduce_is_exact_under_loss_duplication_and_reordering(
     xs = sparse_tensors(rng, n, length, density)
     golden, golden_stats = lhc.allreduce(xs)
     model = AggregatorModel(slots=slots, lanes=lanes)
-    fault = FaultInjector(seed, loss=0.15, dup=0.15, reorder=0.4, max_delay=12)
+    fault = TickFaults(seed, loss=0.15, dup=0.15, reorder=0.4, max_delay=12)
     result, stats = run_allreduce_packets(xs, model, fault=fault)
     assert same_bits(result, golden) and stats["lhc"] == golden_stats
     p = stats["packets"]
@@ -160,7 +105,7 @@ def test_fallback_round_goes_over_packets_too():
     assert golden_stats.unpeeled > 100
     model = AggregatorModel(slots=6, lanes=16)
     result, stats = run_allreduce_packets(xs, model, load=1e6,
-                                          fault=FaultInjector(1, loss=0.1, dup=0.1, reorder=0.3))
+                                          fault=TickFaults(1, loss=0.1, dup=0.1, reorder=0.3))
     assert same_bits(result, golden)
     assert stats["packets"].chunks["fallback"] == -(-golden_stats.unpeeled // 16)
 
@@ -191,7 +136,7 @@ def test_any_transport_works_byte_images_and_reversed_batches():
 
     result, stats = allreduce_over_transport(
         xs, bytes_transport, job=1, slot_base=1, slot_count=4, lanes=32,
-        fault=FaultInjector(9, loss=0.1, dup=0.1, reorder=0.5))
+        fault=TickFaults(9, loss=0.1, dup=0.1, reorder=0.5))
     assert same_bits(result, golden)
     assert max(calls) > 1                     # packets arriving together are batched
 
@@ -204,7 +149,7 @@ def test_back_to_back_messages_continue_the_chunk_count():
     second = sparse_tensors(rng, 2, 2000, 0.1)
     result, _ = run_allreduce_packets(second, model, configure=False,
                                       first_chunk=stats["packets"].next_chunk,
-                                      fault=FaultInjector(2, loss=0.1, dup=0.1))
+                                      fault=TickFaults(2, loss=0.1, dup=0.1))
     assert same_bits(result, lhc.allreduce(second)[0])
 
 
@@ -212,7 +157,7 @@ def test_same_seed_same_run():
     rng = np.random.default_rng(8)
     xs = sparse_tensors(rng, 3, 2000, 0.1)
     runs = [run_allreduce_packets(xs, AggregatorModel(slots=4, lanes=16),
-                                  fault=FaultInjector(4, loss=0.2, dup=0.2, reorder=0.3))[1]
+                                  fault=TickFaults(4, loss=0.2, dup=0.2, reorder=0.3))[1]
             for _ in range(2)]
     assert runs[0]["packets"] == runs[1]["packets"]
 
@@ -224,7 +169,7 @@ def test_without_the_window_bound_stale_copies_corrupt_the_result():
     golden, _ = lhc.allreduce(xs)
     failures = 0
     for seed in range(6):
-        fault = FaultInjector(seed, dup=0.5, reorder=0.5, max_delay=40,
+        fault = TickFaults(seed, dup=0.5, reorder=0.5, max_delay=40,
                               keep_window_order=False)
         try:
             result, _ = run_allreduce_packets(xs, AggregatorModel(slots=1, lanes=16),
@@ -257,8 +202,8 @@ def test_inconsistent_switch_answers_are_detected():
 
 def test_fault_injector_arguments():
     with pytest.raises(ValueError):
-        FaultInjector(loss=1.0)
+        TickFaults(loss=1.0)
     with pytest.raises(ValueError):
-        FaultInjector(dup=-0.1)
+        TickFaults(dup=-0.1)
     with pytest.raises(ValueError):
-        FaultInjector(max_delay=0)
+        TickFaults(max_delay=0)

@@ -105,7 +105,7 @@ def check_backend(who: str, backend, choices) -> str:
 def check_board(who: str, board, key, mtu, *, per_rank: bool, need_key: bool):
     """The board settings of a ``"udp"`` backend: a list of ``board_settings`` dicts (one,
     or one per rank where ``per_rank``), checked now, where the caller can see the error."""
-    from .driver.udp import ENV_BOARD, board_settings
+    from ..driver.settings import ENV_BOARD, board_settings
 
     if board is None and not os.environ.get(ENV_BOARD):
         raise ValueError(f"{who}: backend 'udp' needs board=HOST[:PORT_BASE] (or "
@@ -329,7 +329,7 @@ class NicRingCodec(_Backend):
         return self.backend
 
     def _open(self, group, rank, world, to_global):
-        from .driver.nic import NicInterface, open_nic
+        from ..driver.nic import NicInterface, open_nic
 
         self.rank = rank
         if self.backend == "verilator":
@@ -483,7 +483,8 @@ class NicRingCodec(_Backend):
 def _open_board_nic(settings):
     """A UdpTransport to a board's NIC, checked with one packet (and, with a key, one control
     read), each given up after about three seconds of silence."""
-    from .driver.udp import NoReplyError, UdpTransport
+    from ..driver.transport import NoReplyError
+    from ..driver.udp import UdpTransport
 
     # Every rank's bursts (one ring hop: a window of 16 packets per rank, all at once) queue
     # at a shared board, and a reply late in a burst waits for the whole queue: with the
@@ -531,7 +532,7 @@ class UdpSwitch(_Backend):
 
     def __init__(self, who: str, settings, *, job=0, slot_base=0, slot_count=None,
                  timeout=None):
-        from .driver.udp_worker import DEFAULT_TIMEOUT
+        from ..driver.udp_worker import DEFAULT_TIMEOUT
 
         super().__init__(who)
         self.backend = "udp"
@@ -547,7 +548,7 @@ class UdpSwitch(_Backend):
         return f"udp (switch of {_where(self.settings)}, job {self.job})"
 
     def _open(self, group, rank, world, to_global):
-        from .driver.udp_worker import UdpSwitchWorker
+        from ..driver.udp_worker import UdpSwitchWorker
 
         if world > 32:
             raise ValueError(f"a switch job has at most 32 workers, not {world}")
@@ -587,8 +588,9 @@ class UdpSwitch(_Backend):
                                                self.job)
 
     def _configure(self, addresses):
-        from .driver.udp import NoReplyError, UdpTransport
-        from .driver.udp_worker import configure_job
+        from ..driver.transport import NoReplyError
+        from ..driver.udp import UdpTransport
+        from ..driver.udp_worker import configure_job
 
         s = self.settings
         control = UdpTransport(s["host"], port_base=s["port_base"], key=s["key"], mtu=s["mtu"],
@@ -646,8 +648,8 @@ class UdpSwitch(_Backend):
 def _release_job(worker, settings, job) -> None:
     """Close a rank's switch worker; on group rank 0 also unconfigure the job on the board
     (best effort, within about half a second: a board that is gone has nothing to free)."""
-    from .driver.switch import SwitchInterface
-    from .driver.udp import UdpTransport
+    from ..driver.switch import SwitchInterface
+    from ..driver.udp import UdpTransport
 
     worker.close()
     try:
@@ -664,8 +666,8 @@ def _release_job(worker, settings, job) -> None:
 
 def _diagnose(settings) -> str:
     """Why the board's control service is silent: a NIC port that answers means a wrong key."""
-    from .driver.transport import TransportError
-    from .driver.udp import UdpTransport
+    from ..driver.transport import TransportError
+    from ..driver.udp import UdpTransport
 
     probe = UdpTransport(settings["host"], port_base=settings["port_base"], timeout=0.2,
                          max_timeout=0.5, retries=2)

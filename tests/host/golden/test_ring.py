@@ -1,7 +1,7 @@
 """The INCEPTIONN ring as docs/accuracy.md states it, and its exact error bound (issue 16, item 10).
 
-The NIC-driven ring of ``host.ring`` (one NIC model serving every hop, no process group)
-against a model written from that page's text, and against the stated bound with the
+The NIC-driven ring of ``host.golden.ring`` (one NIC model serving every hop, no process
+group) against a model written from that page's text, and against the stated bound with the
 float32 rounding term; the DDP hook's ring is checked against the same bound in
 tests/host/test_ddp.py.
 """
@@ -15,7 +15,7 @@ import pytest
 from host.driver.models import NicModelTransport
 from host.driver.nic import NicInterface
 from host.golden import inceptionn as inc
-from host.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
+from host.golden.ring import ring_allreduce, ring_error_bound, ring_sum_error_bound
 
 
 def _bits(a):

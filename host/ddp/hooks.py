@@ -21,8 +21,8 @@ bit, the arithmetic of the gateware.
     it by its quantised value (``quantize`` = decode(encode(.))) before forwarding it, and
     the codec is idempotent, so every rank ends with the same bits. Chunk bounds, direction
     of travel, order of the additions and the exact error bound (quantisation ``N * 2^-k``
-    plus the float32 rounding of the partial sums) are in :mod:`host.ring`'s docstring and
-    ``docs/accuracy.md``; :func:`host.ring.ring_sum_error_bound` computes the bound.
+    plus the float32 rounding of the partial sums) are in :mod:`host.golden.ring`'s docstring
+    and ``docs/accuracy.md``; :func:`host.golden.ring.ring_sum_error_bound` computes the bound.
 
     With ``error_feedback=True`` each rank first quantises its own bucket with the residual
     of its earlier steps added (:func:`host.golden.inceptionn.quantize_with_feedback`) and
@@ -43,7 +43,7 @@ Both hooks are asynchronous by default (the future comes back at once, a worker 
 the hook's own runs the exchange while the backward pass goes on; ``asynchronous=False``
 runs it inside the call), take float32, float16 and bfloat16 buckets on CPU and CUDA devices,
 and carry their traffic on a gloo group of their own when DDP's group is NCCL's: see
-:mod:`host.ddp_async`.
+:mod:`host.ddp.hook_worker`.
 
 Both return the *average* DDP expects, computed in one fixed order on every rank: first the
 float32 sum (bit-identical on all ranks), then one float32 division by the world size
@@ -87,13 +87,13 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from .ddp_async import (FailedIteration, HookWorker, bucket_to_host, check_bucket, complete,
+from .hook_worker import (FailedIteration, HookWorker, bucket_to_host, check_bucket, complete,
                         cpu_group, new_future, raise_carried_error, result_to_device)
-from .ddp_hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBackendError,
+from .hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBackendError,
                            NicRingCodec, UdpSwitch, check_backend, check_board)
-from .golden import inceptionn as _inc
-from .golden import lhc as _lhc
-from .ring import ring_chunk_bounds
+from ..golden import inceptionn as _inc
+from ..golden import lhc as _lhc
+from ..golden.ring import ring_chunk_bounds
 
 __all__ = [
     "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY", "HookBackendError",
@@ -257,7 +257,7 @@ def _ring_exchange(payload, expect_payload, right, left, group):
     Compressed chunks have a data-dependent size, so each message is a length word followed
     by the bytes. Sends and receives are posted together (``isend``/``irecv``) so that the
     ring cannot deadlock. Returns the received bytes (or ``None``). A payload of
-    :data:`~host.ddp_hardware.RING_FAILED` (the sender's NIC failed) is sent as the length
+    :data:`~host.ddp.hardware.RING_FAILED` (the sender's NIC failed) is sent as the length
     word -1 without bytes, and received as ``RING_FAILED``.
     """
     works = []
@@ -308,7 +308,7 @@ def _count_rounded_sums(a, b, total) -> int:
 
 class _GoldenRingCodec:
     """The ring's codec in software: the golden INCEPTIONN model (the default backend).
-    :class:`host.ddp_hardware.NicRingCodec` is the same interface through a rank's NIC."""
+    :class:`host.ddp.hardware.NicRingCodec` is the same interface through a rank's NIC."""
 
     hardware = False
     failed = False
@@ -353,7 +353,7 @@ def inceptionn_ring_allreduce(values, k: int = _inc.K_DEFAULT, group=None, *, co
         Error bound exponent, 1..15.
     group : ProcessGroup, optional
         Default: the world.
-    codec : host.ddp_hardware.NicRingCodec, optional
+    codec : host.ddp.hardware.NicRingCodec, optional
         Every hop through this rank's NIC (a hook's ``backend``); default: the golden model.
 
     Returns
@@ -488,7 +488,7 @@ class _CommHook:
     @property
     def hardware_stats(self):
         """What went through this rank's hardware so far (packets, bytes, resends, cycles,
-        seconds; see :mod:`host.ddp_hardware`), or None with the golden models."""
+        seconds; see :mod:`host.ddp.hardware`), or None with the golden models."""
         return None if self._hardware is None else self._hardware.stats()
 
     @property
@@ -552,7 +552,7 @@ class _CommHook:
 
     def _run(self, future, host, group, parameters, index, last):
         """One bucket on the worker thread: completes ``future`` with the result or the
-        error (as its value, see :func:`host.ddp_async.raise_carried_error`), never
+        error (as its value, see :func:`host.ddp.hook_worker.raise_carried_error`), never
         raises."""
         try:
             error = self._failed_pass.pending(last)
@@ -602,7 +602,7 @@ class InceptionnHook(_CommHook):
         Who compresses and decompresses every hop: ``"golden"`` (the NumPy model, default),
         ``"verilator"`` (this rank's own Verilated NIC, a compiled harness opened at the
         first bucket) or ``"udp"`` (a board's NIC over UDP, ``board`` needed). Every rank
-        of the group must use the same backend. See :mod:`host.ddp_hardware`.
+        of the group must use the same backend. See :mod:`host.ddp.hardware`.
     board : str or list of str
         ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``), or one per
         rank.
@@ -613,7 +613,7 @@ class InceptionnHook(_CommHook):
         ``"udp"``: the path's MTU (packet sizes follow it; default 1500).
     asynchronous : bool
         ``True`` (default): the hook returns its future at once and its worker thread runs
-        the exchange while the backward pass goes on (:mod:`host.ddp_async`); ``False``:
+        the exchange while the backward pass goes on (:mod:`host.ddp.hook_worker`); ``False``:
         the exchange runs inside the call, as the reference for the same bits.
 
     Notes
@@ -622,7 +622,7 @@ class InceptionnHook(_CommHook):
     through the ring and the division by the world size as a float32 bucket would, and the
     average is narrowed back to the bucket's dtype, rounded to nearest even, on every rank
     alike (same bits everywhere). The narrowing adds one rounding to the ring's bound
-    (:func:`host.ring.ring_sum_error_bound`, divided by the world size for the average): at
+    (:func:`host.golden.ring.ring_sum_error_bound`, divided by the world size for the average): at
     most half a unit in the last place of the result, ``2^-11 |avg|`` for float16 and
     ``2^-8 |avg|`` for bfloat16 in their normal ranges (``2^-25`` absolute in float16's
     subnormal range, which also flushes what falls below ``2^-25``), and an average beyond
@@ -666,7 +666,7 @@ class InceptionnHook(_CommHook):
 
     Each call's :class:`CallStats` counts both (``details``: ``offgrid_values`` of
     ``quantised_values``, ``rounded_adds`` of ``added_values``). Measured over the accuracy
-    experiment's 300 steps on 4 ranks (:mod:`host.accuracy`, ``ring_offgrid_fraction`` and
+    experiment's 300 steps on 4 ranks (:mod:`host.ddp.accuracy`, ``ring_offgrid_fraction`` and
     ``ring_rounded_fraction``) with error feedback: no float32 addition rounded in any run
     (the gradients stay below 1), and a partial sum left its grid for 545 of 20.7 million
     hop values in digits at k = 10 (tag-10 sums cancelling below ``2^-3``), for none in
@@ -674,7 +674,7 @@ class InceptionnHook(_CommHook):
     Without feedback, for comparison, the quantisation changes 59-61 % (digits) and 8.6 %
     (recommender) of the hop values and 0.002-18 % of the additions round.
     What the ring drops is not fed back (it happens after the residual is taken); its
-    size stays within the ring's bound (:mod:`host.ring`).
+    size stays within the ring's bound (:mod:`host.golden.ring`).
 
     See :func:`inceptionn_ring_allreduce` and the module docstring.
     """
@@ -775,7 +775,7 @@ def _sum_int32_wrapped(values: np.ndarray, group) -> np.ndarray:
 class _GlooSwitch:
     """The switch's operations as gloo collectives (the default backend, with the golden
     models): phase A's OR and MAX, phases B and C's wrap-around SUM.
-    :class:`host.ddp_hardware.UdpSwitch` is the same interface through a board's switch."""
+    :class:`host.ddp.hardware.UdpSwitch` is the same interface through a board's switch."""
 
     hardware = False
 
@@ -829,7 +829,7 @@ def lhc_allreduce(values, group=None, *, load: float = _lhc.DEFAULT_LOAD, r_min:
 
     Each rank runs :class:`host.golden.lhc.LhcWorker`, so the result is bit for bit
     :func:`host.golden.lhc.allreduce` of the ranks' vectors. With ``switch`` (a hook's
-    :class:`host.ddp_hardware.UdpSwitch`) the three phases are ``AGG_*`` rounds through a
+    :class:`host.ddp.hardware.UdpSwitch`) the three phases are ``AGG_*`` rounds through a
     board's switch instead, the exponent in phase A's packet headers.
 
     Returns
@@ -942,7 +942,7 @@ class LhcHook(_CommHook):
         Who aggregates: ``"golden"`` (gloo collectives standing for the switch, default) or
         ``"udp"``: a board's switch (``AGG_*`` packets from every rank's own socket; one
         board serves the whole job). Every rank of the group must use the same backend. See
-        :mod:`host.ddp_hardware`.
+        :mod:`host.ddp.hardware`.
     board : str
         ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``).
     key : int or str
@@ -958,7 +958,7 @@ class LhcHook(_CommHook):
         (default 30).
     asynchronous : bool
         ``True`` (default): the hook returns its future at once and its worker thread runs
-        the exchange while the backward pass goes on (:mod:`host.ddp_async`); ``False``:
+        the exchange while the backward pass goes on (:mod:`host.ddp.hook_worker`); ``False``:
         the exchange runs inside the call, as the reference for the same bits.
 
     Notes
