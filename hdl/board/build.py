@@ -221,8 +221,9 @@ def _arguments(argv, boards):
                         "clock must meet on every seed")
     p.add_argument("--router", default="router1", choices=["router1", "router2"],
                    help="nextpnr router: router1 (default) converges on every build here "
-                        "(the whole ECPIX-5 top in about 16 minutes); router2 is faster when "
-                        "it converges, but diverged on the switch build")
+                        "(the ECPIX-5 network top in 28 minutes of routing); router2 did not "
+                        "converge on that top (its overuse bottomed out at iteration 11 and "
+                        "grew for 2.5 hours after) nor on the switch build")
     p.add_argument("--sdf", action="store_true",
                    help="also write nextpnr's routed delays (<build-dir>/gradwire.sdf) for "
                         "`python -m hdl.board.slack`, which lists every failing endpoint "
