@@ -1,0 +1,7 @@
+"""Stream building blocks every engine uses.
+
+- Pipeline registers: :mod:`~hdl.stream.stage`, :mod:`~hdl.stream.skid_buffer`.
+- FIFOs and buffers: :mod:`~hdl.stream.posted_fifo`, :mod:`~hdl.stream.credit_buffer`,
+  :mod:`~hdl.stream.packet_buffer` (whole packets only).
+- :mod:`~hdl.stream.axis`: AXI-Stream beats, and the flat ports of exported tops.
+"""
