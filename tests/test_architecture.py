@@ -258,3 +258,15 @@ def test_every_referenced_file_exists():
                for path, number, reference in referenced_files()
                if not reference.startswith(_GENERATED) and not resolve(reference).exists()]
     assert not missing, "\n".join(missing)
+
+
+def test_every_package_has_a_row_in_the_architecture_map():
+    """docs/architecture.md "Which file holds what" names every package folder of the code
+    (a folder with an ``__init__.py`` under contract/, hdl/, host/ and sim/)."""
+    text = (REPO / "docs" / "architecture.md").read_text()
+    table = text.split("## Which file holds what", 1)[1].split("\n## ", 1)[0]
+    rows = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    packages = {f"{init.parent.relative_to(REPO).as_posix()}/"
+                for top in ("contract", "hdl", "host", "sim")
+                for init in (REPO / top).rglob("__init__.py")}
+    assert packages - rows == set(), "add a row to docs/architecture.md for each"
