@@ -2,7 +2,7 @@
 
 Every control register (name, address, access, width, meaning) is declared here, and
 everything else derives from these declarations: the gateware's address decoders
-(``hdl.nic.top``, ``hdl.switch.control``), the reference models' register serving
+(``hdl.nic.engine``, ``hdl.switch.control``), the reference models' register serving
 (``host.golden.aggregator``, ``host.driver.models``), the driver (``host.driver``), the
 self-test's counter report (``hdl.selftest.top``), the cocotb benches, the register tables of
 ``docs/registers.md`` (:func:`markdown_table`, checked by ``tests/test_architecture.py``)
@@ -19,7 +19,7 @@ A map is a list of entries, each one of:
   ``contract.counters`` tuple, at consecutive addresses.
 
 The maps follow the gateware's ``ctrl_*`` port (``hdl.ctrl_port``): 16-bit addresses, one
-32-bit word each, read data valid the clock after ``ctrl_re``.
+32-bit word each, read data valid the clock after the read strobe (``ctrl_re`` on an exported top).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""cocotb testbenches of the NIC top (``hdl/nic/top.py``) on Verilator.
+"""cocotb testbenches of the exported NIC top (``nic_top``: ``hdl/nic/engine.py`` behind ``hdl/export.py``) on Verilator.
 
 Every output byte is compared with the golden model (``host.golden.inceptionn.nic_tx`` /
 ``nic_rx``, packet by packet), and the counters read back through the ``ctrl`` port with the
-golden causes. Launched from ``tests/hdl/nic/test_top.py`` through ``sim.runner.run_cocotb``;
+golden causes. Launched from ``tests/hdl/nic/test_nic_top.py`` through ``sim.runner.run_cocotb``;
 parameters (seed, packet counts, pause probabilities, where to write measurements) arrive
 through :func:`sim.runner.test_params`.
 """

@@ -1,4 +1,4 @@
-"""cocotb benches of the switch top (``hdl/switch/top.py``) against the reference model.
+"""cocotb benches of the exported switch top (``switch_top``: ``hdl/switch/aggregator.py`` behind ``hdl/export.py``) against the reference model.
 
 Every bench drives one packet sequence (``sim/switch_traffic.py``) into the Verilated
 gateware through cocotbext-axi and, step by step, into :class:`host.golden.aggregator.AggregatorModel`,

@@ -105,26 +105,27 @@ def count_events(dut, names, tally):
 
 
 class RegisterPort:
-    """Drives the ``ctrl_*`` register port of a component from an Amaranth testbench."""
+    """Drives the register port ``ctrl`` (:class:`hdl.ctrl_port.RegisterPort`) of a component
+    from an Amaranth testbench."""
 
     def __init__(self, ctx, dut):
         self.ctx, self.dut = ctx, dut
 
     async def write(self, addr, value):
         ctx, dut = self.ctx, self.dut
-        ctx.set(dut.ctrl_addr, addr)
-        ctx.set(dut.ctrl_wdata, value)
-        ctx.set(dut.ctrl_we, 1)
+        ctx.set(dut.ctrl.addr, addr)
+        ctx.set(dut.ctrl.wdata, value)
+        ctx.set(dut.ctrl.we, 1)
         await ctx.tick()
-        ctx.set(dut.ctrl_we, 0)
+        ctx.set(dut.ctrl.we, 0)
 
     async def read(self, addr):
         ctx, dut = self.ctx, self.dut
-        ctx.set(dut.ctrl_addr, addr)
-        ctx.set(dut.ctrl_re, 1)
+        ctx.set(dut.ctrl.addr, addr)
+        ctx.set(dut.ctrl.re, 1)
         await ctx.tick()
-        ctx.set(dut.ctrl_re, 0)
-        return ctx.get(dut.ctrl_rdata)   # registered on the edge: valid the cycle after re
+        ctx.set(dut.ctrl.re, 0)
+        return ctx.get(dut.ctrl.rdata)   # registered on the edge: valid the cycle after re
 
 
 def beat_words(beat_data):

@@ -7,6 +7,10 @@
   ``host.commands.sim.E2E_MODULE`` (module names imported when used), never by an import
   statement, so the packages have no cycle.
 - No register address is written as a number outside ``contract/registers.py``.
+- The gateware composes components through their signatures: flat port names (the
+  ``*_s_axis_t*`` and ``ctrl_*`` of the exported tops) exist only in ``hdl/export.py`` and
+  the helpers it uses, and no component reads another's submodules back
+  (``m.submodules.x.y``) or subclasses an engine to reach them.
 - Every file a docstring, comment or document names exists.
 """
 import ast
@@ -130,6 +134,48 @@ def test_the_driver_never_imports_the_board():
              if module == "host.board" or module.startswith("host.board.")]
     assert not found, found
 
+# -- the gateware's seams ----------------------------------------------------------------------
+
+#: The only files that may name flat ports: the flattener and its AXI-Stream helpers.
+FLATTENERS = {"hdl/export.py", "hdl/stream/axis.py"}
+_FLAT_NAME = re.compile(r"^(\w*_)?[sm]_axis_t(data|keep|last|valid|ready)$|^ctrl_(addr|re|rdata|wdata|we)$")
+_FLAT_HELPERS = {"flat_axis_members", "connect_flat_axis"}
+
+
+def seam_violations(path, relative):
+    """Flat port names and flat helpers outside the flattener, and submodules read back."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if relative not in FLATTENERS:
+            if isinstance(node, ast.Attribute) and _FLAT_NAME.match(node.attr):
+                yield f"{relative}:{node.lineno}: flat port {node.attr}"
+            elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+                  and _FLAT_NAME.match(node.value)):
+                yield f"{relative}:{node.lineno}: flat port name {node.value!r}"
+            elif isinstance(node, ast.Name) and node.id in _FLAT_HELPERS:
+                yield f"{relative}:{node.lineno}: {node.id}"
+        if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
+                and isinstance(node.value, ast.Attribute) and node.value.attr == "submodules"):
+            yield f"{relative}:{node.lineno}: reads submodule {node.attr} back"
+
+
+def test_gateware_composes_through_signatures_and_flattens_only_at_export():
+    found = [violation for path in python_files("hdl")
+             for violation in seam_violations(path, path.relative_to(REPO).as_posix())]
+    assert not found, found
+
+
+def test_seam_check_catches_flat_names_and_tapped_submodules(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("m.d.comb += nic.tx_s_axis_tvalid.eq(1)\nx = m.submodules.rx.events\n"
+                   "port = getattr(top, 'ctrl_rdata')\nconnect_flat_axis(m, top, 's', i)\n"
+                   "m.submodules.rx = rx\nm.d.comb += nic.tx_in.valid.eq(1)\n")
+    found = sorted(seam_violations(bad, "hdl/bad.py"), key=lambda f: int(f.split(":")[1]))
+    assert [f.split(": ", 1)[1].split()[0] for f in found] == [
+        "flat", "reads", "flat", "connect_flat_axis"], found
+    assert not [f for f in seam_violations(bad, "hdl/export.py") if "flat" in f]
+
+
 # -- register addresses --------------------------------------------------------------------
 
 def register_addresses():
@@ -247,9 +293,9 @@ def resolve(reference):
 
 
 def test_reference_pattern():
-    line = "see ``notes/agg-contract.md`` and ../shared/spec/network.md, hdl/nic/top.py."
+    line = "see ``notes/agg-contract.md`` and ../shared/spec/network.md, hdl/nic/engine.py."
     assert [m.group(1) for m in _REFERENCE.finditer(line)] == \
-        ["notes/agg-contract.md", "../shared/spec/network.md", "hdl/nic/top.py"]
+        ["notes/agg-contract.md", "../shared/spec/network.md", "hdl/nic/engine.py"]
 
 
 @pytest.mark.skipif(not SHARED.is_dir(), reason="../shared is not beside the checkout")

@@ -36,6 +36,7 @@ from amaranth.lib.wiring import In, Out
 from contract.counters import NET_CORE_DROPS, NET_COUNTERS
 from contract.header import HEADER_FIELDS
 from contract.network import SERVICE_OFFSETS, Service, service_ports
+from hdl.ctrl_port import RegisterPort
 from hdl.net.ctrl_service import PAIR_BYTES, CtrlService
 from hdl.net.dispatch import Dispatch
 from hdl.net.egress import EgressBuffer
@@ -44,7 +45,7 @@ from hdl.net.fanout import FanOut, ResultTag
 from hdl.net.ingress import IngressBuffer
 from hdl.net.job_workers import JobWorkers
 from hdl.net.layouts import ReplyTag
-from hdl.net.registers import NetRegisters, RegisterRouter, ctrl_master_signature
+from hdl.net.registers import NetRegisters, RegisterRouter
 from hdl.net.reply import OneInFlight, ReplyPort
 from hdl.net.source_check import SourceCheck
 from hdl.net.tx_arbiter import TxArbiter
@@ -115,8 +116,8 @@ class NetworkFrontEnd(wiring.Component):
     switch_drained : In(1)
         The switch engine's ``drained`` (it holds no packet; present with the switch): when
         the switch grants a commit of a job's configuration.
-    nic_ctrl : Out(ctrl_master_signature(writable=False))
-    switch_ctrl : Out(ctrl_master_signature())
+    nic_ctrl : Out(RegisterPort(writable=False))
+    switch_ctrl : Out(RegisterPort())
     status : Out(FrontEndStatus)
     counters : Out(...)
         Every network counter's value (``contract.counters.NET_COUNTERS``).
@@ -146,8 +147,8 @@ class NetworkFrontEnd(wiring.Component):
             "link": In(1),
             "status": Out(FrontEndStatus),
             "counters": Out(self._registers.signature.members["counters"].shape),
-            "switch_ctrl": Out(ctrl_master_signature()),
-            "nic_ctrl": Out(ctrl_master_signature(writable=False)),
+            "switch_ctrl": Out(RegisterPort()),
+            "nic_ctrl": Out(RegisterPort(writable=False)),
         }
         if nic:
             members.update({
@@ -267,9 +268,9 @@ class NetworkFrontEnd(wiring.Component):
             # The jobs' configured workers, from the writes the switch's register port gets
             m.submodules.job_workers = job_workers = self._job_workers
             wiring.connect(m, fanout.jobs, job_workers.lookup)
-            m.d.comb += [job_workers.ctrl_addr.eq(self.switch_ctrl.ctrl_addr),
-                         job_workers.ctrl_wdata.eq(self.switch_ctrl.ctrl_wdata),
-                         job_workers.ctrl_we.eq(self.switch_ctrl.ctrl_we),
+            m.d.comb += [job_workers.writes.addr.eq(self.switch_ctrl.addr),
+                         job_workers.writes.wdata.eq(self.switch_ctrl.wdata),
+                         job_workers.writes.we.eq(self.switch_ctrl.we),
                          job_workers.drained.eq(self.switch_drained)]
             m.d.comb += events.switch_out.eq(fanout.sent)
             replies.append(fanout.o)
@@ -295,9 +296,7 @@ class NetworkFrontEnd(wiring.Component):
         wiring.connect(m, ctrl.bus, router.bus)
         wiring.connect(m, router.nic, wiring.flipped(self.nic_ctrl))
         wiring.connect(m, router.switch, wiring.flipped(self.switch_ctrl))
-        for name in ("ctrl_addr", "ctrl_re", "ctrl_we", "ctrl_wdata"):
-            m.d.comb += getattr(registers, name).eq(getattr(router.net, name))
-        m.d.comb += router.net.ctrl_rdata.eq(registers.ctrl_rdata)
+        wiring.connect(m, router.net, registers.ctrl)
 
         # -- transmit --------------------------------------------------------------------
         # A skid buffer on each side of the arbiter, so that no ``ready`` runs from the

@@ -21,7 +21,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.registers import MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE
-from hdl.ctrl_port import ctrl_port_members
+from hdl.ctrl_port import RegisterWrites
 from hdl.switch.control import AggControl
 
 __all__ = ["JobWorkersLookup", "JobWorkers"]
@@ -44,7 +44,7 @@ class JobWorkers(wiring.Component):
 
     Members
     -------
-    ctrl_addr, ctrl_wdata, ctrl_we : In
+    writes : In(RegisterWrites())
         The writes the switch's register port gets, in the same clocks (reads change no
         configuration).
     drained : In(1)
@@ -62,8 +62,7 @@ class JobWorkers(wiring.Component):
             raise ValueError(f"JobWorkers slots must be 1..65535, not {slots!r}")
         self.slots, self.max_workers, self.jobs = slots, max_workers, jobs
         super().__init__({
-            **{name: member for name, member in ctrl_port_members().items()
-               if name in ("ctrl_addr", "ctrl_wdata", "ctrl_we")},
+            "writes": In(RegisterWrites()),
             "drained": In(1),
             "lookup": In(JobWorkersLookup),
         })
@@ -74,10 +73,10 @@ class JobWorkers(wiring.Component):
         m.submodules.control = control = AggControl(
             slots=self.slots, lanes=1, max_workers=self.max_workers, jobs=self.jobs)
         m.d.comb += [
-            control.ctrl_addr.eq(self.ctrl_addr),
-            control.ctrl_wdata.eq(self.ctrl_wdata),
-            control.ctrl_we.eq(self.ctrl_we),
-            control.ctrl_re.eq(0),
+            control.ctrl.addr.eq(self.writes.addr),
+            control.ctrl.wdata.eq(self.writes.wdata),
+            control.ctrl.we.eq(self.writes.we),
+            control.ctrl.re.eq(0),
             control.count_inc.eq(0),
             control.drained.eq(self.drained),
             control.lookup_job.eq(self.lookup.job),

@@ -19,20 +19,15 @@ from amaranth.lib.wiring import In, Out
 from contract.counters import NET_COUNTERS
 from contract.network import NETWORK_REGIONS
 from contract.registers import NET_REGISTERS, RegisterArray
-from hdl.ctrl_port import ctrl_port_members
+from hdl.ctrl_port import RegisterPort
 from hdl.net.ctrl_service import REGISTER_ADDRESS_SETUP, RegisterBusSignature
 from hdl.net.worker_table import LookupSignature, WorkerTable
 from hdl.replica import replica
 
-__all__ = ["ctrl_master_signature", "RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
+__all__ = ["RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
            "NetRegisters"]
 
 _REGION = {r.name: r.index for r in NETWORK_REGIONS}
-
-
-def ctrl_master_signature(*, writable=True):
-    """An engine top's ``ctrl_*`` port seen from the side that drives it."""
-    return wiring.Signature(ctrl_port_members(writable=writable)).flip()
 
 
 class RegisterRouter(wiring.Component):
@@ -51,18 +46,18 @@ class RegisterRouter(wiring.Component):
     Members
     -------
     bus : In(RegisterBusSignature)
-    nic : Out(ctrl_master_signature(writable=False))
-    switch : Out(ctrl_master_signature())
-    net : Out(ctrl_master_signature())
+    nic : Out(RegisterPort(writable=False))
+    switch : Out(RegisterPort())
+    net : Out(RegisterPort())
     """
 
     def __init__(self, *, nic=True, switch=True):
         self._present = {"nic": nic, "switch": switch, "net": True}
         super().__init__({
             "bus": In(RegisterBusSignature),
-            "nic": Out(ctrl_master_signature(writable=False)),
-            "switch": Out(ctrl_master_signature()),
-            "net": Out(ctrl_master_signature()),
+            "nic": Out(RegisterPort(writable=False)),
+            "switch": Out(RegisterPort()),
+            "net": Out(RegisterPort()),
         })
 
     def elaborate(self, platform):
@@ -84,9 +79,9 @@ class RegisterRouter(wiring.Component):
             hit = Signal(name=f"{name}_hit")
             m.d.sync += hit.eq((bus.addr[16:] == _REGION[name]) & self._present[name])
             selected[name] = hit
-            m.d.comb += [port.ctrl_addr.eq(addr), port.ctrl_re.eq(bus.re & hit)]
+            m.d.comb += [port.addr.eq(addr), port.re.eq(bus.re & hit)]
             if name != "nic":
-                m.d.comb += [port.ctrl_wdata.eq(wdata), port.ctrl_we.eq(bus.we & hit)]
+                m.d.comb += [port.wdata.eq(wdata), port.we.eq(bus.we & hit)]
         # rdata two clocks after re, from the region that was read
         read_from = Signal(2)
         answer_from = Signal(2)
@@ -96,10 +91,10 @@ class RegisterRouter(wiring.Component):
                 with m.If(selected[name]):
                     m.d.sync += read_from.eq(n)
         m.d.sync += answer_from.eq(read_from)
-        answers = {"net": self.net.ctrl_rdata}     # already two clocks after re
+        answers = {"net": self.net.rdata}     # already two clocks after re
         for name in ("nic", "switch"):
             answers[name] = Signal(32, name=f"{name}_rdata")
-            m.d.sync += answers[name].eq(getattr(self, name).ctrl_rdata)
+            m.d.sync += answers[name].eq(getattr(self, name).rdata)
         with m.Switch(answer_from):
             for n, name in enumerate(("nic", "switch", "net"), 1):
                 with m.Case(n):
@@ -116,8 +111,8 @@ NetEvents = data.StructLayout({name: unsigned(w) for name, w in NET_EVENT_WIDTHS
 class NetRegisters(wiring.Component):
     """The ``net`` region: ``contract.registers.NET_REGISTERS``.
 
-    Its port is ``hdl.ctrl_port``'s with one difference: ``ctrl_rdata`` answers two clocks
-    after ``ctrl_re`` (``REGISTER_READ_LATENCY``), not one. Counters count their events a
+    Its port is a :class:`hdl.ctrl_port.RegisterPort` with one difference: ``rdata`` answers
+    two clocks after ``re`` (``REGISTER_READ_LATENCY``), not one. Counters count their events a
     clock after they come.
 
     Parameters
@@ -133,7 +128,8 @@ class NetRegisters(wiring.Component):
 
     Members
     -------
-    ctrl_* : the register port (``hdl.ctrl_port``, writable)
+    ctrl : In(RegisterPort())
+        The register port (answering two clocks after ``re``).
     events : In(NetEvents)
     link : In(1)
     check, fanout : In(LookupSignature)
@@ -147,7 +143,7 @@ class NetRegisters(wiring.Component):
                            "port_base": port_base, "services": services}
         self._table = WorkerTable(jobs=jobs, max_workers=max_workers)
         super().__init__({
-            **ctrl_port_members(writable=True),
+            "ctrl": In(RegisterPort()),
             "events": In(NetEvents),
             "link": In(1),
             "check": In(LookupSignature),
@@ -170,7 +166,7 @@ class NetRegisters(wiring.Component):
             with m.If(events[name] != 0):
                 m.d.sync += counter.eq(counter + events[name])   # wraps at 2^32
 
-        addr = self.ctrl_addr
+        addr = self.ctrl.addr
         worker = NET_REGISTERS["worker"]
         assert isinstance(worker, RegisterArray)
         span = worker.field_bits + worker.index_bits
@@ -179,11 +175,11 @@ class NetRegisters(wiring.Component):
             in_table.eq(addr[span:] == worker.base >> span),
             table.reg_entry.eq(addr[worker.field_bits:span]),
             table.reg_port_field.eq(addr[:worker.field_bits] == worker.field("port").address),
-            table.reg_re.eq(self.ctrl_re & in_table),
-            table.reg_we.eq(self.ctrl_we & in_table),
-            table.reg_wdata.eq(self.ctrl_wdata),
+            table.reg_re.eq(self.ctrl.re & in_table),
+            table.reg_we.eq(self.ctrl.we & in_table),
+            table.reg_wdata.eq(self.ctrl.wdata),
         ]
-        # A read answers two clocks after `ctrl_re` (REGISTER_READ_LATENCY), in two steps
+        # A read answers two clocks after `re` (REGISTER_READ_LATENCY), in two steps
         # that run on every clock (a read has no side effect here): the address is
         # decoded into registers (which block of 32 registers, which one in it), then
         # the register is selected from them. Neither step has the other's logic in front.
@@ -210,5 +206,5 @@ class NetRegisters(wiring.Component):
         answer_table = Signal()
         m.d.sync += [value.eq(reduce(operator.or_, selected)),
                      table_value.eq(table.reg_rdata), answer_table.eq(read_table)]
-        m.d.comb += self.ctrl_rdata.eq(Mux(answer_table, table_value, value))
+        m.d.comb += self.ctrl.rdata.eq(Mux(answer_table, table_value, value))
         return m

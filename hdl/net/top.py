@@ -3,7 +3,7 @@
 ::
 
     RGMII pins <-> LiteEthCore ("eth" domain, 62.5 MHz) <-> EthCrossing
-               <-> NetworkFrontEnd ("sync", the engine clock, 125 MHz) <-> NicTop, SwitchTop
+               <-> NetworkFrontEnd ("sync", the engine clock) <-> NicEngine, Aggregator
 
 Clocks: the design has two domains, ``sync`` (the engines and the front end) and ``eth``
 (LiteEth's user side; its frequency is the configuration's ``sys_clk_hz``, which LiteEth's
@@ -12,31 +12,26 @@ both from one PLL (:mod:`hdl.board.network`); the simulation top (``make verilog
 ``network_top.v`` beside ``liteeth_core.v``) has them as ports ``clk``/``rst`` and
 ``eth_clk``/``eth_rst``, and the PHY's receive clock on the RGMII pins. Why two domains: :mod:`hdl.net.cdc`.
 
-The engines are the very tops that ``make verilog`` exports (``nic_top``, ``switch_top``),
-unchanged; the NIC top's receive-path drop strobes are tapped (not changed) for the
-front end's one-request-in-flight rule (:mod:`hdl.net.reply`), and the switch engine's
-``drained`` for the front end's copy of the jobs' configuration (:mod:`hdl.net.job_workers`).
+The engines are the typed components that ``make verilog`` exports behind flat ports
+(``nic_top``, ``switch_top``), composed here directly: the NIC engine's ``rx_dropped`` serves
+the front end's one-request-in-flight rule (:mod:`hdl.net.reply`), the switch engine's
+``drained`` the front end's copy of the jobs' configuration (:mod:`hdl.net.job_workers`).
 """
 from __future__ import annotations
 
-from amaranth import Cat, ClockDomain, ClockSignal, Module, ResetSignal, Signal
+from amaranth import ClockDomain, ClockSignal, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.counters import NIC_RX_COUNTERS
 from contract.network import SIMULATION_KEY, Service, mac_to_int, service_ports
-from hdl.ctrl_port import ctrl_port_members
 from hdl.net.cdc import EthCrossing
 from hdl.net.eth_core import LiteEthCore
 from hdl.net.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
 from hdl.net.liteeth import NetworkConfig, generate, load_network_config
-from hdl.nic.top import NicTop
-from hdl.stream.axis import flat_axis_members
+from hdl.nic.engine import NicEngine
 from hdl.switch.aggregator import Aggregator
-from hdl.switch.top import SwitchTop
 
-__all__ = ["SIMULATION_KEY", "ENGINES", "port_base_of", "NicEngines", "SwitchEngines",
-           "NetworkTop"]
+__all__ = ["SIMULATION_KEY", "ENGINES", "port_base_of", "NetworkTop"]
 
 ENGINES = ("nic", "switch")
 #: The names ``constraints/network.toml`` gives the services' ports.
@@ -55,70 +50,6 @@ def port_base_of(config: NetworkConfig) -> int:
     return base
 
 
-class NicEngines(NicTop):
-    """:class:`hdl.nic.top.NicTop` as it is, with ``rx_dropped``: any drop strobe of its
-    receive path (tapped, for the front end's one-request-in-flight rule)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.rx_dropped = Signal()
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        events = m.submodules.rx.events
-        m.d.comb += self.rx_dropped.eq(Cat(*(events[n] for n in NIC_RX_COUNTERS
-                                             if n.startswith("drop_"))).any())
-        return m
-
-
-class _DrainedAggregator(Aggregator):
-    """:class:`hdl.switch.aggregator.Aggregator` as it is, with ``drained``: its control
-    block's input of that name (tapped)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.drained = Signal()
-
-    def elaborate(self, platform):
-        m = super().elaborate(platform)
-        m.d.comb += self.drained.eq(m.submodules.control.drained)
-        return m
-
-
-class SwitchEngines(SwitchTop):
-    """:class:`hdl.switch.top.SwitchTop` as it is, with ``drained``: the engine holds no
-    packet, the condition on which its control block grants a commit (tapped, for the front
-    end's copy of the jobs' configuration)."""
-
-    def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
-        # SwitchTop's ports around the tapped engine (SwitchTop.__init__ would build an
-        # engine without the tap, to be thrown away)
-        self.engine = _DrainedAggregator(slots=slots, lanes=lanes, max_workers=max_workers,
-                                         jobs=jobs)
-        self.drained = self.engine.drained
-        wiring.Component.__init__(self, {
-            **flat_axis_members("s_axis", sink=True),
-            **flat_axis_members("m_axis", sink=False),
-            **ctrl_port_members(),
-        })
-
-
-def _drive_flat(m, stream, top, prefix):
-    """A stream into an engine top's flat ``{prefix}_t*`` input ports."""
-    port = lambda name: getattr(top, f"{prefix}_{name}")
-    m.d.comb += [port("tdata").eq(stream.p.data), port("tkeep").eq(stream.p.keep),
-                 port("tlast").eq(stream.p.last), port("tvalid").eq(stream.valid),
-                 stream.ready.eq(port("tready"))]
-
-
-def _from_flat(m, top, prefix, stream):
-    """An engine top's flat ``{prefix}_t*`` output ports into a stream."""
-    port = lambda name: getattr(top, f"{prefix}_{name}")
-    m.d.comb += [stream.p.data.eq(port("tdata")), stream.p.keep.eq(port("tkeep")),
-                 stream.p.last.eq(port("tlast")), stream.valid.eq(port("tvalid")),
-                 port("tready").eq(stream.ready)]
-
-
 class NetworkTop(wiring.Component):
     """The engines on the network.
 
@@ -132,7 +63,7 @@ class NetworkTop(wiring.Component):
     engines : tuple of str
         ``"nic"``, ``"switch"`` (what fits the board).
     switch_params : dict, optional
-        For :class:`hdl.switch.top.SwitchTop` (default its own: 64 slots, 64 lanes, 32
+        For :class:`hdl.switch.aggregator.Aggregator` (default the exported top's: 64 slots, 64 lanes, 32
         workers, 4 jobs).
     sizes : BufferSizes
     rgmii : dict, optional
@@ -204,21 +135,17 @@ class NetworkTop(wiring.Component):
         wiring.connect(m, front.status, wiring.flipped(self.status))
 
         if "nic" in self.engines:
-            m.submodules.nic = nic = NicEngines()
-            _drive_flat(m, front.nic_tx_in, nic, "tx_s_axis")
-            _from_flat(m, nic, "tx_m_axis", front.nic_tx_out)
-            _drive_flat(m, front.nic_rx_in, nic, "rx_s_axis")
-            _from_flat(m, nic, "rx_m_axis", front.nic_rx_out)
-            m.d.comb += [front.nic_rx_dropped.eq(nic.rx_dropped),
-                         nic.ctrl_addr.eq(front.nic_ctrl.ctrl_addr),
-                         nic.ctrl_re.eq(front.nic_ctrl.ctrl_re),
-                         front.nic_ctrl.ctrl_rdata.eq(nic.ctrl_rdata)]
+            m.submodules.nic = nic = NicEngine()
+            wiring.connect(m, front.nic_tx_in, nic.tx_in)
+            wiring.connect(m, nic.tx_out, front.nic_tx_out)
+            wiring.connect(m, front.nic_rx_in, nic.rx_in)
+            wiring.connect(m, nic.rx_out, front.nic_rx_out)
+            wiring.connect(m, front.nic_ctrl, nic.ctrl)
+            m.d.comb += front.nic_rx_dropped.eq(nic.rx_dropped)
         if "switch" in self.engines:
-            m.submodules.switch = switch = SwitchEngines(**self.switch_params)
-            _drive_flat(m, front.switch_in, switch, "s_axis")
-            _from_flat(m, switch, "m_axis", front.switch_out)
-            for name in ("ctrl_addr", "ctrl_re", "ctrl_we", "ctrl_wdata"):
-                m.d.comb += getattr(switch, name).eq(getattr(front.switch_ctrl, name))
-            m.d.comb += [front.switch_ctrl.ctrl_rdata.eq(switch.ctrl_rdata),
-                         front.switch_drained.eq(switch.drained)]
+            m.submodules.switch = switch = Aggregator(**self.switch_params)
+            wiring.connect(m, front.switch_in, switch.i)
+            wiring.connect(m, switch.o, front.switch_out)
+            wiring.connect(m, front.switch_ctrl, switch.ctrl)
+            m.d.comb += front.switch_drained.eq(switch.drained)
         return m

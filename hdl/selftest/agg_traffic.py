@@ -37,6 +37,7 @@ from contract.header import (
     PacketType,
 )
 from contract.registers import COMMIT, SWITCH_REGISTERS
+from hdl.ctrl_port import RegisterPort
 from hdl.header import HeaderLayout
 from hdl.selftest.fault_inject import FaultInjector
 from hdl.selftest.gradient_gen import RNG_WIDTH, derive_seed
@@ -468,10 +469,9 @@ class AggTraffic(wiring.Component):
         To the aggregator's input.
     results : In(axis_signature())
         The aggregator's output.
-    ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re : Out
-    ctrl_rdata : In(32)
-        The aggregator's control port (``ctrl_re``/``ctrl_rdata`` are free for a counter
-        reader once ``configured`` is high; ``ctrl_re`` is never driven here).
+    ctrl : Out(RegisterPort())
+        To the aggregator's register port; it writes the job's configuration, then leaves
+        the port (``configured`` high) to a counter reader. It never reads (``re`` stays 0).
     inject_fault : In(1)
         Corrupt worker payloads (see :class:`hdl.selftest.fault_inject.FaultInjector`).
     configured : Out(1)
@@ -498,8 +498,7 @@ class AggTraffic(wiring.Component):
         super().__init__({
             "o": Out(axis_signature()),
             "results": In(axis_signature()),
-            "ctrl_addr": Out(16), "ctrl_wdata": Out(32), "ctrl_we": Out(1), "ctrl_re": Out(1),
-            "ctrl_rdata": In(32),
+            "ctrl": Out(RegisterPort()),
             "inject_fault": In(1),
             "configured": Out(1),
             "sent": Out(32), "flipped": Out(32),
@@ -529,8 +528,8 @@ class AggTraffic(wiring.Component):
             with m.Switch(step):
                 for index, (address, value) in enumerate(writes):
                     with m.Case(index):
-                        m.d.comb += [self.ctrl_addr.eq(address), self.ctrl_wdata.eq(value),
-                                     self.ctrl_we.eq(1)]
+                        m.d.comb += [self.ctrl.addr.eq(address), self.ctrl.wdata.eq(value),
+                                     self.ctrl.we.eq(1)]
             m.d.sync += step.eq(step + 1)
         with m.Elif(wait != 0):
             m.d.sync += wait.eq(wait - 1)

@@ -1,13 +1,15 @@
 """Reads an engine's counters through its register port, over and over, for the report.
 
-Both engine tops expose 32-bit counters on a synchronous read port (``ctrl_addr``,
-``ctrl_re`` -> ``ctrl_rdata`` the cycle after). :class:`CounterPoller` walks a fixed list of
+Both engines expose 32-bit counters on a synchronous register port
+(:class:`hdl.ctrl_port.RegisterPort`: ``addr``, ``re`` -> ``rdata`` the cycle after). :class:`CounterPoller` walks a fixed list of
 addresses, one read per clock, and publishes named totals: each output is the sum of the
 counters at its addresses (e.g. all drop causes), refreshed once per sweep.
 """
 from amaranth import Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
+
+from hdl.ctrl_port import RegisterPort
 
 __all__ = ["CounterPoller"]
 
@@ -24,9 +26,8 @@ class CounterPoller(wiring.Component):
     ----------
     enable : In(1)
         Reads only while high (the port may be busy with something else before).
-    ctrl_addr : Out(16)
-    ctrl_re : Out(1)
-    ctrl_rdata : In(32)
+    ctrl : Out(RegisterPort(writable=False))
+        To the engine's register port.
     <name> : Out(32)
         One per total; updated at the end of every sweep.
     """
@@ -35,12 +36,12 @@ class CounterPoller(wiring.Component):
         self.totals = {name: list(addresses) for name, addresses in totals.items()}
         if not self.totals or any(not a for a in self.totals.values()):
             raise ValueError("CounterPoller needs at least one total with at least one address")
-        clash = {"enable", "ctrl_addr", "ctrl_re", "ctrl_rdata"} & set(self.totals)
+        clash = {"enable", "ctrl"} & set(self.totals)
         if clash:
             raise ValueError(f"CounterPoller total names {sorted(clash)} clash with its ports")
         super().__init__({
             "enable": In(1),
-            "ctrl_addr": Out(16), "ctrl_re": Out(1), "ctrl_rdata": In(32),
+            "ctrl": Out(RegisterPort(writable=False)),
             **{name: Out(32) for name in self.totals},
         })
 
@@ -55,8 +56,8 @@ class CounterPoller(wiring.Component):
         with m.Switch(step):
             for n, (_, address) in enumerate(reads):
                 with m.Case(n):
-                    m.d.comb += self.ctrl_addr.eq(address)
-        m.d.comb += self.ctrl_re.eq(self.enable)
+                    m.d.comb += self.ctrl.addr.eq(address)
+        m.d.comb += self.ctrl.re.eq(self.enable)
         with m.If(self.enable):
             m.d.sync += step.eq(Mux(step == len(reads) - 1, 0, step + 1))
 
@@ -70,7 +71,7 @@ class CounterPoller(wiring.Component):
                     with m.Case(n):
                         first = n == 0 or reads[n - 1][0] != index
                         last = n == len(reads) - 1 or reads[n + 1][0] != index
-                        total = self.ctrl_rdata if first else (sums[index] + self.ctrl_rdata)[0:32]
+                        total = self.ctrl.rdata if first else (sums[index] + self.ctrl.rdata)[0:32]
                         m.d.sync += sums[index].eq(total)
                         if last:
                             m.d.sync += outputs[index].eq(total)

@@ -7,13 +7,12 @@ simulator can run it as is (``tests/hdl/selftest/test_top.py``).
 
 Data paths (every arrow is a 256-bit AXI-Stream of :data:`hdl.stream.axis.AxisBeat`):
 
-* NIC: ``GradientGenerator -> nic_top.tx_s_axis``; ``tx_m_axis -> rx_s_axis`` (the
-  wire: here a loopback through a skid buffer); ``rx_m_axis -> [fault injection] ->
-  NicChecker``. The checker's expected beats come from a second ``GradientGenerator``
+* NIC: ``GradientGenerator -> NicEngine.tx_in``; ``tx_out -> rx_in`` (the wire: here a
+  loopback through a skid buffer); ``rx_out -> [fault injection] -> NicChecker``. The checker's expected beats come from a second ``GradientGenerator``
   with the same seed, through the independent :class:`hdl.selftest.lane_quantizer.QuantizeStream`.
 * Switch: ``AggTraffic`` (virtual workers and an arbiter) ``-> [fault injection] ->
-  switch_top.s_axis``; ``m_axis -> AggTraffic`` result checker; ``ctrl_*`` configured by
-  ``AggTraffic`` at start.
+  Aggregator.i``; ``o -> AggTraffic`` result checker; its register port configured by
+  ``AggTraffic`` at start, then read by a counter poller.
 
 To put an Ethernet MAC + UDP front end in place of the self-test later, replace the sources
 and sinks by the front end's streams; the engines and their connections stay the same.
@@ -23,6 +22,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.registers import NIC_REGISTERS, SWITCH_REGISTERS
+from hdl.nic.engine import NicEngine
 from hdl.selftest.agg_traffic import AggTraffic
 from hdl.selftest.counter_poller import CounterPoller
 from hdl.selftest.fault_inject import FaultInjector
@@ -30,8 +30,9 @@ from hdl.selftest.gradient_gen import GradientGenerator
 from hdl.selftest.nic_checker import NicChecker
 from hdl.selftest.report import Report
 from hdl.selftest.uart_tx import UartTx, uart_divisor
-from hdl.stream.axis import AxisBeat, connect_flat_axis
+from hdl.stream.axis import AxisBeat
 from hdl.stream.skid_buffer import SkidBuffer
+from hdl.switch.aggregator import Aggregator
 
 __all__ = ["ENGINES", "SelfTestStatus", "SelfTest"]
 
@@ -50,16 +51,6 @@ SelfTestStatus = data.StructLayout({
 })
 
 
-def _nic_top(**kwargs):
-    from hdl.nic.top import NicTop
-    return NicTop(**kwargs)
-
-
-def _switch_top(**kwargs):
-    from hdl.switch.top import SwitchTop
-    return SwitchTop(**kwargs)
-
-
 class SelfTest(wiring.Component):
     """The self-test around the engines, minus the board (clock, reset, pins).
 
@@ -75,11 +66,11 @@ class SelfTest(wiring.Component):
     report_period : int or None
         Cycles between report lines; default ``clk_hz`` (one line per second).
     nic : dict
-        NIC engine parameters (``hdl.nic.top.NicTop``; default ``max_count=2048``).
+        NIC engine parameters (:class:`hdl.nic.engine.NicEngine`; default ``max_count=2048``).
     nic_values : int
         Largest packet the gradient generator makes (values, a power of two).
     switch : dict
-        Aggregator parameters (``hdl.switch.top.SwitchTop``; default: 64 slots, 64 lanes,
+        Aggregator parameters (:class:`hdl.switch.aggregator.Aggregator`; default: 64 slots, 64 lanes,
         32 workers, 4 jobs, the contract's engine).
     agg_traffic : dict
         :class:`hdl.selftest.agg_traffic.AggTraffic` parameters (default 4 workers, a window of 8
@@ -187,7 +178,7 @@ class SelfTest(wiring.Component):
 
     def _nic(self, m, counters):
         """Generator -> TX -> (loopback wire) -> RX -> fault injector -> checker."""
-        m.submodules.nic = nic = _nic_top(**self.nic_params)
+        m.submodules.nic = nic = NicEngine(**self.nic_params)
         m.submodules.nic_source = source = GradientGenerator(seed=self.seed,
                                                              max_count=self.nic_values)
         m.submodules.nic_inject = inject = FaultInjector()
@@ -197,20 +188,20 @@ class SelfTest(wiring.Component):
         # the NIC's tready must not be the clock enable of the generator's registers
         m.submodules.nic_source_skid = source_skid = SkidBuffer(AxisBeat)
         wiring.connect(m, source.o, source_skid.i)
-        connect_flat_axis(m, nic, "tx_s_axis", source_skid.o, sink=False)
+        wiring.connect(m, source_skid.o, nic.tx_in)
         # the wire: TX output into RX input, through a register both ways (as a MAC would
         # be), so neither engine's handshake logic runs on into the other's
         m.submodules.nic_wire = wire = SkidBuffer(AxisBeat)
-        connect_flat_axis(m, nic, "tx_m_axis", wire.i, sink=True)
-        connect_flat_axis(m, nic, "rx_s_axis", wire.o, sink=False)
-        connect_flat_axis(m, nic, "rx_m_axis", inject.i, sink=True)
+        wiring.connect(m, nic.tx_out, wire.i)
+        wiring.connect(m, wire.o, nic.rx_in)
+        wiring.connect(m, nic.rx_out, inject.i)
         wiring.connect(m, inject.o, check.received)
         m.d.comb += inject.enable.eq(self.inject_fault)
 
         in_beats, wire_beats = Signal(32), Signal(32)
-        with m.If(nic.tx_s_axis_tvalid & nic.tx_s_axis_tready):
+        with m.If(nic.tx_in.valid & nic.tx_in.ready):
             m.d.sync += in_beats.eq(in_beats + 1)
-        with m.If(nic.tx_m_axis_tvalid & nic.tx_m_axis_tready):
+        with m.If(nic.tx_out.valid & nic.tx_out.ready):
             m.d.sync += wire_beats.eq(wire_beats + 1)
 
         m.submodules.nic_poll = poll = CounterPoller({
@@ -218,8 +209,8 @@ class SelfTest(wiring.Component):
             "drops": [address for name, address in NIC_REGISTERS["rx"].items()
                       if name.startswith("drop_")],
         })
-        m.d.comb += [poll.enable.eq(1), nic.ctrl_addr.eq(poll.ctrl_addr),
-                     nic.ctrl_re.eq(poll.ctrl_re), poll.ctrl_rdata.eq(nic.ctrl_rdata)]
+        wiring.connect(m, poll.ctrl, nic.ctrl)
+        m.d.comb += poll.enable.eq(1)
 
         counters.update(nic_packets=check.packets, nic_beats=check.beats,
                         nic_errors=check.errors, nic_bad_packets=check.bad_packets,
@@ -231,12 +222,12 @@ class SelfTest(wiring.Component):
 
     def _switch(self, m, counters):
         """Virtual workers -> fault injector -> aggregator -> result checker."""
-        m.submodules.switch = switch = _switch_top(**self.switch_params)
+        m.submodules.switch = switch = Aggregator(**self.switch_params)
         m.submodules.agg_traffic = traffic = AggTraffic(seed=self.seed + 1,
                                                         stall_limit=self.stall_limit,
                                                         **self.agg_params)
-        connect_flat_axis(m, switch, "s_axis", traffic.o, sink=False)
-        connect_flat_axis(m, switch, "m_axis", traffic.results, sink=True)
+        wiring.connect(m, traffic.o, switch.i)
+        wiring.connect(m, switch.o, traffic.results)
         m.d.comb += traffic.inject_fault.eq(self.inject_fault)
 
         m.submodules.agg_poll = poll = CounterPoller({
@@ -247,12 +238,12 @@ class SelfTest(wiring.Component):
         m.d.comb += [
             poll.enable.eq(traffic.configured),
             # the traffic source owns the control port until the job is configured
-            switch.ctrl_addr.eq(Mux(traffic.configured, poll.ctrl_addr, traffic.ctrl_addr)),
-            switch.ctrl_wdata.eq(traffic.ctrl_wdata),
-            switch.ctrl_we.eq(traffic.ctrl_we),
-            switch.ctrl_re.eq(poll.ctrl_re),
-            poll.ctrl_rdata.eq(switch.ctrl_rdata),
-            traffic.ctrl_rdata.eq(switch.ctrl_rdata),
+            switch.ctrl.addr.eq(Mux(traffic.configured, poll.ctrl.addr, traffic.ctrl.addr)),
+            switch.ctrl.wdata.eq(traffic.ctrl.wdata),
+            switch.ctrl.we.eq(traffic.ctrl.we),
+            switch.ctrl.re.eq(poll.ctrl.re),
+            poll.ctrl.rdata.eq(switch.ctrl.rdata),
+            traffic.ctrl.rdata.eq(switch.ctrl.rdata),
         ]
         counters.update(agg_sent=traffic.sent, agg_results=traffic.packets,
                         agg_errors=traffic.errors, agg_bad_packets=traffic.bad_packets,

@@ -50,6 +50,7 @@ from amaranth.utils import ceil_log2
 from contract.counters import AGG_COUNTERS, AGG_DROP_CAUSES
 from contract.header import BEAT_BYTES, WORKER_MULTICAST, Flags, PacketType
 from contract.registers import SWITCH_REGISTERS
+from hdl.ctrl_port import RegisterPort
 from hdl.header import HeaderLayout
 from hdl.stream.axis import DATA_BITS, axis_signature
 from hdl.switch.control import AggControl
@@ -113,8 +114,12 @@ class Aggregator(wiring.Component):
         Data packets (header beat first).
     o : Out(axis_signature())
         Result packets.
-    ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re, ctrl_rdata : Signal
+    ctrl : In(RegisterPort())
         Control registers (:mod:`hdl.switch.control`).
+    drained : Out(1)
+        The engine holds no packet (nothing in flight, between packets at the input): the
+        condition on which its control block applies a commit. The network front end keeps
+        its copy of the jobs' configuration in step with it (:mod:`hdl.net.job_workers`).
     """
 
     def __init__(self, *, slots=64, lanes=64, max_workers=32, jobs=4):
@@ -124,11 +129,8 @@ class Aggregator(wiring.Component):
         super().__init__({
             "i": In(axis_signature()),
             "o": Out(axis_signature()),
-            "ctrl_addr": In(16),
-            "ctrl_wdata": In(32),
-            "ctrl_we": In(1),
-            "ctrl_re": In(1),
-            "ctrl_rdata": Out(32),
+            "ctrl": In(RegisterPort()),
+            "drained": Out(1),
         })
 
     @property
@@ -155,13 +157,8 @@ class Aggregator(wiring.Component):
 
         m.submodules.control = ctl = AggControl(slots=S, lanes=P, max_workers=W,
                                                 jobs=self.jobs)
-        m.d.comb += [
-            ctl.ctrl_addr.eq(self.ctrl_addr),
-            ctl.ctrl_wdata.eq(self.ctrl_wdata),
-            ctl.ctrl_we.eq(self.ctrl_we),
-            ctl.ctrl_re.eq(self.ctrl_re),
-            self.ctrl_rdata.eq(ctl.ctrl_rdata),
-        ]
+        wiring.connect(m, wiring.flipped(self.ctrl), ctl.ctrl)
+        m.d.comb += self.drained.eq(ctl.drained)
         m.submodules.check = check = HeaderCheck(lanes=P, max_workers=W)
         m.submodules.meta = meta = ForwardedMemory(shape=slot_state_layout(W), depth=S)
         m.submodules.rows = rows = ForwardedMemory(shape=unsigned(DATA_BITS), depth=S * 2 * B)

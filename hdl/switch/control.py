@@ -1,7 +1,7 @@
 """The aggregator's control registers: job configuration, slot clearing, counters.
 
 The register map is ``contract.registers.SWITCH_REGISTERS`` (job array, counter block,
-parameters); read data is valid the cycle after ``ctrl_re`` and held until the next read.
+parameters); read data is valid the cycle after the read strobe and held until the next read.
 The decoder below takes every address, stride and field from that declaration.
 
 A commit (the value ``contract.registers.COMMIT`` written to a job's ``commit`` register;
@@ -22,7 +22,7 @@ from amaranth.utils import ceil_log2
 from contract.counters import AGG_COUNTERS
 from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, switch_limits_word,
                                 switch_params_word)
-from hdl.ctrl_port import ctrl_port_members
+from hdl.ctrl_port import RegisterPort
 
 __all__ = ["AggControl"]
 
@@ -46,7 +46,7 @@ class AggControl(wiring.Component):
 
     Attributes
     ----------
-    ctrl_addr, ctrl_wdata, ctrl_we, ctrl_re, ctrl_rdata : Signal
+    ctrl : In(RegisterPort())
         The register port.
     count_inc : Signal(len(AGG_COUNTERS)), in
         One strobe per counter: add one this cycle.
@@ -65,7 +65,7 @@ class AggControl(wiring.Component):
     def __init__(self, *, slots, lanes, max_workers, jobs):
         self._slots, self._lanes, self._max_workers, self._jobs = slots, lanes, max_workers, jobs
         super().__init__({
-            **ctrl_port_members(),
+            "ctrl": In(RegisterPort()),
             "count_inc": In(len(AGG_COUNTERS)),
             "lookup_job": In(8),
             "lookup_configured": Out(1),
@@ -111,17 +111,17 @@ class AggControl(wiring.Component):
                 m.d.sync += counters[i].eq(counters[i] + 1)
 
         # -- register writes --------------------------------------------------------------
-        reg_job = self.ctrl_addr[_JOB.field_bits:_JOB.field_bits + _JOB.index_bits]
-        reg_field = self.ctrl_addr[:_JOB.field_bits]
-        job_reg = (self.ctrl_addr < _JOB.end) & (reg_job < J)
-        with m.If(self.ctrl_we & job_reg):
+        reg_job = self.ctrl.addr[_JOB.field_bits:_JOB.field_bits + _JOB.index_bits]
+        reg_field = self.ctrl.addr[:_JOB.field_bits]
+        job_reg = (self.ctrl.addr < _JOB.end) & (reg_job < J)
+        with m.If(self.ctrl.we & job_reg):
             with m.Switch(reg_field):
                 with m.Case(_FIELD["workers"]):
-                    m.d.sync += pend_workers[reg_job].eq(self.ctrl_wdata)
+                    m.d.sync += pend_workers[reg_job].eq(self.ctrl.wdata)
                 with m.Case(_FIELD["slot_base"]):
-                    m.d.sync += pend_base[reg_job].eq(self.ctrl_wdata)
+                    m.d.sync += pend_base[reg_job].eq(self.ctrl.wdata)
                 with m.Case(_FIELD["slot_count"]):
-                    m.d.sync += pend_count[reg_job].eq(self.ctrl_wdata)
+                    m.d.sync += pend_count[reg_job].eq(self.ctrl.wdata)
                 # The commit field is handled with the grant logic below, so a grant in
                 # the same cycle cannot lose a new request.
 
@@ -201,35 +201,35 @@ class AggControl(wiring.Component):
                     act_end[grant_job].eq(0),
                     rejected.bit_select(grant_job, 1).eq(1),
                 ]
-        with m.If(self.ctrl_we & job_reg & (reg_field == _FIELD["commit"])
-                  & (self.ctrl_wdata == COMMIT)):
+        with m.If(self.ctrl.we & job_reg & (reg_field == _FIELD["commit"])
+                  & (self.ctrl.wdata == COMMIT)):
             m.d.comb += req_next.bit_select(reg_job, 1).eq(1)
         m.d.sync += commit_req.eq(req_next)
 
         # -- register reads ---------------------------------------------------------------
-        with m.If(self.ctrl_re):
+        with m.If(self.ctrl.re):
             with m.If(job_reg):
                 with m.Switch(reg_field):
                     with m.Case(_FIELD["workers"]):
-                        m.d.sync += self.ctrl_rdata.eq(pend_workers[reg_job])
+                        m.d.sync += self.ctrl.rdata.eq(pend_workers[reg_job])
                     with m.Case(_FIELD["slot_base"]):
-                        m.d.sync += self.ctrl_rdata.eq(pend_base[reg_job])
+                        m.d.sync += self.ctrl.rdata.eq(pend_base[reg_job])
                     with m.Case(_FIELD["slot_count"]):
-                        m.d.sync += self.ctrl_rdata.eq(pend_count[reg_job])
+                        m.d.sync += self.ctrl.rdata.eq(pend_count[reg_job])
                     with m.Case(_FIELD["commit"]):
-                        m.d.sync += self.ctrl_rdata.eq(
+                        m.d.sync += self.ctrl.rdata.eq(
                             self.busy | (rejected.bit_select(reg_job, 1) << _REJECTED_BIT))
-            with m.Elif((self.ctrl_addr < _JOB.end) & (reg_field == _FIELD["commit"])):
+            with m.Elif((self.ctrl.addr < _JOB.end) & (reg_field == _FIELD["commit"])):
                 # A job beyond the engine's: every commit to it is refused.
-                m.d.sync += self.ctrl_rdata.eq(JobStatus.REJECTED)
-            with m.Elif((self.ctrl_addr >= _COUNTERS.base)
-                        & (self.ctrl_addr < _COUNTERS.end)):
-                m.d.sync += self.ctrl_rdata.eq(counters[self.ctrl_addr - _COUNTERS.base])
-            with m.Elif(self.ctrl_addr == _PARAMS.address):
-                m.d.sync += self.ctrl_rdata.eq(switch_params_word(slots=self._slots,
+                m.d.sync += self.ctrl.rdata.eq(JobStatus.REJECTED)
+            with m.Elif((self.ctrl.addr >= _COUNTERS.base)
+                        & (self.ctrl.addr < _COUNTERS.end)):
+                m.d.sync += self.ctrl.rdata.eq(counters[self.ctrl.addr - _COUNTERS.base])
+            with m.Elif(self.ctrl.addr == _PARAMS.address):
+                m.d.sync += self.ctrl.rdata.eq(switch_params_word(slots=self._slots,
                                                                   lanes=self._lanes))
-            with m.Elif(self.ctrl_addr == _LIMITS.address):
-                m.d.sync += self.ctrl_rdata.eq(switch_limits_word(jobs=J, max_workers=W))
+            with m.Elif(self.ctrl.addr == _LIMITS.address):
+                m.d.sync += self.ctrl.rdata.eq(switch_limits_word(jobs=J, max_workers=W))
             with m.Else():
-                m.d.sync += self.ctrl_rdata.eq(0)
+                m.d.sync += self.ctrl.rdata.eq(0)
         return m

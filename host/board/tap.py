@@ -2,7 +2,7 @@
 
 ``gradwire board serve --backend verilator --tap NAME`` puts the gateware of a board (the
 Verilated network top of :mod:`sim.harness.network`: LiteEth, the clock crossing, the front
-end, ``NicTop``, ``SwitchTop``; the same sources as the bitstream) on the TAP interface
+end, the NIC and switch engines; the same sources as the bitstream) on the TAP interface
 ``NAME``. The host's own network stack then talks to it as to a board on a cable: the
 kernel's ARP resolves it, ``ping`` reaches its ICMP echo, ordinary UDP sockets (``gradwire
 board status``, a training run with ``backend="udp"``) reach its services, and its own ARP

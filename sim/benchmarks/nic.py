@@ -1,7 +1,7 @@
 """NIC engines gateware: beats per clock, latency and simulation speed, from Verilator.
 
 The cocotb bench ``throughput`` of ``sim/tb_nic.py`` runs on the Verilated NIC top (the same
-build as ``tests/hdl/nic/test_top.py``) with the sources never pausing and the sinks always
+build as ``tests/hdl/nic/test_nic_top.py``) with the sources never pausing and the sinks always
 ready, checks every output byte against the golden model, and counts handshakes per clock
 on the four AXI-Stream ports. Workloads (``k = 10``, packets of ``values`` values):
 
@@ -29,10 +29,9 @@ ALL_RAW_BOUND = 16 / 17
 
 
 def _verilator_measure(quick):
-    from hdl.export import export_verilog
-    from hdl.nic.top import NicTop
+    from hdl.export import export_verilog, make_top
 
-    return cocotb_measurement(TOP, export_verilog(NicTop(), TOP), "sim.tb_nic", "throughput",
+    return cocotb_measurement(TOP, export_verilog(make_top(TOP), TOP), "sim.tb_nic", "throughput",
                               {"seed": 4, "packets": 2 if quick else 8, "values": 2048,
                                "baseline_cycles": 5000 if quick else 30000},
                               report_param="results")

@@ -194,7 +194,6 @@ def _measure(top, verilog, streams, log, quick):
 
 def run(quick: bool) -> dict:
     from hdl.export import export_verilog, make_top
-    from hdl.switch.top import SwitchTop
     from host.driver.nic import NIC_STREAMS
     from host.driver.switch import SWITCH_STREAMS
 
@@ -207,7 +206,7 @@ def run(quick: bool) -> dict:
         "nic_top", export_verilog(make_top("nic_top"), "nic_top"), NIC_STREAMS, nic_log, quick)}
     switch_log, switch_load = _switch_requests(quick, ENGINE)
     results["switch_top"] = {"workload": switch_load, **_measure(
-        "switch_top", export_verilog(SwitchTop(**ENGINE.as_dict()), "switch_top"),
+        "switch_top", export_verilog(make_top("switch_top", **ENGINE.as_dict()), "switch_top"),
         SWITCH_STREAMS, switch_log, quick)}
 
     # Every exchange wakes the harness and then the host: on a shared machine each wake-up

@@ -34,16 +34,15 @@ from sim.switch_traffic import EngineParams, hammer_traffic
 from . import cocotb_measurement
 
 TOP = "switch_top"
-#: The cocotb suite's engine (one Verilator build shared with ``tests/hdl/switch/test_top.py``).
+#: The cocotb suite's engine (one Verilator build shared with ``tests/hdl/switch/test_switch_top.py``).
 ENGINE = EngineParams(slots=16, lanes=64, max_workers=32, jobs=4)
 DEFAULT_ENGINE = EngineParams(slots=64, lanes=64, max_workers=32, jobs=4)
 
 
 def _verilator_measure(quick):
-    from hdl.export import export_verilog
-    from hdl.switch.top import SwitchTop
+    from hdl.export import export_verilog, make_top
 
-    return cocotb_measurement(TOP, export_verilog(SwitchTop(**ENGINE.as_dict()), TOP),
+    return cocotb_measurement(TOP, export_verilog(make_top(TOP, **ENGINE.as_dict()), TOP),
                               "sim.tb_switch", "measure",
                               {"engine": ENGINE.as_dict(), "seed": 5,
                                "rounds": 2 if quick else 16,
@@ -64,11 +63,11 @@ def _amaranth_cycles_per_second(params, steps):
     async def bench(ctx):
         for _, job, workers, base, count in config:
             for field, value in enumerate((workers, base, count, 1)):
-                ctx.set(dut.ctrl_addr, 4 * job + field)
-                ctx.set(dut.ctrl_wdata, value)
-                ctx.set(dut.ctrl_we, 1)
+                ctx.set(dut.ctrl.addr, 4 * job + field)
+                ctx.set(dut.ctrl.wdata, value)
+                ctx.set(dut.ctrl.we, 1)
                 await ctx.tick()
-            ctx.set(dut.ctrl_we, 0)
+            ctx.set(dut.ctrl.we, 0)
         for _ in range(params.slots + 40):   # the job's slots are cleared
             await ctx.tick()
         ctx.set(dut.o.ready, 1)

@@ -2,7 +2,7 @@
 
 :class:`VerilatorBoard` is what :class:`host.board.virtual.VirtualBoard` puts behind its
 sockets for ``gradwire board serve --backend verilator``: the gateware of a board (LiteEth,
-the clock crossing, the network front end, ``NicTop``, ``SwitchTop``), simulated by the
+the clock crossing, the network front end, the NIC and switch engines), simulated by the
 compiled PHY harness (:mod:`sim.harness.network`) through its RGMII pins. Every datagram
 from the sockets becomes an Ethernet/IPv4/UDP frame built by scapy, with the sender's real
 address and port; every frame the gateware sends is parsed back by scapy, checked, and

@@ -3,7 +3,7 @@
 :class:`NetworkHarness` builds (or reuses) the compiled PHY harness (``phy.cpp``) of the
 network top (:class:`hdl.net.top.NetworkTop`: LiteEth's ECP5 RGMII core with the
 behavioural ECP5 primitives of ``sim/ecp5_models.v``, the clock crossing, the front end,
-``NicTop`` and ``SwitchTop``) and runs it as a child process over two pipes, as
+the NIC and switch engines) and runs it as a child process over two pipes, as
 :class:`sim.harness.transport.HarnessTransport` runs the engine tops. Python hands it whole
 Ethernet frames (built with scapy by the caller) and gets back the frames the gateware
 sent; the preamble, the FCS, the inter-frame gap, the DDR nibbles on both clock edges and
@@ -136,7 +136,7 @@ class NetworkHarness(HarnessProcess):
     board : str
         Network configuration (``constraints/network.toml``).
     switch_params : dict, optional
-        ``SwitchTop``'s parameters (default the network top's).
+        the aggregator's parameters (default the network top's).
     network : dict, optional
         Keys of the board's network configuration to replace (a build of its own), e.g.
         ``{"arp_timeout_s": 20e-6}`` so that an ARP give-up takes microseconds.

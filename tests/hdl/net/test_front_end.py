@@ -89,12 +89,12 @@ class Bench(wiring.Component):
         wiring.connect(m, self.switch.o, f.switch_out)
         m.d.comb += f.switch_drained.eq(1)      # the stand-in holds no commit back
         # a one-register switch port and a NIC port that reads its address back
-        with m.If(f.switch_ctrl.ctrl_we):
-            m.d.sync += self.switch_reg.eq(f.switch_ctrl.ctrl_wdata)
-        with m.If(f.switch_ctrl.ctrl_re):
-            m.d.sync += f.switch_ctrl.ctrl_rdata.eq(self.switch_reg)
-        with m.If(f.nic_ctrl.ctrl_re):
-            m.d.sync += f.nic_ctrl.ctrl_rdata.eq(f.nic_ctrl.ctrl_addr + 1000)
+        with m.If(f.switch_ctrl.we):
+            m.d.sync += self.switch_reg.eq(f.switch_ctrl.wdata)
+        with m.If(f.switch_ctrl.re):
+            m.d.sync += f.switch_ctrl.rdata.eq(self.switch_reg)
+        with m.If(f.nic_ctrl.re):
+            m.d.sync += f.nic_ctrl.rdata.eq(f.nic_ctrl.addr + 1000)
         return m
 
 

@@ -1,7 +1,7 @@
 """The network top on Verilator through its RGMII pins: the board's gateware end to end.
 
 One Verilator build of ``sim/network_top.py`` (LiteEth core, ECP5 primitive models, front
-end, NicTop, SwitchTop), cached by content, and one simulator run for all the cocotb tests
+end, the NIC and switch engines), cached by content, and one simulator run for all the cocotb tests
 of ``sim/tb_network.py`` that this module's selected tests ask for (each simulator start
 costs seconds: the model is large); each pytest test then reports its own cocotb test.
 """

@@ -2,6 +2,7 @@
 import random
 
 from amaranth import Module
+from amaranth.lib import wiring
 
 from contract.counters import NET_COUNTERS
 from contract.network import network_address
@@ -18,9 +19,7 @@ def build(nic=True, switch=True):
     net = NetRegisters(mac=MAC, ip=IP, port_base=BASE, services=0b1101, jobs=4, max_workers=8)
     top = Module()
     top.submodules.router, top.submodules.net = router, net
-    for name in ("ctrl_addr", "ctrl_re", "ctrl_we", "ctrl_wdata"):
-        top.d.comb += getattr(net, name).eq(getattr(router.net, name))
-    top.d.comb += router.net.ctrl_rdata.eq(net.ctrl_rdata)
+    wiring.connect(top, router.net, net.ctrl)
     return top, router, net
 
 
@@ -54,8 +53,8 @@ def test_regions_constants_counters_and_table():
     async def bench(ctx):
         bus = router.bus
         # the engines' regions: address and strobes reach the port, data comes back
-        ctx.set(router.switch.ctrl_rdata, 0x5A5A)
-        ctx.set(router.nic.ctrl_rdata, 0xA5A5)
+        ctx.set(router.switch.rdata, 0x5A5A)
+        ctx.set(router.nic.rdata, 0xA5A5)
         addr = network_address("switch", NET_REGISTERS["ip"].address)  # any local address
         assert await access(ctx, bus, addr) == 0x5A5A
         assert await access(ctx, bus, network_address("nic", 3)) == 0xA5A5
@@ -108,18 +107,18 @@ def test_absent_engine_region_reads_zero_and_is_never_strobed():
     top, router, net = build(nic=False)
 
     async def bench(ctx):
-        ctx.set(router.nic.ctrl_rdata, 0xFFFF)
+        ctx.set(router.nic.rdata, 0xFFFF)
         strobes = []
         ctx.set(router.bus.addr, network_address("nic", 0))
         for _ in range(REGISTER_ADDRESS_SETUP):
             await ctx.tick()
         ctx.set(router.bus.re, 1)
         await ctx.tick()
-        strobes.append(ctx.get(router.nic.ctrl_re))
+        strobes.append(ctx.get(router.nic.re))
         ctx.set(router.bus.re, 0)
         for _ in range(REGISTER_READ_LATENCY - 1):
             await ctx.tick()
-            strobes.append(ctx.get(router.nic.ctrl_re))
+            strobes.append(ctx.get(router.nic.re))
         assert ctx.get(router.bus.rdata) == 0
         assert strobes == [0] * REGISTER_READ_LATENCY
 

@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """The compressor (NIC transmit path) end to end in the Amaranth simulator: packets and
 counter strobes against the golden model (the long runs are on Verilator,
-``tests/hdl/nic/test_top.py``)."""
+``tests/hdl/nic/test_nic_top.py``)."""
 
 import numpy as np
 import pytest

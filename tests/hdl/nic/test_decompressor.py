@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """The decompressor (NIC receive path) in the Amaranth simulator: parameter checks, packets
 and counter strobes against the golden model (the long runs are on Verilator,
-``tests/hdl/nic/test_top.py``)."""
+``tests/hdl/nic/test_nic_top.py``)."""
 
 import numpy as np
 import pytest

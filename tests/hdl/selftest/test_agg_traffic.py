@@ -54,8 +54,8 @@ def test_agg_traffic_against_reference_aggregator_in_the_loop():
         while seen["packets"] < 60:
             ctx.set(dut.o.ready, rng.random() < 0.8)
             _, _, payload, valid, ready, we, addr, wdata = await ctx.tick().sample(
-                dut.o.payload, dut.o.valid, dut.o.ready, dut.ctrl_we, dut.ctrl_addr,
-                dut.ctrl_wdata)
+                dut.o.payload, dut.o.valid, dut.o.ready, dut.ctrl.we, dut.ctrl.addr,
+                dut.ctrl.wdata)
             if we:
                 seen["writes"][int(addr)] = int(wdata)
                 if int(addr) == 4 * 1 + 3:

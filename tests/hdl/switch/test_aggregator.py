@@ -1,7 +1,7 @@
 # amaranth: UnusedElaboratable=no
 """The aggregator's parameter checks, and the whole engine against the reference model in
 the Amaranth simulator (small parameters; the long runs are on Verilator,
-``tests/hdl/switch/test_top.py``)."""
+``tests/hdl/switch/test_switch_top.py``)."""
 import random
 
 import pytest
@@ -173,3 +173,29 @@ def test_bad_slot_version_and_partial_beats_are_dropped_whole(lanes):
     counters = assert_same(params, steps, seed=lanes, pause_in=0.1, pause_out=0.2)
     assert counters["drop_bad_slot_version"] == 12 and counters["drop_bad_length"] == 12
     assert counters["results_multicast"] == 12
+
+
+def test_drained_is_high_only_while_the_engine_holds_no_packet():
+    """``drained`` (the network front end's copy of the jobs' configuration follows it): 1 at
+    rest, 0 while a packet is taken and its commit runs, 1 again after."""
+    dut = Aggregator(slots=8, lanes=8, max_workers=4, jobs=2)
+    trace = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 1)
+        for _ in range(3):
+            await ctx.tick()
+        trace.append(ctx.get(dut.drained))
+        # a two-beat packet (the engine drops it, unconfigured; it is taken all the same)
+        for last in (0, 1):
+            ctx.set(dut.i.valid, 1)
+            ctx.set(dut.i.p.keep, (1 << 32) - 1)
+            ctx.set(dut.i.p.last, last)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+        for _ in range(60):
+            trace.append(ctx.get(dut.drained))
+            await ctx.tick()
+
+    run(dut, bench)
+    assert trace[0] == 1 and 0 in trace and trace[-1] == 1

@@ -41,8 +41,8 @@ def nic_verilog():
 
 @functools.lru_cache(maxsize=None)
 def switch_verilog():
-    from hdl.switch.top import SwitchTop
-    return export_verilog(SwitchTop(**SWITCH_ENGINE.as_dict()), "switch_top")
+    from hdl.export import make_top
+    return export_verilog(make_top("switch_top", **SWITCH_ENGINE.as_dict()), "switch_top")
 
 
 def open_harness(top="nic_top", **kwargs):

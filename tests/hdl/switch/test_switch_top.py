@@ -1,4 +1,4 @@
-"""The switch top on Verilator against the reference model: cocotb benches in
+"""The exported switch top (``switch_top``) on Verilator against the reference model: cocotb benches in
 ``sim/tb_switch.py``, one shared build (slots=16, P=64, 32 workers, 4 jobs).
 
 Each test runs one cocotb bench (``testcase``) of the same Verilog, so the Verilator model
@@ -11,7 +11,7 @@ import functools
 import numpy as np
 import pytest
 
-from hdl.export import export_verilog
+from hdl.export import export_verilog, make_top
 from sim.runner import run_cocotb
 from sim.switch_traffic import EngineParams
 
@@ -23,8 +23,7 @@ ENGINE = EngineParams(slots=16, lanes=64, max_workers=32, jobs=4)
 
 @functools.lru_cache(maxsize=None)
 def switch_verilog():
-    from hdl.switch.top import SwitchTop
-    return export_verilog(SwitchTop(**ENGINE.as_dict()), TOP)
+    return export_verilog(make_top(TOP, **ENGINE.as_dict()), TOP)
 
 
 def run(testcase, **params):

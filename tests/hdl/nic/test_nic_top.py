@@ -1,4 +1,4 @@
-"""The NIC top on Verilator: cocotb benches in ``sim/tb_nic.py``, one shared build.
+"""The exported NIC top (``nic_top``) on Verilator: cocotb benches in ``sim/tb_nic.py``, one shared build.
 
 Each test runs one cocotb test (``testcase``) of the same Verilog, so the Verilator model is
 built once (cached by content hash) and reused by every test and variant.
@@ -7,7 +7,7 @@ import functools
 
 import pytest
 
-from hdl.export import export_verilog
+from hdl.export import export_verilog, make_top
 from sim.runner import run_cocotb
 
 pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
@@ -17,8 +17,7 @@ TOP = "nic_top"
 
 @functools.lru_cache(maxsize=None)
 def nic_verilog():
-    from hdl.nic.top import NicTop
-    return export_verilog(NicTop(), TOP)
+    return export_verilog(make_top(TOP), TOP)
 
 
 def run(testcase, **params):
