@@ -6,7 +6,7 @@ ways is counted once, under the first cause in this order that applies.
 """
 
 __all__ = ["NIC_TX_COUNTERS", "NIC_RX_COUNTERS", "AGG_DROP_CAUSES", "AGG_COUNTERS",
-           "NET_CORE_DROPS", "NET_COUNTERS"]
+           "NET_CORE_DROPS", "NET_COUNTERS", "WIRE_DROP_CAUSES", "WIRE_COUNTERS"]
 
 #: NIC transmit path (compressor).
 NIC_TX_COUNTERS = (
@@ -86,3 +86,31 @@ NET_COUNTERS = (
     "drop_service_full",  # datagram dropped whole: its service's input buffer was full
     "drop_reply_full",    # reply dropped whole: the output path to the wire was full
 )
+
+#: The NIC in the wire (``../shared/spec/network.md`` section 6): drop causes of a frame
+#: arriving on one port, in priority order.
+WIRE_DROP_CAUSES = (
+    "fcs",                # bad frame check sequence
+    "runt",               # frame shorter than 64 bytes (FCS included)
+    "oversize",           # frame longer than 9018 bytes (FCS included)
+    "board_address",      # network side: frame to the board's MAC, or ARP for its IP
+    "unanswered",         # host side: frame for the board that it does not answer
+    "udp_length",         # gradient port: UDP length not the IPv4 payload's, or the
+                          # IPv4 packet longer than the frame
+    "udp_checksum",       # gradient port: wrong non-zero UDP checksum
+    "malformed",          # network side: gradient datagram the NIC receive path drops
+)
+
+#: Counters of each port of the NIC in the wire, in register order. Every frame arriving
+#: on a port counts in ``frames_in`` and in exactly one of ``passed`` .. ``answered`` or
+#: one ``drop_*`` cause, all on that port; every frame a port sends counts in its
+#: ``frames_out``.
+WIRE_COUNTERS = (
+    "frames_in",          # frames arriving on this port (bad ones included)
+    "frames_out",         # frames sent from this port (forwarded and the board's replies)
+    "passed",             # forwarded to the other port unchanged (byte for byte)
+    "compressed",         # host side: RAW_F32 gradient datagram sent on as INC_F32
+    "decompressed",       # network side: INC_F32 gradient datagram sent on as RAW_F32
+    "incompressible",     # host side: passed raw, its INC_F32 packet would be longer
+    "answered",           # host side: frame for the board, answered on this port
+) + tuple(f"drop_{cause}" for cause in WIRE_DROP_CAUSES)

@@ -20,7 +20,8 @@ __all__ = [
     "CTRL_TYPE", "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
     "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
-    "mac_to_int", "ip_to_int",
+    "mac_to_int", "ip_to_int", "WIRE_GRADIENT_PORT", "WIRE_PORTS", "MAX_FRAME_BYTES",
+    "MIN_FRAME_BYTES",
 ]
 
 #: The board's addresses unless the bitstream is built with others (spec section 1).
@@ -48,6 +49,14 @@ def service_ports(port_base: int = PORT_BASE) -> dict[Service, int]:
         raise ValueError(f"port_base {port_base} leaves no room for four ports below 65536")
     return {service: port_base + offset for service, offset in SERVICE_OFFSETS.items()}
 
+
+#: The NIC in the wire (spec section 6): the UDP port of gradient datagrams (a build
+#: option), and the board's two ports: 0 faces the host, 1 the network.
+WIRE_GRADIENT_PORT = 47574
+WIRE_PORTS = (0, 1)
+#: Ethernet frames the board accepts, FCS included (spec section 1): 64 to 9018 bytes.
+MIN_FRAME_BYTES = 64
+MAX_FRAME_BYTES = 9018
 
 #: IP MTUs: standard Ethernet, and the jumbo frames the board accepts (9018-byte frames).
 MTU_DEFAULT = 1500

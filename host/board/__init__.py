@@ -5,6 +5,8 @@
 - :mod:`host.board.golden`: :class:`GoldenBoard`, the network front end of
   ``../shared/spec/network.md`` with the golden engines behind it (the reference the
   gateware's network top is compared against);
+- :mod:`host.board.wire_golden`: :class:`GoldenWire`, the two-port board with the NIC in
+  the wire (``network.md`` section 6), frame by frame;
 - :mod:`host.board.virtual`: :class:`VirtualBoard`, a backend behind real UDP sockets on
   127.0.0.1 (``gradwire board serve``);
 - :mod:`host.board.wire`: :class:`WireFaults`, a seeded fault injector on its wire;
@@ -18,6 +20,7 @@ from .backend import BOARD_BACKENDS, BoardBackend, Datagram, open_board_backend
 from .golden import GoldenBoard
 from .virtual import VirtualBoard, free_port_base
 from .wire import WireFaults
+from .wire_golden import GoldenWire
 
 __all__ = ["BOARD_BACKENDS", "BoardBackend", "Datagram", "open_board_backend", "GoldenBoard",
-           "VirtualBoard", "WireFaults", "free_port_base"]
+           "GoldenWire", "VirtualBoard", "WireFaults", "free_port_base"]

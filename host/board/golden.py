@@ -31,7 +31,7 @@ from contract.registers import DATA_BITS
 
 from .backend import BoardBackend, Datagram
 
-__all__ = ["GoldenBoard", "ALL_SERVICES"]
+__all__ = ["GoldenBoard", "ALL_SERVICES", "nic_packet"]
 
 ALL_SERVICES = tuple(Service)
 _WORD = (1 << DATA_BITS) - 1
@@ -42,6 +42,14 @@ _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
 _SERVICE_COUNTERS = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx",
                      Service.SWITCH: "switch", Service.CTRL: "ctrl"}
 _CTRL_OPS = {op.value for op in CtrlOp}
+
+
+def nic_packet(data: bytes) -> Packet:
+    """A datagram's payload as the packet a NIC engine takes: the engines take whole 32-bit
+    words and a whole header beat, so the front end completes a short datagram with zero
+    bytes (``docs/network-contract.md``)."""
+    size = max(HEADER_BYTES, -(-len(data) // 4) * 4)
+    return Packet.from_bytes(data + bytes(size - len(data)))
 
 
 class GoldenBoard(BoardBackend):
@@ -147,14 +155,9 @@ class GoldenBoard(BoardBackend):
     # -- NIC services --------------------------------------------------------------------
 
     def _nic(self, service: Service, d: Datagram) -> list[Datagram]:
-        # The NIC engines take whole 32-bit words and a whole header beat: the front end
-        # completes a short datagram with zero bytes (docs/network-contract.md).
-        data = d.payload
-        size = max(HEADER_BYTES, -(-len(data) // 4) * 4)
-        packet = Packet.from_bytes(data + bytes(size - len(data)))
         stream = "tx" if service is Service.NIC_TX else "rx"
         return [self._reply(service, d.src_ip, d.src_port, p.to_bytes())
-                for p in self.nic.exchange(stream, [packet])]
+                for p in self.nic.exchange(stream, [nic_packet(d.payload)])]
 
     # -- switch service ------------------------------------------------------------------
 

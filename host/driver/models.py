@@ -17,6 +17,11 @@ def _reply(frames, packets_in):
             "stall_in": 0, "first_in": None, "first_out": None, "last_out": None}
 
 
+def _check_stream(stream):
+    if stream not in ("tx", "rx"):
+        raise ValueError(f"the NIC has streams 'tx' and 'rx', not {stream!r}")
+
+
 class NicModelTransport(Transport):
     """The NIC top's golden model: stream ``tx`` compresses, ``rx`` decompresses.
 
@@ -32,20 +37,24 @@ class NicModelTransport(Transport):
         self.counters = {"tx": dict.fromkeys(NIC_TX_COUNTERS, 0),
                          "rx": dict.fromkeys(NIC_RX_COUNTERS, 0)}
 
-    def _exchange(self, stream, packets, options):
+    def process(self, stream, packet):
+        """One packet through path ``stream`` (``"tx"`` or ``"rx"``), counted as the engine
+        counts it: ``(packet_out or None, cause)``, ``cause`` its counter name besides
+        ``"packets"`` (``host.golden.inceptionn.nic_tx`` / ``nic_rx``)."""
         from host.golden.inceptionn import nic_rx, nic_tx
-        if stream not in ("tx", "rx"):
-            raise ValueError(f"the NIC has streams 'tx' and 'rx', not {stream!r}")
-        out = []
-        for packet in packets:
-            if stream == "tx":
-                result, cause = nic_tx(packet)
-            else:
-                result, cause = nic_rx(packet, self.max_count)
-            self.counters[stream]["packets"] += 1
-            self.counters[stream][cause] += 1
-            if result is not None:
-                out.append(result)
+        _check_stream(stream)
+        if stream == "tx":
+            result, cause = nic_tx(packet)
+        else:
+            result, cause = nic_rx(packet, self.max_count)
+        self.counters[stream]["packets"] += 1
+        self.counters[stream][cause] += 1
+        return result, cause
+
+    def _exchange(self, stream, packets, options):
+        _check_stream(stream)
+        out = [result for result, _ in (self.process(stream, p) for p in packets)
+               if result is not None]
         return _reply(out, len(packets))
 
     def read(self, addr):
