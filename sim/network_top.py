@@ -30,7 +30,7 @@ def engine_period_ps(board="ecpix5"):
 def network_top_sources(board="ecpix5"):
     """(Verilog of the top, extra Verilog files) for :func:`sim.runner.run_cocotb`."""
     from hdl.export import export_verilog
-    from hdl.net.liteeth import load_network_config
+    from hdl.net.core.liteeth import load_network_config
     from hdl.net.top import NetworkTop
     top = NetworkTop(load_network_config(board))
     return export_verilog(top, TOP), (*top.verilog_sources, MODELS)

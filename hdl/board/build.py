@@ -284,7 +284,7 @@ def main(argv=None) -> int:
     network = None
     if args.top == "network":
         from hdl.board.network import NetworkBoardTop
-        from hdl.net.liteeth import load_network_config
+        from hdl.net.core.liteeth import load_network_config
         from hdl.net.top import port_base_of
         try:
             key = parse_key(args.key) if args.key is not None else secrets.randbits(64)

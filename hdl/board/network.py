@@ -21,7 +21,7 @@ from amaranth.lib.cdc import ResetSynchronizer
 
 from contract.counters import NET_COUNTERS
 from hdl.board.top import ehxplll, pin_buffers, pll_dividers
-from hdl.net.eth_core import rgmii_ports
+from hdl.net.core.eth_core import rgmii_ports
 from hdl.net.top import ENGINES, NetworkTop
 from hdl.selftest.report import Report
 from hdl.selftest.uart_tx import UartTx, uart_divisor
@@ -101,7 +101,7 @@ class NetworkBoardTop(Elaboratable):
     Parameters
     ----------
     board : hdl.board.top.Board
-    config : hdl.net.liteeth.NetworkConfig
+    config : hdl.net.core.liteeth.NetworkConfig
         The board's network configuration with the build's options (MAC, IP) applied.
     key : int
         The control key (64 bits).

@@ -26,10 +26,10 @@ from amaranth.lib.wiring import In, Out
 from contract.counters import NIC_RX_COUNTERS
 from contract.network import SIMULATION_KEY, Service, mac_to_int, service_ports
 from hdl.ctrl_port import ctrl_port_members
-from hdl.net.cdc import EthCrossing
-from hdl.net.eth_core import LiteEthCore
-from hdl.net.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
-from hdl.net.liteeth import NetworkConfig, generate, load_network_config
+from hdl.net.core.cdc import EthCrossing
+from hdl.net.core.eth_core import LiteEthCore
+from hdl.net.core.liteeth import NetworkConfig, generate, load_network_config
+from hdl.net.front_end.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
 from hdl.nic.top import NicTop
 from hdl.stream.axis import flat_axis_members
 from hdl.switch.aggregator import Aggregator

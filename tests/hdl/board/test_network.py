@@ -12,7 +12,7 @@ import pytest
 from hdl.board.build import classify_clocks, parse_key, write_private
 from hdl.board.network import NetworkBoardTop, NetworkPLL, report_template
 from hdl.board.top import load_boards
-from hdl.net.liteeth import load_network_config
+from hdl.net.core.liteeth import load_network_config
 
 BOARDS = load_boards()
 KEY = 0x9E3779B97F4A7C15

@@ -75,7 +75,7 @@ def test_every_default_clock_has_margin_over_the_port():
     """The 1 GbE port needs 1e9 / 256 bits = 3.9 MHz of the 256-bit engines; every default
     is a clock of the PLL, with the Ethernet clock beside it on the network top."""
     from hdl.board.network import NetworkPLL
-    from hdl.net.liteeth import load_network_config
+    from hdl.net.core.liteeth import load_network_config
     for board in BOARDS.values():
         for top, mhz in board.engine_mhz.items():
             assert 8 <= mhz <= 125, (board.name, top, mhz)
