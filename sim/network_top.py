@@ -21,7 +21,7 @@ def engine_period_ps(board="ecpix5"):
     """The engine clock's period in the simulations of the board's network top, in
     picoseconds: the bitstream's default clock (``constraints/boards.toml``), rounded to an
     even number so that both halves of the period are whole picoseconds."""
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     period = round(1e6 / load_boards()[board].engine_clock_mhz("network"))
     return period + period % 2
 

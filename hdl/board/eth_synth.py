@@ -48,7 +48,7 @@ class EchoBoardTop(Elaboratable):
 
 
 def main(argv=None) -> int:
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     from hdl.board.build import tool_environment
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])

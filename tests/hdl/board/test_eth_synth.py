@@ -2,7 +2,7 @@
 run itself is a manual measurement, docs/network-core.md "Resources")."""
 import pytest
 
-from hdl.board.top import load_boards
+from hdl.board.boards import load_boards
 from hdl.board.eth_synth import main
 
 
