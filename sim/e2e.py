@@ -55,7 +55,7 @@ def clock_mhz(board="ecpix5"):
                 f"engine clock of the latest `make bitstream` ({summary.relative_to(REPO)})"
     except (OSError, KeyError, ValueError, TypeError):
         pass
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     return load_boards()[board].engine_clock_mhz("network"), \
         "the board's default engine clock (no `make bitstream` that met timing found)"
 

@@ -1,5 +1,5 @@
 // Behavioural models of the ECP5 primitives that the LiteEth RGMII core instantiates
-// (hdl/net/liteeth_migen.py), for simulation; Yosys and nextpnr use the real cells.
+// (hdl/net/core/liteeth_migen.py), for simulation; Yosys and nextpnr use the real cells.
 //
 // Cycle behaviour only: DELAYG is a wire (no picoseconds in a cycle-based simulator), so
 // the testbench's RGMII model must present data a half period before the edge that

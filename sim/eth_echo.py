@@ -13,9 +13,9 @@ from amaranth import Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.net.echo import UdpEcho
-from hdl.net.eth_core import LiteEthCore, RxBeat, UdpMeta
-from hdl.net.liteeth import EVENTS, generate, load_network_config
+from hdl.net.core.echo import UdpEcho
+from hdl.net.core.eth_core import LiteEthCore, RxBeat, UdpMeta
+from hdl.net.core.liteeth import EVENTS, generate, load_network_config
 
 __all__ = ["TOP", "MODELS", "RxContractMonitor", "EthEchoTop", "echo_top_sources"]
 

@@ -21,7 +21,7 @@ def engine_period_ps(board="ecpix5"):
     """The engine clock's period in the simulations of the board's network top, in
     picoseconds: the bitstream's default clock (``constraints/boards.toml``), rounded to an
     even number so that both halves of the period are whole picoseconds."""
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     period = round(1e6 / load_boards()[board].engine_clock_mhz("network"))
     return period + period % 2
 
@@ -30,7 +30,7 @@ def engine_period_ps(board="ecpix5"):
 def network_top_sources(board="ecpix5"):
     """(Verilog of the top, extra Verilog files) for :func:`sim.runner.run_cocotb`."""
     from hdl.export import export_verilog
-    from hdl.net.liteeth import load_network_config
+    from hdl.net.core.liteeth import load_network_config
     from hdl.net.top import NetworkTop
     top = NetworkTop(load_network_config(board))
     return export_verilog(top, TOP), (*top.verilog_sources, MODELS)

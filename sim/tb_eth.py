@@ -6,7 +6,8 @@ crossing really crosses), the transmit clock coming back from the design. Frames
 and parsed with scapy. A host coroutine answers the board's ARP requests, as a real host
 would; every other frame the board sends is queued for the test to check.
 
-Launched from ``tests/hdl/net/test_eth_echo.py``; parameters through :func:`sim.runner.test_params`.
+Launched from ``tests/hdl/net/core/test_eth_echo.py``; parameters through
+:func:`sim.runner.test_params`.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from scapy.layers.inet import ICMP, IP, UDP, IPOption_NOP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from hdl.net.liteeth import EVENTS, load_network_config
+from hdl.net.core.liteeth import EVENTS, load_network_config
 from sim.runner import test_params
 
 RGMII_PS = 8004        # the PHY's receive clock, 500 ppm slow: the phases drift through

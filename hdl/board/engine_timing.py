@@ -63,8 +63,8 @@ def _aggregator():
 
 def _network_front_end():
     from contract.network import mac_to_int
-    from hdl.net.front_end import NetworkFrontEnd
-    from hdl.net.liteeth import load_network_config
+    from hdl.net.core.liteeth import load_network_config
+    from hdl.net.front_end.front_end import NetworkFrontEnd
     from hdl.net.top import SIMULATION_KEY, port_base_of
     config = load_network_config("ecpix5")
     return NetworkFrontEnd(mac=mac_to_int(config.mac_address), ip=config.ip_int,

@@ -1,11 +1,11 @@
 """ECP5 board top of the network: the engines served over the board's RGMII port.
 
-What ``make bitstream TOP=network`` builds (the default, ``TOP=selftest``, is
-:mod:`hdl.board.top`'s self-test). One PLL makes both clocks: the engines' (``sync``, CLKOP, the board's
-``engine_mhz``) and LiteEth's (``eth``, CLKOS, the network configuration's ``sys_clk_hz``);
-each domain leaves reset on its own clock once the PLL has locked (and the board's reset
-button, if any, is released). The Ethernet PHY chip is held in reset until then and for
-10 ms after, as LiteX does.
+What ``make bitstream TOP=network`` builds (``TOP=selftest`` is :mod:`hdl.board.top`'s
+self-test). One PLL makes both clocks (:func:`hdl.board.clocking.board_clocks`): the
+engines' (``sync``, CLKOP, the board's ``engine_mhz``) and LiteEth's (``eth``, CLKOS, the
+network configuration's ``sys_clk_hz``); each domain leaves reset on its own clock once the
+PLL has locked (and the board's reset button, if any, is released). The Ethernet PHY chip is
+held in reset until then and for 10 ms after, as LiteX does.
 
 LEDs (``constraints/boards.toml``, ``network_leds``): heartbeat, PLL unlocked, link,
 datagrams in, datagrams out, drops (each activity LED lights for about 50 ms per event).
@@ -14,19 +14,18 @@ The UART sends every network counter once a second (115200 8N1), one line:
 """
 from __future__ import annotations
 
-from amaranth import (ClockDomain, ClockSignal, Const, Elaboratable, Instance, Module,
-                      ResetSignal, Signal)
+from amaranth import Elaboratable, Module, ResetSignal, Signal
 from amaranth.lib import data, io
-from amaranth.lib.cdc import ResetSynchronizer
 
 from contract.counters import NET_COUNTERS
-from hdl.board.top import ehxplll, pin_buffers, pll_dividers
-from hdl.net.eth_core import rgmii_ports
+from hdl.board.clocking import board_clocks
+from hdl.board.pins import pin_buffers
+from hdl.net.core.eth_core import rgmii_ports
 from hdl.net.top import ENGINES, NetworkTop
 from hdl.selftest.report import Report
 from hdl.selftest.uart_tx import UartTx, uart_divisor
 
-__all__ = ["NetworkStatus", "NetworkPLL", "NetworkBoardTop", "report_template"]
+__all__ = ["NetworkStatus", "NetworkBoardTop", "report_template"]
 
 #: LED status bits of the network top (names used by ``network_leds`` in boards.toml).
 NetworkStatus = data.StructLayout({
@@ -50,39 +49,6 @@ def report_template():
     return "net {line}:" + "".join(f" {name}={{{name}}}" for name in NET_COUNTERS) + "\r\n"
 
 
-class NetworkPLL(Elaboratable):
-    """An ``EHXPLLL``: CLKOP ``f_out_mhz`` (also the feedback), CLKOS ``f_os_mhz``.
-
-    CLKOS divides the same VCO, so ``f_os_mhz`` must divide it exactly.
-    """
-
-    def __init__(self, *, f_in_mhz, f_out_mhz, f_os_mhz):
-        self.f_in_mhz = f_in_mhz
-        alone = pll_dividers(f_in_mhz, f_out_mhz)
-        try:
-            d = dict(pll_dividers(f_in_mhz, f_out_mhz, vco_divisible_by=f_os_mhz))
-        except ValueError:
-            d = None
-        # CLKOS must not cost CLKOP its frequency: the VCO has to make both
-        if d is None or abs(d["f_out_mhz"] - alone["f_out_mhz"]) > 1e-9:
-            raise ValueError(f"{f_os_mhz} MHz is not a VCO that makes {alone['f_out_mhz']:g} "
-                             f"MHz divided by an integer 1..128")
-        self.dividers = d
-        clkos_div = d["f_vco_mhz"] / f_os_mhz
-        d["clkos_div"] = round(clkos_div)
-        d["f_os_mhz"] = d["f_vco_mhz"] / d["clkos_div"]
-        self.clk_in = Signal()
-        self.clk_out = Signal(attrs={"keep": 1})
-        self.clk_os = Signal(attrs={"keep": 1})
-        self.locked = Signal()
-
-    def elaborate(self, platform):
-        m = Module()
-        m.submodules.pll = ehxplll(self.dividers, f_in_mhz=self.f_in_mhz, clk_in=self.clk_in,
-                                   clk_out=self.clk_out, clk_os=self.clk_os, locked=self.locked)
-        return m
-
-
 def _stretch(m, event, cycles, name):
     """A signal high for ``cycles`` clocks after each ``event`` strobe."""
     timer = Signal(range(cycles + 1), name=f"{name}_timer")
@@ -100,8 +66,8 @@ class NetworkBoardTop(Elaboratable):
 
     Parameters
     ----------
-    board : hdl.board.top.Board
-    config : hdl.net.liteeth.NetworkConfig
+    board : hdl.board.boards.Board
+    config : hdl.net.core.liteeth.NetworkConfig
         The board's network configuration with the build's options (MAC, IP) applied.
     key : int
         The control key (64 bits).
@@ -112,7 +78,7 @@ class NetworkBoardTop(Elaboratable):
 
     Attributes
     ----------
-    pll : NetworkPLL (made at elaboration), network : NetworkTop
+    pll : hdl.board.clocking.EnginePLL (made at elaboration), network : NetworkTop
     """
 
     def __init__(self, board, config, *, key, engines=None, engine_mhz=None):
@@ -135,28 +101,8 @@ class NetworkBoardTop(Elaboratable):
         pin = pin_buffers(m, platform)
 
         # -- clocks and resets ------------------------------------------------------------
-        f_in_mhz = platform.default_clk_frequency / 1e6
-        clk_in = pin(f"{platform.default_clk}:0", "i")
-        m.submodules.pll = self.pll = pll = NetworkPLL(
-            f_in_mhz=f_in_mhz, f_out_mhz=self.engine_mhz, f_os_mhz=self.eth_mhz)
-        m.d.comb += pll.clk_in.eq(clk_in.i)
-        platform.add_clock_constraint(pll.clk_out, pll.dividers["f_out_mhz"] * 1e6)
-        platform.add_clock_constraint(pll.clk_os, pll.dividers["f_os_mhz"] * 1e6)
-
-        m.domains.sync = ClockDomain("sync")
-        m.domains.reset_source = ClockDomain("reset_source")
-        m.domains.eth_board = ClockDomain("eth_board")
-        m.d.comb += [ClockSignal("sync").eq(pll.clk_out),
-                     ClockSignal("reset_source").eq(pll.clk_out),
-                     ClockSignal("eth_board").eq(pll.clk_os)]
-        async_reset = ~pll.locked
-        if platform.default_rst is not None:
-            async_reset = async_reset | pin(f"{platform.default_rst}:0", "i").i
-        # As in the self-test top: the engines' reset goes over a global network (DCCA).
-        m.submodules.reset_sync = ResetSynchronizer(async_reset, domain="reset_source")
-        m.submodules.reset_buffer = Instance("DCCA", i_CLKI=ResetSignal("reset_source"),
-                                             i_CE=Const(1), o_CLKO=ResetSignal("sync"))
-        m.submodules.eth_reset_sync = ResetSynchronizer(async_reset, domain="eth_board")
+        self.pll = pll = board_clocks(m, platform, pin, engine_mhz=self.engine_mhz,
+                                     eth_mhz=self.eth_mhz)
 
         # -- the network ------------------------------------------------------------------
         name, number = self.config.resource

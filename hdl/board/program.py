@@ -70,7 +70,7 @@ def program_command(board, bitstream, *, flash=False, cable=None, loader="openFP
 
     Parameters
     ----------
-    board : hdl.board.top.Board
+    board : hdl.board.boards.Board
     bitstream : path
     flash : bool
         Write the SPI flash (kept over power cycles) instead of the SRAM.
@@ -127,7 +127,7 @@ def _arguments(argv, boards):
 
 
 def main(argv=None) -> int:
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     boards = load_boards()
     args = _arguments(sys.argv[1:] if argv is None else argv, boards)
     board = boards[args.board]

@@ -10,12 +10,12 @@ Clocks: the design has two domains, ``sync`` (the engines and the front end) and
 ARP timers count), which comes in on the ports ``eth_clk``/``eth_rst``. A board top makes
 both from one PLL (:mod:`hdl.board.network`); the simulation top (``make verilog``:
 ``network_top.v`` beside ``liteeth_core.v``) has them as ports ``clk``/``rst`` and
-``eth_clk``/``eth_rst``, and the PHY's receive clock on the RGMII pins. Why two domains: :mod:`hdl.net.cdc`.
+``eth_clk``/``eth_rst``, and the PHY's receive clock on the RGMII pins. Why two domains: :mod:`hdl.net.core.cdc`.
 
 The engines are the typed components that ``make verilog`` exports behind flat ports
 (``nic_top``, ``switch_top``), composed here directly: the NIC engine's ``rx_dropped`` serves
-the front end's one-request-in-flight rule (:mod:`hdl.net.reply`), the switch engine's
-``drained`` the front end's copy of the jobs' configuration (:mod:`hdl.net.job_workers`).
+the front end's one-request-in-flight rule (:mod:`hdl.net.front_end.reply`), the switch engine's
+``drained`` the front end's copy of the jobs' configuration (:mod:`hdl.net.front_end.job_workers`).
 """
 from __future__ import annotations
 
@@ -24,10 +24,10 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.network import SIMULATION_KEY, Service, mac_to_int, service_ports
-from hdl.net.cdc import EthCrossing
-from hdl.net.eth_core import LiteEthCore
-from hdl.net.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
-from hdl.net.liteeth import NetworkConfig, generate, load_network_config
+from hdl.net.core.cdc import EthCrossing
+from hdl.net.core.eth_core import LiteEthCore
+from hdl.net.core.liteeth import NetworkConfig, generate, load_network_config
+from hdl.net.front_end.front_end import BufferSizes, FrontEndStatus, NetworkFrontEnd
 from hdl.nic.engine import NicEngine
 from hdl.switch.aggregator import Aggregator
 
@@ -67,7 +67,7 @@ class NetworkTop(wiring.Component):
         workers, 4 jobs).
     sizes : BufferSizes
     rgmii : dict, optional
-        The board's RGMII pins (:func:`hdl.net.eth_core.rgmii_ports`); default top-level
+        The board's RGMII pins (:func:`hdl.net.core.eth_core.rgmii_ports`); default top-level
         ports ``rgmii_*`` (simulation).
 
     Members

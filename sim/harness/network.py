@@ -87,7 +87,7 @@ def network_sources(key: int, board: str = "ecpix5", switch_params: tuple = (),
     ``build/sim/network_top/``, keyed by the parameters, every file of ``hdl/``,
     ``contract/`` and ``constraints/`` and the tools' versions."""
     from hdl.export import export_verilog
-    from hdl.net.liteeth import load_network_config
+    from hdl.net.core.liteeth import load_network_config
     from hdl.net.top import NetworkTop
     from sim.eth_echo import MODELS
     from sim.runner import BUILD

@@ -21,7 +21,7 @@ from hdl.board.build import (
     parse_yosys_cells,
     tool_environment,
 )
-from hdl.board.top import load_boards
+from hdl.board.boards import load_boards
 from tests.conftest import (BITSTREAM_TEST_KEY, DEFAULT_BITSTREAM_COMMAND,
                             default_bitstream_result)
 

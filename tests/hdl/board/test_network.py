@@ -1,4 +1,4 @@
-"""The network board top: its PLL, and the elaboration of every board's network top (as far
+"""The network board top: the elaboration of every board's network top (as far
 as the generated build files, without the tools); the build's key handling."""
 import json
 import os
@@ -9,26 +9,13 @@ from pathlib import Path
 
 import pytest
 
+from hdl.board.boards import load_boards
 from hdl.board.build import classify_clocks, parse_key, write_private
-from hdl.board.network import NetworkBoardTop, NetworkPLL, report_template
-from hdl.board.top import load_boards
-from hdl.net.liteeth import load_network_config
+from hdl.board.network import NetworkBoardTop, report_template
+from hdl.net.core.liteeth import load_network_config
 
 BOARDS = load_boards()
 KEY = 0x9E3779B97F4A7C15
-
-
-@pytest.mark.parametrize("f_in", [100, 25])
-def test_pll_makes_both_clocks_from_one_vco(f_in):
-    pll = NetworkPLL(f_in_mhz=f_in, f_out_mhz=125, f_os_mhz=62.5)
-    d = pll.dividers
-    assert d["f_out_mhz"] == 125 and d["f_os_mhz"] == 62.5
-    assert d["f_vco_mhz"] == d["clkos_div"] * 62.5
-    with pytest.raises(ValueError, match="divided by an integer"):
-        NetworkPLL(f_in_mhz=f_in, f_out_mhz=125, f_os_mhz=60)
-    # a slower engine clock (`--freq 100`): a VCO that makes both (500 MHz, not 600)
-    slower = NetworkPLL(f_in_mhz=f_in, f_out_mhz=100, f_os_mhz=62.5).dividers
-    assert (slower["f_out_mhz"], slower["f_os_mhz"], slower["f_vco_mhz"]) == (100, 62.5, 500)
 
 
 @pytest.mark.parametrize("board", sorted(b for b in BOARDS if "network" in BOARDS[b].tops))
@@ -97,7 +84,7 @@ def test_clocks_are_told_apart_by_net():
 
 def test_network_is_the_default_top():
     from hdl.board.build import _arguments
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     boards = load_boards()
     assert boards["ecpix5"].default_top == boards["versa"].default_top == "network"
     assert _arguments([], boards).top is None                 # the board's default top
@@ -118,7 +105,7 @@ def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):
     from types import SimpleNamespace
 
     from hdl.board.build import _summary
-    from hdl.board.top import load_boards
+    from hdl.board.boards import load_boards
     board = load_boards()["ecpix5"]
     args = SimpleNamespace(router="router1")
     (tmp_path / "gradwire.tim").write_text("Info: constraining clock net 'pll.clk_out' "

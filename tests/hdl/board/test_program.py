@@ -9,7 +9,7 @@ import pytest
 
 from hdl.board.program import (ProgramError, build_folder, loader_path, main,
                                program_command)
-from hdl.board.top import load_boards
+from hdl.board.boards import load_boards
 
 REPO = Path(__file__).resolve().parents[3]
 BOARDS = load_boards()

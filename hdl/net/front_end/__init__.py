@@ -1,0 +1,17 @@
+"""The network front end between the LiteEth core and the engines (``docs/network.md``).
+
+- :mod:`hdl.net.front_end.front_end`: :class:`NetworkFrontEnd`, every block below wired;
+- in: :mod:`~hdl.net.front_end.ingress` (datagrams buffered whole, the core's verdict),
+  :mod:`~hdl.net.front_end.width` (32-bit core words to 256-bit beats and back),
+  :mod:`~hdl.net.front_end.source_check` (job and worker against the sender),
+  :mod:`~hdl.net.front_end.dispatch` (to a service by destination port);
+- the control service: :mod:`~hdl.net.front_end.ctrl_service` (keyed register reads and
+  writes), :mod:`~hdl.net.front_end.registers` (the network's registers, the router to the
+  engines'), :mod:`~hdl.net.front_end.worker_table` (workers' addresses),
+  :mod:`~hdl.net.front_end.job_workers` (the jobs' worker counts, as the switch has them);
+- out: :mod:`~hdl.net.front_end.reply` (one request in flight, its reply's address),
+  :mod:`~hdl.net.front_end.fanout` (a switch result to every worker of its job),
+  :mod:`~hdl.net.front_end.egress` (replies buffered whole),
+  :mod:`~hdl.net.front_end.tx_arbiter` (one of them to the core at a time);
+- :mod:`~hdl.net.front_end.layouts`: the beats and tags they pass between them.
+"""

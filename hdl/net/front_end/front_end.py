@@ -1,0 +1,358 @@
+"""The network front end: datagrams from the core to the engines' services and back.
+
+::
+
+    core rx (32 bit) -> Upsizer -> Dispatch by port -+-> NIC TX:  IngressBuffer -> OneInFlight -> engine
+                                  (closed: counted)  +-> NIC RX:  IngressBuffer -> OneInFlight -> engine
+                                                     +-> switch:  SourceCheck -> IngressBuffer -> engine
+                                                     +-> control: IngressBuffer -> OneInFlight -> CtrlService
+
+    engine -> EgressBuffer -> ReplyPort (to the requester) -+
+    switch -> EgressBuffer -> FanOut (to the job's workers) -+-> TxArbiter -> core tx (32 bit)
+                                  (a skid buffer at each of the arbiter's ports)
+    CtrlService -> SkidBuffer -> EgressBuffer -> ReplyPort -+
+
+    CtrlService -> RegisterRouter -> switch's register port
+                                  -> JobWorkers (the jobs' configured workers, for FanOut)
+
+Every part runs in one clock domain (the engines'); :class:`hdl.net.core.cdc.EthCrossing`
+connects it to the core. The receive path never stalls: each service takes a datagram
+whole into its own buffer or drops it whole (counted), so an engine that is slow or busy
+fills only its own buffer. Each engine's output is taken whole into its own output buffer
+or dropped whole (counted), so a held-up transmit path stalls no engine. The control
+service reaches the NIC's and switch's register ports and the front end's own registers
+(:mod:`hdl.net.front_end.registers`).
+
+Which counter counts what is ``docs/network-contract.md``.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from amaranth import Cat, Module, Mux
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from contract.counters import NET_CORE_DROPS, NET_COUNTERS
+from contract.header import HEADER_FIELDS
+from contract.network import SERVICE_OFFSETS, Service, service_ports
+from hdl.ctrl_port import RegisterPort
+from hdl.net.core.eth_core import CoreEvents, RxBeat, TxBeat
+from hdl.net.front_end.ctrl_service import PAIR_BYTES, CtrlService
+from hdl.net.front_end.dispatch import Dispatch
+from hdl.net.front_end.egress import EgressBuffer
+from hdl.net.front_end.fanout import FanOut, ResultTag
+from hdl.net.front_end.ingress import IngressBuffer
+from hdl.net.front_end.job_workers import JobWorkers
+from hdl.net.front_end.layouts import ReplyTag
+from hdl.net.front_end.registers import NetRegisters, RegisterRouter
+from hdl.net.front_end.reply import OneInFlight, ReplyPort
+from hdl.net.front_end.source_check import SourceCheck
+from hdl.net.front_end.tx_arbiter import TxArbiter
+from hdl.net.front_end.width import Upsizer
+from hdl.stream.axis import axis_signature
+from hdl.stream.skid_buffer import SkidBuffer
+
+__all__ = ["BufferSizes", "FrontEndStatus", "NetworkFrontEnd"]
+
+_FIELDS = {f.name: f for f in HEADER_FIELDS}
+CTRL_MAX_LENGTH = 32 + 64 * PAIR_BYTES
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSizes:
+    """Beats (32 bytes) of each service's input and output buffer, and datagrams queued.
+
+    The defaults take a jumbo datagram (8972 bytes, 281 beats) whole into every data
+    service and hold several standard ones; the control service's requests are at most
+    544 bytes (17 beats).
+    """
+    nic_in: int = 512
+    nic_out: int = 512
+    switch_in: int = 512
+    switch_out: int = 64
+    ctrl_in: int = 64
+    ctrl_out: int = 32
+    queue: int = 32
+
+
+FrontEndStatus = wiring.Signature({
+    "rx_datagram": Out(1),    # a datagram was taken by a service
+    "tx_datagram": Out(1),    # a reply left for the wire
+    "drop": Out(1),           # something was dropped and counted (any cause)
+})
+
+
+class NetworkFrontEnd(wiring.Component):
+    """Dispatch, buffers, reply addressing, the control service and the counters.
+
+    Parameters
+    ----------
+    mac, ip : int
+        The board's addresses (for the registers that report them).
+    port_base : int
+        UDP port of the first service (``contract.network.service_ports``).
+    key : int
+        The 64-bit control key.
+    nic, switch : bool
+        Whether the design has the NIC engines (two services) and the aggregator.
+    jobs, max_workers, slots : int
+        The switch's, for the worker table and the jobs' configuration
+        (:mod:`hdl.net.front_end.job_workers`).
+    sizes : BufferSizes
+
+    Members
+    -------
+    rx : In(stream.Signature(RxBeat)), tx : Out(stream.Signature(TxBeat))
+        The core's streams (through the clock crossing).
+    core_events : In(CoreEvents)
+    link : In(1)
+    nic_tx_in, nic_rx_in, switch_in : Out(axis_signature())
+        To the engines' inputs (present with their engine).
+    nic_tx_out, nic_rx_out, switch_out : In(axis_signature())
+        The engines' outputs (always ready).
+    nic_rx_dropped : In(1)
+        The receive engine dropped its packet (any of its drop strobes).
+    switch_drained : In(1)
+        The switch engine's ``drained`` (it holds no packet; present with the switch): when
+        the switch grants a commit of a job's configuration.
+    nic_ctrl : Out(RegisterPort(writable=False))
+    switch_ctrl : Out(RegisterPort())
+    status : Out(FrontEndStatus)
+    counters : Out(...)
+        Every network counter's value (``contract.counters.NET_COUNTERS``).
+    """
+
+    def __init__(self, *, mac, ip, port_base, key, nic=True, switch=True, jobs=4,
+                 max_workers=32, slots=64, sizes=BufferSizes()):
+        if not (nic or switch):
+            raise ValueError("A network front end needs at least one engine (nic or switch)")
+        service_ports(port_base)                      # checks the range
+        self.port_base, self.nic, self.switch = port_base, nic, switch
+        self.sizes = sizes
+        self.services = tuple(s for s in Service
+                              if s is Service.CTRL or (nic if s in (Service.NIC_TX,
+                                                                    Service.NIC_RX) else switch))
+        self._ctrl = CtrlService(key=key)
+        self._registers = NetRegisters(
+            mac=mac, ip=ip, port_base=port_base, jobs=jobs, max_workers=max_workers,
+            services=sum(1 << SERVICE_OFFSETS[s] for s in self.services))
+        self.max_workers = max_workers
+        self._job_workers = (JobWorkers(slots=slots, max_workers=max_workers, jobs=jobs)
+                             if switch else None)
+        members = {
+            "rx": In(stream.Signature(RxBeat)),
+            "tx": Out(stream.Signature(TxBeat)),
+            "core_events": In(CoreEvents),
+            "link": In(1),
+            "status": Out(FrontEndStatus),
+            "counters": Out(self._registers.signature.members["counters"].shape),
+            "switch_ctrl": Out(RegisterPort()),
+            "nic_ctrl": Out(RegisterPort(writable=False)),
+        }
+        if nic:
+            members.update({
+                "nic_tx_in": Out(axis_signature()), "nic_tx_out": In(axis_signature()),
+                "nic_rx_in": Out(axis_signature()), "nic_rx_out": In(axis_signature()),
+                "nic_rx_dropped": In(1),
+            })
+        if switch:
+            members.update({"switch_in": Out(axis_signature()),
+                            "switch_out": In(axis_signature()),
+                            "switch_drained": In(1)})
+        super().__init__(members)
+
+    def __repr__(self):
+        return f"NetworkFrontEnd(port_base={self.port_base}, services={self.services})"
+
+    def elaborate(self, platform):
+        m = Module()
+        sizes = self.sizes
+        ports = service_ports(self.port_base)
+        m.submodules.upsizer = upsizer = Upsizer()
+        m.submodules.dispatch = dispatch = Dispatch(port_base=self.port_base,
+                                                    services=self.services)
+        wiring.connect(m, wiring.flipped(self.rx), upsizer.i)
+        wiring.connect(m, upsizer.o, dispatch.i)
+        m.submodules.registers = registers = self._registers
+        events = registers.events
+        replies = []        # (service, TxBeat stream, sent strobe)
+        ingress_full = []
+        egress_full = []
+
+        def ingress(name, depth, *, count_in=True, **kwargs):
+            buffer = IngressBuffer(depth=depth, datagrams=sizes.queue, **kwargs)
+            m.submodules[f"{name}_ingress"] = buffer
+            ingress_full.append(buffer.events.full)
+            if count_in:
+                m.d.comb += events[f"{name}_in"].eq(buffer.events.accepted)
+            return buffer
+
+        def egress(name, depth, tag_shape):
+            buffer = EgressBuffer(depth=depth, packets=sizes.queue, tag_shape=tag_shape)
+            m.submodules[f"{name}_egress"] = buffer
+            egress_full.append(buffer.events.full)
+            return buffer
+
+        def to_engine(source, engine_in, *, whole_header=False):
+            """A service beat stream into an engine's AXI-Stream input. ``whole_header``
+            (the NIC engines): a datagram's first beat keeps all 32 bytes, so a datagram
+            shorter than a header reaches the engine completed with zero bytes up to 32
+            (the bytes past its end are zero already), as docs/network-contract.md says."""
+            keep = source.p.keep
+            if whole_header:
+                keep = Mux(source.p.first, (1 << len(source.p.keep)) - 1, source.p.keep)
+            m.d.comb += [engine_in.valid.eq(source.valid), source.ready.eq(engine_in.ready),
+                         engine_in.p.data.eq(source.p.data), engine_in.p.keep.eq(keep),
+                         engine_in.p.last.eq(source.p.last)]
+
+        def request_reply(name, service, depth_in, depth_out, engine_in, engine_out, dropped,
+                          **ingress_kwargs):
+            """Ingress -> one request in flight -> engine -> egress -> reply to the sender."""
+            buffer_in = ingress(name, depth_in, **ingress_kwargs)
+            wiring.connect(m, getattr(dispatch, service.value), buffer_in.i)
+            m.submodules[f"{name}_flight"] = flight = OneInFlight()
+            wiring.connect(m, buffer_in.o, flight.i)
+            if engine_in is None:
+                return buffer_in, flight
+            to_engine(flight.o, engine_in, whole_header=True)
+            finish(name, flight, engine_out, dropped, depth_out)
+            return buffer_in, flight
+
+        def finish(name, flight, engine_out, dropped, depth_out):
+            buffer_out = egress(name, depth_out, ReplyTag)
+            wiring.connect(m, engine_out, buffer_out.i)
+            m.d.comb += [
+                buffer_out.tag.eq(flight.reply),
+                buffer_out.replay.eq(0),
+                flight.output_done.eq(engine_out.valid & engine_out.ready & engine_out.p.last),
+                flight.dropped.eq(dropped),
+            ]
+            m.submodules[f"{name}_reply"] = reply = ReplyPort()
+            wiring.connect(m, buffer_out.o, reply.i)
+            m.d.comb += events[f"{name}_out"].eq(reply.sent)
+            replies.append(reply.o)
+
+        # -- NIC: transmit and receive paths -----------------------------------------------
+        if self.nic:
+            request_reply("nic_tx", Service.NIC_TX, sizes.nic_in, sizes.nic_out,
+                          self.nic_tx_in, wiring.flipped(self.nic_tx_out), 0)
+            request_reply("nic_rx", Service.NIC_RX, sizes.nic_in, sizes.nic_out,
+                          self.nic_rx_in, wiring.flipped(self.nic_rx_out), self.nic_rx_dropped)
+
+        # -- switch: source check, results to the job's workers ---------------------------
+        if self.switch:
+            m.submodules.source_check = check = SourceCheck()
+            wiring.connect(m, dispatch.switch, check.i)
+            wiring.connect(m, check.table, registers.check)
+            m.d.comb += events.drop_bad_source.eq(check.bad_source)
+            # switch_in counts every datagram that reaches the switch port, as it arrives
+            # (docs/network-contract.md), the ones the source check drops included
+            arriving = dispatch.switch
+            m.d.comb += events.switch_in.eq(arriving.valid & arriving.ready & arriving.p.last
+                                            & ~arriving.p.error)
+            switch_in = ingress("switch", sizes.switch_in, count_in=False, byte_keep=True)
+            wiring.connect(m, check.o, switch_in.i)
+            to_engine(switch_in.o, self.switch_in)
+            results = egress("switch", sizes.switch_out, ResultTag)
+            switch_out = wiring.flipped(self.switch_out)
+            wiring.connect(m, switch_out, results.i)
+            job, worker = _FIELDS["job"], _FIELDS["worker"]
+            m.d.comb += [results.tag.job.eq(switch_out.p.data.word_select(job.offset, 8)),
+                         results.tag.worker.eq(switch_out.p.data.word_select(worker.offset, 8))]
+            m.submodules.fanout = fanout = FanOut(port=ports[Service.SWITCH],
+                                                  max_workers=self.max_workers)
+            wiring.connect(m, results.o, fanout.i)
+            m.d.comb += results.replay.eq(fanout.replay)
+            wiring.connect(m, fanout.table, registers.fanout)
+            # The jobs' configured workers, from the writes the switch's register port gets
+            m.submodules.job_workers = job_workers = self._job_workers
+            wiring.connect(m, fanout.jobs, job_workers.lookup)
+            m.d.comb += [job_workers.writes.addr.eq(self.switch_ctrl.addr),
+                         job_workers.writes.wdata.eq(self.switch_ctrl.wdata),
+                         job_workers.writes.we.eq(self.switch_ctrl.we),
+                         job_workers.drained.eq(self.switch_drained)]
+            m.d.comb += events.switch_out.eq(fanout.sent)
+            replies.append(fanout.o)
+        else:
+            m.d.comb += registers.check.en.eq(0)
+
+        # -- control ------------------------------------------------------------------------
+        m.submodules.ctrl = ctrl = self._ctrl
+        _, flight = request_reply("ctrl", Service.CTRL, sizes.ctrl_in, None, None, None, None,
+                                  max_length=CTRL_MAX_LENGTH, header_of_long=True)
+        wiring.connect(m, flight.o, ctrl.i)
+        # The service's reply beats come from its state machine; a skid buffer registers
+        # them before the output buffer's word count and queue write.
+        m.submodules.ctrl_slice = ctrl_slice = SkidBuffer(ctrl.o.p.shape())
+        wiring.connect(m, ctrl.o, ctrl_slice.i)
+        finish("ctrl", flight, ctrl_slice.o, ctrl.events.no_reply, sizes.ctrl_out)
+        m.d.comb += [
+            events.drop_bad_key.eq(ctrl.events.bad_key),
+            # a request longer than the longest is refused by the service (header_of_long)
+            events.drop_bad_ctrl.eq(ctrl.events.bad_ctrl),
+        ]
+        m.submodules.router = router = RegisterRouter(nic=self.nic, switch=self.switch)
+        wiring.connect(m, ctrl.bus, router.bus)
+        wiring.connect(m, router.nic, wiring.flipped(self.nic_ctrl))
+        wiring.connect(m, router.switch, wiring.flipped(self.switch_ctrl))
+        wiring.connect(m, router.net, registers.ctrl)
+
+        # -- transmit --------------------------------------------------------------------
+        # A skid buffer on each side of the arbiter, so that no ``ready`` runs from the
+        # crossing through the arbiter's grant into a service's output logic (the fan-out's
+        # worker search, an output buffer's downsizer and memory read): each of these
+        # paths ends at a register. Each service's replies pass a second one first: the
+        # services sit far apart on the chip, and a ready that crossed it and then went
+        # through a service's output logic was over a clock (routing, not logic).
+        m.submodules.arbiter = arbiter = TxArbiter(len(replies))
+        for k, (port, reply) in enumerate(zip(arbiter.inputs(), replies)):
+            m.submodules[f"reply_slice{k}"] = reply_slice = SkidBuffer(TxBeat)
+            m.submodules[f"tx_slice{k}"] = tx_slice = SkidBuffer(TxBeat)
+            wiring.connect(m, reply, reply_slice.i)
+            wiring.connect(m, reply_slice.o, tx_slice.i)
+            wiring.connect(m, tx_slice.o, port)
+        m.submodules.tx_slice = tx_slice = SkidBuffer(TxBeat)
+        wiring.connect(m, arbiter.o, tx_slice.i)
+        wiring.connect(m, tx_slice.o, wiring.flipped(self.tx))
+
+        # -- counters ----------------------------------------------------------------------
+        core = self.core_events
+        for name in NET_CORE_DROPS:
+            m.d.comb += events[name].eq(core[name])
+        # A datagram whose beats disagree with its length is a UDP length error that the
+        # core let through (it never does; counted there all the same).
+        mismatch = Cat(*(m.submodules[f"{s.value}_ingress"].events.mismatch
+                         for s in self.services)).any()
+        m.d.comb += [
+            events.udp_length.eq(core.udp_length | mismatch),
+            events.arp_miss.eq(core.arp_miss),
+            events.arp_unreachable.eq(core.arp_unreachable),
+            events.arp_busy_drop.eq(core.arp_busy_drop),
+            events.drop_closed_port.eq(dispatch.closed_port),
+            # one datagram ends per clock on the receive side; outputs may end together
+            events.drop_service_full.eq(Cat(*ingress_full).any() | Cat(
+                *(m.submodules[f"{s.value}_ingress"].events.too_long
+                  for s in self.services if s is not Service.CTRL)).any()),
+            events.drop_reply_full.eq(sum(egress_full)),
+            registers.link.eq(self.link),
+            self.counters.eq(registers.counters),
+        ]
+        if not self.nic:
+            for name in ("nic_tx_in", "nic_tx_out", "nic_rx_in", "nic_rx_out"):
+                m.d.comb += events[name].eq(0)
+        if not self.switch:
+            for name in ("switch_in", "switch_out", "drop_bad_source"):
+                m.d.comb += events[name].eq(0)
+            m.d.comb += registers.fanout.en.eq(0)
+
+        # -- status (LEDs) -----------------------------------------------------------------
+        drops = [events[n] for n in NET_COUNTERS if n.startswith(("drop_", "arp_unreach", "arp_busy"))]
+        drops += [events[n] for n in NET_CORE_DROPS]
+        m.d.sync += [
+            self.status.rx_datagram.eq(Cat(*(events[f"{s.value}_in"]
+                                             for s in self.services)).any()),
+            self.status.tx_datagram.eq(self.tx.valid & self.tx.ready & self.tx.p.last),
+            self.status.drop.eq(Cat(*(d != 0 for d in drops)).any()),
+        ]
+        return m
