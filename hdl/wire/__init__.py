@@ -1,0 +1,7 @@
+"""The NIC in the wire (``../shared/spec/network.md`` section 6): a two-port board, port 0
+facing the host and port 1 the network, that forwards frames and runs gradient datagrams
+through the NIC engines on the way (golden model: ``host/board/wire_golden.py``).
+
+- :mod:`~hdl.wire.classify`: what happens to each arriving frame, decided on the fly as it
+  leaves the MAC (``FrameClassifier``): pass, for the board, gradient datagram, or a drop.
+"""
