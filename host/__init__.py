@@ -6,6 +6,5 @@
 - :mod:`host.board`: a board on the network (golden, virtual, TAP).
 - :mod:`host.ddp`: training integration (PyTorch DDP hooks, accuracy experiment).
 - :mod:`host.commands` and :mod:`host.cli`: the ``gradwire`` command line;
-  :mod:`host.benchmarks` and :mod:`host.bench`: ``make bench``; :mod:`host.container`:
-  ``.gwz`` files.
+  :mod:`host.benchmarks` and :mod:`host.bench`: ``make bench``.
 """

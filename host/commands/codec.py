@@ -2,7 +2,7 @@
 
 ``compress`` splits a float32 ``.npy`` tensor into the ``INC_F32`` packets the NIC would send
 (``host.golden.inceptionn.tensor_to_packets(compress=True)``) and stores them in a ``.gwz``
-container (``host/container.py``, ``docs/container-format.md``); ``decompress`` decodes them
+container (``host/commands/container.py``, ``docs/container-format.md``); ``decompress`` decodes them
 back into a ``.npy`` of the same shape; ``info`` describes a ``.gwz`` file.
 
 Only float32 is compressed. Other float dtypes are refused unless ``--cast`` is given, which
@@ -27,7 +27,7 @@ import numpy as np
 from tqdm import tqdm
 
 from ..cli import CliError
-from ..container import ContainerError, ContainerWriter, open_container
+from .container import ContainerError, ContainerWriter, open_container
 from ..golden import inceptionn as inc
 from contract.header import HEADER_BYTES, PacketType
 from contract.packet import Packet, PacketError

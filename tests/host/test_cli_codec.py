@@ -12,7 +12,7 @@ import zlib
 import numpy as np
 import pytest
 
-from host import container
+from host.commands import container
 from host.cli import main
 from host.golden import inceptionn as inc
 from contract.packet import Packet
