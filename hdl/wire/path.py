@@ -30,6 +30,14 @@ and ``rx_dropped``), so that the wire's top shares one engine, and its counters,
 two paths. One packet is in the NIC path at a time: nothing else can tell whose a drop strobe
 is, and the path waits for each packet's answer before the next.
 
+Rate: a stored frame goes out at one 32-bit word a clock (a 1514-byte frame passes 7
+clocks after its last beat in). A gradient datagram's payload first goes to the NIC path at
+a word a clock, and its frame goes out once the answer is in: about two clocks a word for a
+datagram that is not made smaller, so at a beat every two clocks in (1 GbE at 62.5 MHz)
+back-to-back jumbo gradients that do not compress can outrun the path, and the store takes
+up the difference (measured, ``tests/hdl/wire/test_path.py``: a 1514-byte frame compressed
+with k=10 starts 391 clocks after its last beat and ends at 527).
+
 Frames that do not fit are dropped whole, never stalled: the MAC cannot wait. A frame is
 stored when every one of its words found room in the store and a descriptor slot was free at
 its last beat; otherwise its words are forgotten at that last beat (the next frame's first
