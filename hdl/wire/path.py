@@ -101,13 +101,18 @@ class _Op(enum.Enum, shape=3):
 
 _Read = data.StructLayout({
     "op": _Op,
-    "index": unsigned(4),        # HEADER: frame word; PACKET: lane of the packet buffer beat
+    "index": unsigned(4),        # HEADER: frame word; PACKET: lane of the packet buffer
+                                 # beat; NIC: the word's place in its NIC beat, from 1
     "bytes": unsigned(3),        # NIC: payload bytes in the word (the rest are zero)
     "last": unsigned(1),         # the frame's (or the NIC packet's) last word
     "last_be": unsigned(BEAT_BYTES),
 })
 
-_NicWord = data.StructLayout({"data": unsigned(_WORD_BITS), "last": unsigned(1)})
+#: ``words``: the word's place in its 256-bit beat, from 1: on the beat's last word, the
+#: words it keeps, carried with the packet (not looked up when the beat leaves, by which time
+#: the frame may be another's)
+_NicWord = data.StructLayout({"data": unsigned(_WORD_BITS), "last": unsigned(1),
+                              "words": unsigned(4)})
 _OutWord = data.StructLayout({"data": unsigned(_WORD_BITS), "last_be": unsigned(BEAT_BYTES),
                               "last": unsigned(1)})
 
@@ -340,6 +345,7 @@ class WirePath(wiring.Component):
                     m.d.comb += [
                         at.eq((n - 1) << 2),
                         issue.op.eq(Mux(n == 0, _Op.PRIME, _Op.NIC)),
+                        issue.index.eq(((n - 1) & (LANES - 1)) + 1),
                         issue.bytes.eq(Mux(pl >= at + BEAT_BYTES, BEAT_BYTES,
                                            Mux(pl > at, pl - at, 0))),
                         issue.last.eq(n == nic_words),
@@ -419,6 +425,7 @@ class WirePath(wiring.Component):
         m.d.comb += [
             joined.eq(Cat(kept, word[:16])),
             nic_word.last.eq(reading.last),
+            nic_word.words.eq(reading.index),
             out_word.last.eq(reading.last),
             out_word.last_be.eq(reading.last_be),
             out_word.data.eq(Mux(reading.op == _Op.PACKET, lane, word)),
@@ -461,21 +468,20 @@ class WirePath(wiring.Component):
                      o.p.last.eq(head_out.last), o.p.error.eq(0),
                      out_fifo.r_en.eq(o.ready)]
 
-        # -- to the NIC path: words eight to a beat, keep from the packet's word count ------
+        # -- to the NIC path: words eight to a beat, keep from the words each beat holds ---
         m.submodules.upsizer = upsizer = Upsizer()
         head_nic = data.View(_NicWord, nic_fifo.r_data)
         m.d.comb += [upsizer.i.valid.eq(nic_fifo.r_rdy), upsizer.i.p.data.eq(head_nic.data),
                      upsizer.i.p.last.eq(head_nic.last), upsizer.i.p.last_be.eq(0b1000),
+                     # (meta leaves with a beat's last word: there, its word count)
+                     upsizer.i.p.meta.length.eq(head_nic.words),
                      nic_fifo.r_en.eq(upsizer.i.ready)]
-        last_words = Signal(4)     # kept words of the packet's last beat, 1..8
-        m.d.comb += last_words.eq(((nic_words - 1) & (LANES - 1)) + 1)
+        beat_words = Signal(4)     # kept words of the beat, 1..8
+        m.d.comb += beat_words.eq(upsizer.o.p.meta.length)
         nic_in = self.nic_in
         m.d.comb += [nic_in.valid.eq(upsizer.o.valid), nic_in.p.data.eq(upsizer.o.p.data),
                      nic_in.p.last.eq(upsizer.o.p.last), upsizer.o.ready.eq(nic_in.ready)]
-        with m.If(upsizer.o.p.last):
-            m.d.comb += nic_in.p.keep.eq((Const(1, 33) << (last_words * 4)) - 1)
-        with m.Else():
-            m.d.comb += nic_in.p.keep.eq((1 << NIC_BEAT_BYTES) - 1)
+        m.d.comb += nic_in.p.keep.eq((Const(1, NIC_BEAT_BYTES + 1) << (beat_words * 4)) - 1)
 
         # -- from the NIC path: into the packet buffer two bytes in ------------------------
         nic_out = self.nic_out
