@@ -4,4 +4,8 @@ through the NIC engines on the way (golden model: ``host/board/wire_golden.py``)
 
 - :mod:`~hdl.wire.classify`: what happens to each arriving frame, decided on the fly as it
   leaves the MAC (``FrameClassifier``): pass, for the board, gradient datagram, or a drop.
+- :mod:`~hdl.wire.path`: one direction of the wire (``WirePath``): the classifier, a frame
+  store (store and forward, frames that do not fit dropped and counted), gradient payloads
+  out to and back from one direction of a shared ``hdl.nic.engine.NicEngine``, replaced
+  datagrams re-framed, counter strobes for the port the frames arrive on.
 """

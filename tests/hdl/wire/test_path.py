@@ -1,0 +1,387 @@
+# amaranth: UnusedElaboratable=no
+"""One direction of the NIC in the wire (``hdl/wire/path.py``) with the NIC engine behind it,
+against the golden wire (``host/board/wire_golden.py``): every frame goes through both, and
+the frames the path sends must be the golden model's, byte for byte (less the FCS the MAC
+appends), and its counter strobes the golden model's per-port counter deltas.
+
+The MAC side is driven as a LiteEth MAC does (never stalled, ``error`` with a bad FCS), the
+output with random back-pressure.
+"""
+import random
+
+import numpy as np
+import pytest
+from amaranth import Module
+from amaranth.back import verilog
+from amaranth.lib import wiring
+from scapy.layers.inet import ICMP, IP, UDP
+from scapy.layers.l2 import ARP, Ether
+
+from contract.header import Header, PacketType
+from contract.network import DEFAULT_IP, DEFAULT_MAC
+from contract.packet import Packet
+from hdl.nic.engine import NicEngine
+from hdl.wire.classify import DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_BYTES
+from hdl.wire.path import WIRE_EVENTS, WirePath
+from host.board.wire_golden import FCS_BYTES, GoldenWire, with_fcs
+from host.golden import inceptionn
+from tests.amaranth_sim import run
+from tests.hdl.wire.test_classify import (bad_fcs, body_of, mac_beats, no_udp_checksum,
+                                         random_frame)
+from tests.host.board.test_wire_golden import (A_IP, A_MAC, KEY, MALFORMED, PASS_THROUGH,
+                                               RX_PASSES, SPECIALS, TX_PASSES, frame, gradient,
+                                               raw_packet, values)
+
+#: the NIC receive path's largest packet in these tests (an MTU's 360 values fit)
+MAX_COUNT = 512
+#: the events that count a frame's fate: each frame counts in exactly one
+FATES = [name for name in WIRE_EVENTS if name not in ("frames_in", "frames_out")]
+
+
+class Wire:
+    """A :class:`WirePath` and the :class:`NicEngine` path of its direction, as a top wires
+    them (the path's NIC members to one direction of a shared engine)."""
+
+    def __init__(self, direction, **kwargs):
+        self.path = WirePath(direction=direction, max_count=MAX_COUNT, **kwargs)
+        self.engine = NicEngine(max_count=MAX_COUNT)
+        self.direction = direction
+
+    def module(self):
+        m = Module()
+        m.submodules.path, m.submodules.engine = path, engine = self.path, self.engine
+        if self.direction == "tx":
+            wiring.connect(m, path.nic_in, engine.tx_in)
+            wiring.connect(m, engine.tx_out, path.nic_out)
+        else:
+            wiring.connect(m, path.nic_in, engine.rx_in)
+            wiring.connect(m, engine.rx_out, path.nic_out)
+            m.d.comb += path.nic_dropped.eq(engine.rx_dropped)
+        return m
+
+
+def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, hold=0,
+             path_args=None, watch=None):
+    """``cases`` (``(name, data)`` or ``(name, data, error_beat)``) into a path, one after
+    the other with ``gap`` idle cycles between frames and idle cycles before a beat with
+    probability ``p_idle``; ``o.ready`` low for the first ``hold`` cycles, then high with
+    probability ``p_ready``. Returns the frames out (bytes) and the event counts."""
+    rng = random.Random(seed)
+    wire = Wire(direction, **(path_args or {}))
+    path = wire.path
+    schedule = []                  # per cycle: an input beat's value, or None
+    in_layout = path.i.p.shape()
+    offsets = {name: field.offset for name, field in in_layout}
+    for case in cases:
+        data, error_beat = case[1], case[2] if len(case) > 2 else None
+        if isinstance(data, int):            # ("pause", cycles)
+            schedule += [None] * data
+            continue
+        schedule += [None] * rng.randint(*gap)
+        for beat in mac_beats(data, rng, error_beat=error_beat):
+            while rng.random() < p_idle:
+                schedule.append(None)
+            schedule.append(sum(value << offsets[name] for name, value in beat.items()))
+    out_layout = path.o.p.shape()
+    o_fields = {name: (field.offset, field.shape.width) for name, field in out_layout}
+    ev_layout = path.events.shape()
+    ev_offsets = {name: field.offset for name, field in ev_layout}
+    frames, current, counts = [], bytearray(), dict.fromkeys(WIRE_EVENTS, 0)
+
+    def field(value, name):
+        offset, width = o_fields[name]
+        return (value >> offset) & ((1 << width) - 1)
+
+    async def bench(ctx):
+        payload = path.i.p.as_value()
+        cycle = quiet = 0
+        # until every frame has had its fate counted, and a while after (frames out)
+        while cycle < len(schedule) or quiet < 50 \
+                or sum(counts[name] for name in FATES) < counts["frames_in"]:
+            beat = schedule[cycle] if cycle < len(schedule) else None
+            ctx.set(path.i.valid, beat is not None)
+            ctx.set(payload, beat if beat is not None else rng.getrandbits(len(payload)))
+            ctx.set(path.o.ready, cycle >= hold and rng.random() < p_ready)
+            _, _, valid, ready, value, events = await ctx.tick().sample(
+                path.o.valid, path.o.ready, path.o.p.as_value(), path.events.as_value())
+            active = False
+            if valid and ready:
+                active = True
+                word = field(value, "data").to_bytes(4, "little")
+                if field(value, "last"):
+                    last_be = field(value, "last_be")
+                    assert last_be and last_be & (last_be - 1) == 0, "last_be not one-hot"
+                    current.extend(word[:last_be.bit_length()])
+                    frames.append(bytes(current))
+                    current.clear()
+                else:
+                    current.extend(word)
+            for name, offset in ev_offsets.items():
+                if events >> offset & 1:
+                    counts[name] += 1
+                    active = True
+            if watch:
+                watch(cycle, beat, valid and ready)
+            quiet = 0 if active or cycle < len(schedule) else quiet + 1
+            cycle += 1
+            assert cycle < len(schedule) + 100_000, "no progress: the path hangs"
+
+    run(wire.module(), bench)
+    assert not current, "a frame left unfinished"
+    return frames, counts
+
+
+def golden(direction, cases):
+    """The frames (FCS stripped) and the counter deltas the golden wire gives for
+    ``cases``, in :data:`WIRE_EVENTS` terms: the board's answers are not built yet, so
+    ``answered`` counts as ``drop_unanswered`` and the answers are not sent."""
+    port = DIRECTIONS[direction]
+    wire = GoldenWire(KEY, max_count=MAX_COUNT)
+    frames = []
+    for case in cases:
+        if isinstance(case[1], int):         # ("pause", cycles)
+            continue
+        for out_port, data in wire.receive(port, case[1]):
+            if out_port != port:
+                frames.append(data[:-FCS_BYTES])
+    counts = {name: wire.counters[port][name] for name in WIRE_EVENTS if name in
+              wire.counters[port]}
+    counts["frames_out"] = wire.counters[1 - port]["frames_out"]
+    counts["drop_unanswered"] += counts.pop("answered")
+    counts["answered"] = 0
+    counts["drop_full"] = 0
+    return frames, counts
+
+
+def check(direction, cases, *, seed, **kwargs):
+    """Run ``cases`` through the path and the golden model; every frame and counter equal."""
+    want_frames, want_counts = golden(direction, cases)
+    got_frames, got_counts = simulate(direction, cases, seed=seed, **kwargs)
+    assert got_counts == want_counts
+    assert len(got_frames) == len(want_frames)
+    wrong = [f"frame {n}: {len(got)} bytes, golden {len(want)}"
+             for n, (got, want) in enumerate(zip(got_frames, want_frames)) if got != want]
+    assert not wrong, "\n".join(wrong)
+    return want_counts
+
+
+# -- the frames ----------------------------------------------------------------------------
+
+def inc_packet(words, k):
+    words = np.asarray(words, dtype=np.uint32)
+    return Packet(Header(type=PacketType.INC_F32, k=k, count=words.size),
+                  inceptionn.encode(words, k)).to_bytes()
+
+
+def checksummed(pkt, rng):
+    """A frame of ``pkt`` with its UDP checksum computed, or zero (no checksum)."""
+    return frame(pkt if rng.random() < 0.5 else no_udp_checksum(pkt))
+
+
+def gradient_cases(direction, *, mtu=True):
+    """Gradient datagrams of several sizes and ``k``: compressible, incompressible (tx),
+    odd sizes, payloads that are no packet at all."""
+    rng = np.random.default_rng(11)
+    pick = random.Random(12)
+    sizes = [0, 1, 2, 7, 8, 9, 13, 31, 64] + ([360] if mtu else [])   # 360 values: MTU
+    cases = []
+    for n, k in zip(sizes, [1, 5, 10, 15, 3, 10, 8, 12, 10, 10]):
+        vals = values(rng, n)
+        packet = raw_packet(vals, k) if direction == "tx" else inc_packet(vals, k)
+        cases.append((f"gradient {n} k={k}", checksummed(gradient(packet), pick)))
+    noise = rng.integers(0, 1 << 32, 360, dtype=np.uint64).astype(np.uint32)
+    big = noise | 0x4000_0000       # |value| >= 2: every value stays raw, 34 bytes a block
+    if direction == "tx":
+        cases += [("incompressible 40", frame(gradient(raw_packet(big[:40], 15)))),
+                  ("incompressible 3", frame(gradient(raw_packet(big[:3], 1))))]
+        if mtu:
+            cases.append(("incompressible 360", frame(gradient(raw_packet(big, 12)))))
+    else:
+        cases.append(("noise decompressed", frame(gradient(inc_packet(noise[:40], 15)))))
+    for extra in (1, 2, 3, 5):           # odd sizes: bytes past the packet's last word
+        packet = raw_packet(values(rng, 9), 10) if direction == "tx" \
+            else inc_packet(values(rng, 9), 10)
+        cases.append((f"odd +{extra}", checksummed(gradient(packet + b"\x5a" * extra), pick)))
+    for size in (0, 1, 3, 5, 31, 33, 101):
+        cases.append((f"junk {size}", frame(gradient(bytes(rng.integers(0, 256, size,
+                                                                         dtype=np.uint8))))))
+    return cases
+
+
+def pass_cases(direction):
+    passes = TX_PASSES if direction == "tx" else RX_PASSES
+    cases = [(f"pass: {name}", frame(pkt)) for name, pkt in PASS_THROUGH.items()
+             if name != "jumbo"]
+    cases += [(f"nic pass: {name}", frame(pkt)) for name, pkt in passes.items()]
+    cases += [
+        ("arp request for the board", frame(Ether(src=A_MAC, dst="ff:ff:ff:ff:ff:ff")
+                                            / ARP(hwsrc=A_MAC, psrc=A_IP, pdst=DEFAULT_IP))),
+        ("ping the board", frame(Ether(src=A_MAC, dst=DEFAULT_MAC)
+                                 / IP(src=A_IP, dst=DEFAULT_IP) / ICMP() / b"ping")),
+    ]
+    return cases
+
+
+def malformed_cases():
+    return [(f"malformed: {name}", frame(gradient(payload)))
+            for name, (payload, _) in MALFORMED.items()]
+
+
+def bad_cases():
+    """Bad FCS, runts, oversize, a receive error mid-frame: each followed by a good
+    gradient datagram."""
+    good = frame(gradient(raw_packet(SPECIALS, 10)))
+    bad = [("bad fcs", bad_fcs(good)),
+           ("runt 59", with_fcs(bytes(gradient(bytes(17))).ljust(MIN_BODY_BYTES - 1, b"\0"))),
+           ("runt 5 bytes", with_fcs(b"\x01\x02\x03\x04\x05")),
+           ("oversize", body_of(MAX_BODY_BYTES + 1)),
+           ("error mid-frame", bad_fcs(good), 5)]
+    cases = []
+    for case in bad:
+        cases += [case, (f"after {case[0]}", good)]
+    return cases
+
+
+# -- tests ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_gradients_match_the_golden_model(direction):
+    counts = check(direction, gradient_cases(direction) + malformed_cases(), seed=1)
+    if direction == "tx":
+        assert counts["compressed"] >= 10 and counts["incompressible"] >= 3
+    else:
+        assert counts["decompressed"] >= 10 and counts["drop_malformed"] >= len(MALFORMED)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_pass_through_and_board_frames(direction):
+    counts = check(direction, pass_cases(direction), seed=2)
+    assert counts["passed"] >= len(PASS_THROUGH) - 1
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_bad_frames_then_good_ones(direction):
+    counts = check(direction, bad_cases(), seed=3, p_idle=0, gap=(0, 0), p_ready=1)
+    assert counts["drop_fcs"] == 2 and counts["drop_runt"] == 2 \
+        and counts["drop_oversize"] == 1
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_back_to_back(direction):
+    """No idle cycle between frames or beats, output back-pressure; frames of every kind."""
+    rng = random.Random(4)
+    cases = gradient_cases(direction, mtu=False)[:8] + pass_cases(direction)[:8]
+    rng.shuffle(cases)
+    check(direction, cases, seed=4, p_idle=0, gap=(0, 0), p_ready=0.8)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_random_frames(direction):
+    """The classifier tests' random mix (gradients of random sizes and checksums, mutated
+    headers, cut frames, padding, ARP, frames for the board, bad FCS)."""
+    rng = random.Random(8 + DIRECTIONS[direction])
+    cases = []
+    for n in range(40):
+        cases.append((f"random {n}", random_frame(rng)))
+        # a jumbo gradient takes about two cycles a word (the NIC path, then out), as long
+        # as it takes to arrive at line rate: one after another would fill the store
+        if len(cases[-1][1]) > 4000:
+            cases.append(("pause", 3000))
+    counts = check(direction, cases, seed=9, p_ready=0.9)
+    assert counts["passed"] and counts["drop_fcs"] + counts["drop_runt"]
+
+
+def test_jumbo_passes():
+    check("tx", [("jumbo", frame(PASS_THROUGH["jumbo"])),
+                 ("after it", frame(gradient(raw_packet(SPECIALS, 7))))], seed=5, p_idle=0)
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_full_store_drops_and_recovers(direction):
+    """The output held back: frames that find no room in a small store are dropped whole
+    and counted (``drop_full``), whatever their size; later frames come through exact."""
+    store_words, slots = 1024, 4
+    filler = [(f"big {n}", body_of(1514)) for n in range(3)] \
+        + [("jumbo", frame(PASS_THROUGH["jumbo"]))] \
+        + [(f"small {n}", body_of(100)) for n in range(5)]
+    later = gradient_cases(direction, mtu=False)[:6] + pass_cases(direction)[:3]
+    # which fillers fit: words and descriptor slots, none freed while the output waits
+    used, kept = 0, []
+    for case in filler:
+        words = -(-(len(case[1]) - FCS_BYTES) // 4)
+        if used + words <= store_words and len(kept) < slots:
+            used += words
+            kept.append(case)
+    assert 2 <= len(kept) < len(filler)
+    hold = 6000                       # cycles: every filler arrives before the output moves
+    assert sum(len(c[1]) // 4 + 3 for c in filler) < hold
+    want_frames, want_counts = golden(direction, kept + later)
+    want_counts["frames_in"] += len(filler) - len(kept)
+    want_counts["drop_full"] = len(filler) - len(kept)
+    got_frames, got_counts = simulate(
+        # (later frames spaced out: four slots do not absorb back-to-back gradients)
+        direction, filler + [("pause", hold)] + [c for case in later for c in
+                                                  (case, ("pause", 300))], seed=6, p_idle=0,
+        gap=(0, 2),
+        hold=hold, path_args={"store_bytes": 4 * store_words, "frames": slots})
+    assert got_counts == want_counts
+    assert got_frames == want_frames
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_elaborates_to_verilog(direction):
+    dut = WirePath(direction=direction, store_bytes=4096, max_count=64)
+    ports = [dut.i.valid, dut.i.p.as_value(), dut.o.valid, dut.o.ready, dut.o.p.as_value(),
+             dut.nic_in.valid, dut.nic_in.ready, dut.nic_in.p.as_value(), dut.nic_out.valid,
+             dut.nic_out.p.as_value(), dut.nic_dropped, dut.events.as_value()]
+    assert "module wire_path" in verilog.convert(dut, name="wire_path", ports=ports)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"direction": "up"}, "direction"),
+    ({"direction": "tx", "store_bytes": 2048}, "store_bytes"),
+    ({"direction": "tx", "store_bytes": 5000}, "store_bytes"),
+    ({"direction": "rx", "frames": 1}, "frames"),
+    ({"direction": "rx", "max_count": 0}, "max_count"),
+    ({"direction": "rx", "max_count": 4096}, "max_count"),
+    ({"direction": "tx", "gradient_port": 0}, "gradient_port"),
+])
+def test_parameters_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        WirePath(**kwargs)
+
+
+def latency(direction, data):
+    """Cycles from a frame's last beat in to its first and its last word out, input and
+    output never waiting."""
+    seen = {"in": None, "out": []}
+
+    def watch(cycle, beat, out):
+        if beat is not None:
+            seen["in"] = cycle
+        if out:
+            seen["out"].append(cycle)
+
+    frames, _ = simulate(direction, [("frame", data)], seed=7, p_idle=0, gap=(0, 0),
+                         p_ready=1, watch=watch)
+    assert len(frames) == 1
+    return seen["out"][0] - seen["in"], seen["out"][-1] - seen["in"]
+
+
+@pytest.mark.parametrize("direction", DIRECTIONS)
+def test_mtu_latency(direction):
+    """MTU-sized frames, 360 values: store and forward, so a gradient's first word leaves
+    once its whole payload has been through the NIC path. Measured, cycles from the frame's
+    last beat in to its first / last word out: tx, a 1514-byte frame compressed (k=10): 391 /
+    527; rx, its 546-byte INC_F32 frame decompressed to 1514 bytes: 202 / 580; a 1514-byte
+    frame passed: 7 / 385. A regression bound, not a contract."""
+    rng = np.random.default_rng(13)
+    vals = values(rng, 360)
+    packet = raw_packet(vals, 10) if direction == "tx" else inc_packet(vals, 10)
+    data = frame(gradient(packet))
+    first, last = latency(direction, data)
+    print(f"{direction} gradient {len(data) - 4} bytes: first word {first}, last {last}")
+    passed = frame(gradient(bytes(1472), dport=9))
+    pfirst, plast = latency(direction, passed)
+    print(f"{direction} passed {len(passed) - 4} bytes: first word {pfirst}, last {plast}")
+    assert first < 450 and last < 650 and pfirst < 10 and plast < 400
