@@ -188,7 +188,8 @@ class RingHost:
             a, b = self.chunks[self._receive_chunk[seq]]
             received = self.receiver.take(seq)
             if seq < self.workers - 1:
-                self.acc[a:b] += received       # float32, rounded to nearest even
+                with np.errstate(invalid="ignore", over="ignore"):   # Inf - Inf, overflow:
+                    self.acc[a:b] += received   # values like any other; float32, to even
             else:
                 self.acc[a:b] = received
             self.applied += 1
