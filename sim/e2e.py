@@ -421,10 +421,11 @@ def format_report(r):
                   f"{t['network_link_bytes_gradient']:,}, acks {t['network_link_bytes_ack']:,})",
                   f"  host / network          {w['ratio']:>12.2f}x  (gradient datagrams alone "
                   f"{w['gradient_ratio']:.2f}x)",
-                  f"  datagrams {t['tx_datagrams']:,}: compressed {t['board_port0_compressed']:,}, "
-                  f"passed raw {t['board_port0_incompressible']:,}; retransmissions "
-                  f"{t['tx_resends']:,} ({t['tx_timeouts']:,} timeouts), duplicates discarded "
-                  f"{t['rx_duplicates']:,}, acks {t['rx_acks']:,}"]
+                  f"  gradient datagrams {t['tx_datagrams']:,}, retransmissions "
+                  f"{t['tx_resends']:,} (after {t['tx_timeouts']:,} timeouts); the boards "
+                  f"compressed {t['board_port0_compressed']:,} and passed "
+                  f"{t['board_port0_incompressible']:,} raw (resends included)",
+                  f"  duplicates discarded {t['rx_duplicates']:,}, acks {t['rx_acks']:,}"]
         if w["faults"]:
             f = w["faults"]
             lines.append(f"  network faults (seed {f['seed']}, {f['loss']:g} each): "

@@ -7,6 +7,7 @@ host sends is one the board accepts, and a frame the board sends is one a host r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import ipaddress
 import struct
 
@@ -51,11 +52,11 @@ class Endpoint:
             raise ValueError(f"{self.mac} is a group (multicast) MAC address, not a station's")
         ipaddress.IPv4Address(self.ip)     # raises ValueError for a bad address
 
-    @property
+    @functools.cached_property      # (every frame a host builds or reads needs them)
     def mac_bytes(self) -> bytes:
         return mac_to_int(self.mac).to_bytes(6, "big")
 
-    @property
+    @functools.cached_property
     def ip_bytes(self) -> bytes:
         return ipaddress.IPv4Address(self.ip).packed
 

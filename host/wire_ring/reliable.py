@@ -38,6 +38,7 @@ would have acknowledged is simply resent, a duplicate that the receiver discards
 """
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import struct
 
@@ -80,7 +81,7 @@ def pack_ack(seq: int, ranges) -> bytes:
 def parse_ack(data: bytes) -> tuple[int, list[tuple[int, int]]]:
     """``(seq, [(start, stop), ...])`` of an ack datagram's payload; :class:`AckError` for
     anything else (bad magic, a length that disagrees with the range count, an empty or
-    reversed range)."""
+    reversed range, ranges out of order, overlapping or adjacent)."""
     if len(data) < _ACK_HEAD.size:
         raise AckError(f"an ack is at least {_ACK_HEAD.size} bytes, got {len(data)}")
     magic, seq, count = _ACK_HEAD.unpack_from(data)
@@ -92,6 +93,8 @@ def parse_ack(data: bytes) -> tuple[int, list[tuple[int, int]]]:
     ranges = [_RANGE.unpack_from(data, _ACK_HEAD.size + i * _RANGE.size) for i in range(count)]
     if any(a >= b for a, b in ranges):
         raise AckError(f"empty or reversed range in {ranges}")
+    if any(b >= c for (_, b), (c, _) in zip(ranges, ranges[1:])):
+        raise AckError(f"ranges not ascending and apart: {ranges}")
     return seq, ranges
 
 
@@ -99,6 +102,12 @@ def _positive(name, value):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ValueError(f"{name} must be a positive number, not {value!r}")
     return value
+
+
+def _inside(ranges, a: int, b: int) -> bool:
+    """Whether ``[a, b)`` lies inside one of ``ranges`` (sorted by start, disjoint)."""
+    i = bisect.bisect_right(ranges, (a, float("inf"))) - 1
+    return i >= 0 and b <= ranges[i][1]
 
 
 # ---------------------------------------------------------------------------------------
@@ -174,7 +183,7 @@ class MessageSender:
             self.stats["stale_acks"] += 1
             return
         covered = [offset for offset, p in message.unacked.items()
-                   if any(a <= offset and offset + p.header.count <= b for a, b in ranges)]
+                   if _inside(ranges, offset, offset + p.header.count)]
         if not covered:
             self.stats["stale_acks"] += 1
             return

@@ -44,7 +44,9 @@ def test_ack_format_round_trip_and_errors():
     assert len(parse_ack(pack_ack(1, many))[1]) == MAX_ACK_RANGES      # fits one MTU
     assert len(pack_ack(1, many)) <= 1500 - 28
     for bad, why in [(b"GWA", "at least"), (b"XXXX" + bytes(8), "magic"),
-                     (data[:-1], "ranges is"), (pack_ack(1, [(5, 5)]), "reversed")]:
+                     (data[:-1], "ranges is"), (pack_ack(1, [(5, 5)]), "reversed"),
+                     (pack_ack(1, [(8, 9), (0, 4)]), "ascending"),
+                     (pack_ack(1, [(0, 4), (4, 9)]), "apart")]:
         with pytest.raises(AckError, match=why):
             parse_ack(bad)
 
