@@ -93,10 +93,12 @@ def udp_frame(src: Endpoint, dst: Endpoint, src_port: int, dst_port: int, payloa
 
 
 def dst_mac(frame: bytes) -> bytes:
+    """An Ethernet frame's destination MAC, 6 bytes."""
     return bytes(frame[0:6])
 
 
 def src_mac(frame: bytes) -> bytes:
+    """An Ethernet frame's source MAC, 6 bytes."""
     return bytes(frame[6:12])
 
 

@@ -90,7 +90,7 @@ def _check_workers(workers):
 
 def _kind(frame: bytes) -> str:
     """What a frame carries, by its UDP destination port (IPv4 without options)."""
-    if frame[12:14] == b"\x08\x00" and frame[23] == 17 and len(frame) >= 38:
+    if len(frame) >= 38 and frame[12:14] == b"\x08\x00" and frame[23] == 17:
         port = int.from_bytes(frame[36:38], "big")
         if port == WIRE_GRADIENT_PORT:
             return "gradient"
