@@ -2,7 +2,7 @@
 
 N workers train two NumPy models (``sim.workloads``; 1.3M parameters in total by
 default, 11.5M with ``size="large"``) on data they generate. After every training step
-their gradients are all-reduced over the two network paths:
+their gradients are all-reduced over three network paths:
 
 1. **INCEPTIONN ring** (dense MLP): reduce-scatter then all-gather, every hop through the
    NIC transmit (compressor) and receive (decompressor) gateware.
@@ -11,6 +11,15 @@ their gradients are all-reduced over the two network paths:
    int32 round, whichever sends fewer bytes (``lhc_path="auto"``, the default; see
    ``host.golden.lhc.choose_path``), through the switch aggregator gateware. Each of the
    model's tensors is its own job, all of them on the switch at once.
+
+3. **The ring through NICs in the wire** (the same dense MLP, ``wire_steps`` steps): every
+   worker is a host behind its own two-port wire board (``host.board.wire_golden``, the
+   golden model), the boards' network ports joined by a learning switch; the hosts send
+   the ring's chunks as plain gradient datagrams and recover losses themselves
+   (``host.wire_ring``), with seeded loss, duplication and reordering on the network links
+   (``wire_fault_rate``). Its result is checked bit for bit against the golden ring
+   (``host.golden.ring``), and it reports the bytes on the host links (raw) and on the
+   network links (compressed). It runs the golden models whatever ``backend`` says.
 
 2 to 32 workers (``workers``): the ring has N hops per phase and its result is checked
 against the exact per-element bound (``host.golden.ring.ring_sum_error_bound``: N 2^-k plus the
@@ -39,7 +48,7 @@ import numpy as np
 
 from contract.header import BEAT_BYTES
 
-__all__ = ["run", "format_report", "clock_mhz"]
+__all__ = ["run", "format_report", "clock_mhz", "PATHS"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -166,6 +175,10 @@ def run_inceptionn(*, workers, k, steps, seed, backend, waves, progress, size="d
         transport.close()
 
 
+#: Largest extra delay (reordering) of a frame on the wire path's network links, seconds:
+#: below the hosts' first resend timeout (1 ms), as on a real network.
+WIRE_MAX_DELAY = 2e-4
+
 #: Jobs the switch of ``open_switch`` serves at once (its ``jobs`` parameter).
 SWITCH_JOBS = 4
 #: Per-tensor statistics summed over tensors into each step's entry.
@@ -237,22 +250,83 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
         transport.close()
 
 
-def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("inceptionn", "lhc"),
+def run_wire(*, workers, k, steps, seed, progress, size="default", fault_rate=0.0,
+             fault_seed=0):
+    """The ring through NICs in the wire (``host.wire_ring``) on the dense MLP's gradients,
+    each step's result compared bit for bit with the golden ring's."""
+    from host.board.wire import WireFaults
+    from host.wire_ring.network import bits_equal, golden_ring, ring_over_wire
+    from sim.workloads import DenseMLP
+
+    model = DenseMLP(seed=seed, **SIZES[size]["mlp"])
+    steps_out = []
+    totals = {}
+    faults = WireFaults(fault_rate, seed=fault_seed, max_delay=WIRE_MAX_DELAY) \
+        if fault_rate else None
+    for step in range(steps):
+        grads = [model.gradient(w, step) for w in range(workers)]
+        results, stats = ring_over_wire(grads, k, faults=faults)
+        golden = golden_ring(grads, k)
+        exact = all(bits_equal(r, g) for r, g in zip(results, golden))
+        d = stats.as_dict()
+        steps_out.append({"step": step, "bit_exact": exact, "host_bytes": d["host_bytes"],
+                          "network_bytes": d["network_bytes"],
+                          "simulated_seconds": d["simulated_seconds"]})
+        for side in ("host_link", "network_link"):
+            for what in ("bytes", "frames"):
+                for kind, n in d[side][what].items():
+                    key = f"{side}_{what}_{kind}"
+                    totals[key] = totals.get(key, 0) + n
+        for name, n in stats.hosts.items():
+            totals[name] = totals.get(name, 0) + n
+        for port in (0, 1):
+            for name in ("compressed", "incompressible", "decompressed", "passed"):
+                key = f"board_port{port}_{name}"
+                totals[key] = totals.get(key, 0) + stats.boards[port][name]
+        model.apply(golden[0] / np.float32(workers), lr=0.5)
+        if progress:
+            progress("wire", step + 1, steps)
+    host_bytes = sum(v for key, v in totals.items() if key.startswith("host_link_bytes_"))
+    network_bytes = sum(v for key, v in totals.items() if key.startswith("network_link_bytes_"))
+    return {
+        "model": f"DenseMLP ({model.params.size} parameters)", "workers": workers, "k": k,
+        "steps": steps, "per_step": steps_out,
+        "bit_exact": all(s["bit_exact"] for s in steps_out),
+        "host_link_bytes": host_bytes, "network_link_bytes": network_bytes,
+        "ratio": host_bytes / max(network_bytes, 1),
+        "gradient_ratio": totals["host_link_bytes_gradient"]
+        / max(totals["network_link_bytes_gradient"], 1),
+        "totals": totals, "faults": faults.stats() if faults else None,
+    }
+
+
+#: The paths ``run`` knows, in the order it runs them.
+PATHS = ("inceptionn", "lhc", "wire")
+
+
+def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
         out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default",
-        backend_options=None, lhc_path="auto"):
+        backend_options=None, lhc_path="auto", wire_steps=1, wire_fault_rate=0.01,
+        wire_fault_seed=0):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
-    report dict. ``report["ok"]`` is True when both paths are bit-exact. ``backend_options``
+    report dict. ``report["ok"]`` is True when every path is bit-exact. ``backend_options``
     go to the backend (``"udp"``: ``host.board.udp_backend.open_top``); ``lhc_path`` ("auto",
-    "sketch" or "dense") is how each of the LHC model's tensors travels."""
+    "sketch" or "dense") is how each of the LHC model's tensors travels; ``wire_steps``,
+    ``wire_fault_rate`` and ``wire_fault_seed`` are the wire path's training steps and the
+    probability (each of loss, duplication, reordering) and seed of its network faults."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
-    from host.golden.lhc import PATHS
-    if lhc_path not in PATHS:
-        raise ValueError(f"lhc_path must be one of {', '.join(PATHS)}, not {lhc_path!r}")
-    if not isinstance(steps, int) or steps < 1:
-        raise ValueError(f"steps must be a positive integer, not {steps!r}")
+    from host.golden.lhc import PATHS as LHC_PATHS
+    if lhc_path not in LHC_PATHS:
+        raise ValueError(f"lhc_path must be one of {', '.join(LHC_PATHS)}, not {lhc_path!r}")
+    for name, value in (("steps", steps), ("wire_steps", wire_steps)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    unknown = set(paths) - set(PATHS)
+    if unknown or not paths:
+        raise ValueError(f"paths must be some of {', '.join(PATHS)}, not {paths!r}")
     mhz, clock_source = clock_mhz(board)
     report = {"backend": backend, "workers": workers, "seed": seed,
               "clock_mhz": mhz, "clock_source": clock_source, "engines": {}}
@@ -273,11 +347,16 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=("incept
                                        lhc_path=lhc_path)
         for name, s in stats.items():
             report["engines"][f"switch_{name}"] = _engine_report(s, mhz)
+    if "wire" in paths:
+        report["wire"] = run_wire(workers=workers, k=k, steps=wire_steps, seed=seed,
+                                  progress=progress, size=size, fault_rate=wire_fault_rate,
+                                  fault_seed=wire_fault_seed)
     report["seconds"] = round(time.perf_counter() - started, 1)
     report["ok"] = all([
         report.get("inceptionn", {}).get("bit_identical_on_all_workers", True),
         report.get("inceptionn", {}).get("within_error_bound", True),
         report.get("lhc", {}).get("exact", True),
+        report.get("wire", {}).get("bit_exact", True),
     ])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -330,6 +409,30 @@ def format_report(r):
             c = h["compared_with_golden"]
             lines.append(f"  gateware vs reference model: {c['packets']} packets, {c['bytes']:,} "
                          f"bytes, {c['registers']} counters compared, all identical")
+    if "wire" in r:
+        w = r["wire"]
+        t = w["totals"]
+        lines += ["", f"INCEPTIONN ring through NICs in the wire, {w['model']}, k={w['k']}, "
+                      f"{w['steps']} step{'s' if w['steps'] != 1 else ''}, {w['workers']} hosts "
+                      f"(golden wire boards, learning switch)",
+                  f"  bytes on host links     {w['host_link_bytes']:>12,}  (gradient "
+                  f"{t['host_link_bytes_gradient']:,}, acks {t['host_link_bytes_ack']:,})",
+                  f"  bytes on network links  {w['network_link_bytes']:>12,}  (gradient "
+                  f"{t['network_link_bytes_gradient']:,}, acks {t['network_link_bytes_ack']:,})",
+                  f"  host / network          {w['ratio']:>12.2f}x  (gradient datagrams alone "
+                  f"{w['gradient_ratio']:.2f}x)",
+                  f"  gradient datagrams {t['tx_datagrams']:,}, retransmissions "
+                  f"{t['tx_resends']:,} (after {t['tx_timeouts']:,} timeouts); the boards "
+                  f"compressed {t['board_port0_compressed']:,} and passed "
+                  f"{t['board_port0_incompressible']:,} raw (resends included)",
+                  f"  duplicates discarded {t['rx_duplicates']:,}, acks {t['rx_acks']:,}"]
+        if w["faults"]:
+            f = w["faults"]
+            lines.append(f"  network faults (seed {f['seed']}, {f['loss']:g} each): "
+                         f"{f['lost']} lost, {f['duplicated']} duplicated, {f['delayed']} "
+                         f"delayed")
+        lines.append(f"  bit-exact vs the golden ring on all hosts: "
+                     f"{'yes' if w['bit_exact'] else 'NO'}")
     networks = {path: r[path]["network"] for path in ("inceptionn", "lhc")
                 if "network" in r.get(path, {})}
     if networks:
@@ -378,6 +481,6 @@ def format_report(r):
         for b in builds:
             lines.append(f"  {b['top']:<12} {b['build_seconds']:>7.1f} s"
                          f"{'  (reused)' if b['cached'] else ''}")
-    lines += ["", "RESULT: " + ("both paths bit-exact against the golden model" if r["ok"]
+    lines += ["", "RESULT: " + ("every path bit-exact against the golden model" if r["ok"]
                                 else "MISMATCH (see above)")]
     return "\n".join(lines)

@@ -44,7 +44,8 @@ from contract.network import (DEFAULT_IP, DEFAULT_MAC, MAX_FRAME_BYTES, MIN_FRAM
 from .backend import Datagram
 from .golden import GoldenBoard, nic_packet
 
-__all__ = ["GoldenWire", "with_fcs", "internet_checksum", "FCS_BYTES"]
+__all__ = ["GoldenWire", "with_fcs", "padded_with_fcs", "internet_checksum", "FCS_BYTES",
+           "ETH_HEADER", "IP_HEADER", "UDP_HEADER", "ipv4_length", "udp_payload"]
 
 FCS_BYTES = 4
 ETH_HEADER = 14
@@ -68,7 +69,7 @@ def with_fcs(frame: bytes) -> bytes:
     return bytes(frame) + zlib.crc32(frame).to_bytes(FCS_BYTES, "little")
 
 
-def _padded_with_fcs(frame: bytes) -> bytes:
+def padded_with_fcs(frame: bytes) -> bytes:
     """What the MAC sends of ``frame``: zero-padded to 60 bytes, then its FCS."""
     return with_fcs(frame.ljust(MIN_FRAME_BYTES - FCS_BYTES, b"\0"))
 
@@ -83,6 +84,33 @@ def internet_checksum(data: bytes) -> int:
     while total >> 16:
         total = (total & 0xFFFF) + (total >> 16)
     return ~total & 0xFFFF
+
+
+def ipv4_length(body: bytes) -> int | None:
+    """The IPv4 total length of an untagged IPv4 frame ``body`` (no FCS) that the NIC or the
+    board may handle (version 4, no options, a valid header checksum, not a fragment); else
+    None."""
+    if body[12:14] != _ETHERTYPE_IPV4 or len(body) < _UDP or body[_IP] != 0x45:
+        return None
+    header = body[_IP:_UDP]
+    if internet_checksum(header) or int.from_bytes(header[6:8], "big") & 0x3FFF:
+        return None         # bad checksum; more fragments or an offset (DF is fine)
+    return int.from_bytes(header[2:4], "big")
+
+
+def udp_payload(body: bytes, total: int) -> bytes | str:
+    """The UDP payload of an IPv4/UDP frame ``body`` (no FCS) of IPv4 total length
+    ``total``, or the drop cause: ``"drop_udp_length"`` for lengths that disagree,
+    ``"drop_udp_checksum"`` for a wrong non-zero checksum."""
+    udp_length = int.from_bytes(body[_UDP + 4:_UDP + 6], "big")
+    if total > len(body) - _IP or udp_length < UDP_HEADER or udp_length != total - IP_HEADER:
+        return "drop_udp_length"
+    datagram = body[_UDP:_IP + total]
+    if datagram[6:8] != b"\0\0":
+        pseudo = body[_IP + 12:_IP + 20] + bytes((0, _PROTO_UDP)) + datagram[4:6]
+        if internet_checksum(pseudo + datagram):
+            return "drop_udp_checksum"
+    return datagram[UDP_HEADER:]
 
 
 def _mac_bytes(mac: str) -> bytes:
@@ -174,12 +202,12 @@ class GoldenWire:
                 return "drop_board_address", []
             reply = self._answer(body)
             return ("answered", [(0, reply)]) if reply else ("drop_unanswered", [])
-        total = self._ipv4(body)      # (a frame of 64 bytes or more holds a UDP header)
+        total = ipv4_length(body)      # (a frame of 64 bytes or more holds a UDP header)
         if total is not None and body[_IP + 9] == _PROTO_UDP \
                 and int.from_bytes(body[_UDP + 2:_UDP + 4], "big") == self.gradient_port:
             cause, new_body = self._gradient(port, body, total)
             if new_body is not None:
-                return cause, [(other, _padded_with_fcs(new_body))]
+                return cause, [(other, padded_with_fcs(new_body))]
             return cause, [] if cause.startswith("drop_") else [(other, frame)]
         return "passed", [(other, frame)]
 
@@ -190,36 +218,12 @@ class GoldenWire:
         return body[12:14] == _ETHERTYPE_ARP and len(body) >= ETH_HEADER + 28 \
             and body[ETH_HEADER + 24:ETH_HEADER + 28] == self._ip
 
-    @staticmethod
-    def _ipv4(body: bytes) -> int | None:
-        """The IPv4 total length of an untagged IPv4 frame the NIC or the board may handle
-        (version 4, no options, a valid header checksum, not a fragment); else None."""
-        if body[12:14] != _ETHERTYPE_IPV4 or len(body) < _UDP or body[_IP] != 0x45:
-            return None
-        header = body[_IP:_UDP]
-        if internet_checksum(header) or int.from_bytes(header[6:8], "big") & 0x3FFF:
-            return None         # bad checksum; more fragments or an offset (DF is fine)
-        return int.from_bytes(header[2:4], "big")
-
     # -- gradient datagrams --------------------------------------------------------------
-
-    def _udp_payload(self, body: bytes, total: int) -> bytes | str:
-        """The UDP payload of an IPv4/UDP frame of total length ``total``, or the drop
-        cause: lengths that disagree, a wrong non-zero checksum."""
-        udp_length = int.from_bytes(body[_UDP + 4:_UDP + 6], "big")
-        if total > len(body) - _IP or udp_length < UDP_HEADER or udp_length != total - IP_HEADER:
-            return "drop_udp_length"
-        datagram = body[_UDP:_IP + total]
-        if datagram[6:8] != b"\0\0":
-            pseudo = body[_IP + 12:_IP + 20] + bytes((0, _PROTO_UDP)) + datagram[4:6]
-            if internet_checksum(pseudo + datagram):
-                return "drop_udp_checksum"
-        return datagram[UDP_HEADER:]
 
     def _gradient(self, port: int, body: bytes, total: int):
         """``(cause, new frame body or None)``: None sends the frame on unchanged, unless
         the cause is a drop."""
-        payload = self._udp_payload(body, total)
+        payload = udp_payload(body, total)
         if isinstance(payload, str):
             return payload, None
         if port == 0:
@@ -261,8 +265,8 @@ class GoldenWire:
                 return None
             sender_mac, sender_ip = arp[8:14], arp[14:18]
             reply = _ARP_REQUEST[:7] + b"\x02" + self._mac + self._ip + sender_mac + sender_ip
-            return _padded_with_fcs(sender_mac + self._mac + _ETHERTYPE_ARP + reply)
-        total = self._ipv4(body)
+            return padded_with_fcs(sender_mac + self._mac + _ETHERTYPE_ARP + reply)
+        total = ipv4_length(body)
         if total is None or body[_IP + 16:_IP + 20] != self._ip \
                 or not IP_HEADER + UDP_HEADER <= total <= len(body) - _IP:
             return None
@@ -279,7 +283,7 @@ class GoldenWire:
         if protocol != _PROTO_UDP or int.from_bytes(body[_UDP + 2:_UDP + 4], "big") \
                 != self.ctrl_port:
             return None
-        payload = self._udp_payload(body, total)
+        payload = udp_payload(body, total)
         if isinstance(payload, str):
             return None
         src_port = int.from_bytes(body[_UDP:_UDP + 2], "big")
@@ -297,4 +301,4 @@ class GoldenWire:
         ip = bytearray(struct.pack(">BBHHHBBH4s4s", 0x45, 0, IP_HEADER + len(payload), 0, 0,
                                    _REPLY_TTL, protocol, 0, self._ip, body[_IP + 12:_IP + 16]))
         ip[10:12] = internet_checksum(bytes(ip)).to_bytes(2, "big")
-        return _padded_with_fcs(body[6:12] + self._mac + _ETHERTYPE_IPV4 + bytes(ip) + payload)
+        return padded_with_fcs(body[6:12] + self._mac + _ETHERTYPE_IPV4 + bytes(ip) + payload)

@@ -7,10 +7,14 @@ import sys
 
 from ..cli import CliError
 from ..driver.transport import TransportError
+from ..wire_ring import RingStalled
+from ..wire_ring.reliable import DeliveryError
 
 #: The simulation package runs the scenario; it is imported by name when the command runs
 #: (``sim`` imports ``host``, never the other way round).
 E2E_MODULE = "sim.e2e"
+#: The paths of the simulation (``sim.e2e.PATHS``; the CLI names them without importing it).
+PATHS = ("inceptionn", "lhc", "wire")
 
 
 def add_arguments(p):
@@ -35,8 +39,17 @@ def add_arguments(p):
                         "RGMII PHY; slow)")
     p.add_argument("--mtu", type=int, default=None,
                    help="udp: IP MTU of the path to the board (default 1500; 9000: jumbo)")
-    p.add_argument("--path", dest="paths", action="append", choices=("inceptionn", "lhc"),
-                   help="run only this path (repeatable; default both)")
+    p.add_argument("--path", dest="paths", action="append", choices=PATHS,
+                   help="run only this path (repeatable; default all three: the INCEPTIONN "
+                        "ring through the NIC engines, the in-network LHC, the ring through "
+                        "NICs in the wire)")
+    p.add_argument("--wire-steps", type=int, default=1,
+                   help="wire path: training steps (default 1)")
+    p.add_argument("--wire-fault-rate", type=float, default=0.01,
+                   help="wire path: probability of loss, duplication and reordering of each "
+                        "frame on a network link (default 0.01; 0: none)")
+    p.add_argument("--wire-fault-seed", type=int, default=0,
+                   help="wire path: seed of the network faults (default 0)")
     p.add_argument("--lhc-path", choices=("auto", "sketch", "dense"), default="auto",
                    help="how each tensor of the in-network path travels: the cheaper of the "
                         "sketch and a dense int32 all-reduce, chosen after the index phase "
@@ -77,13 +90,16 @@ def run(args):
         raise CliError("--fault-rate, --mtu and --board-backend apply to --backend udp")
     try:
         report = e2e.run(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
-                         backend=args.backend, paths=tuple(args.paths or ("inceptionn", "lhc")),
+                         backend=args.backend, paths=tuple(args.paths or PATHS),
                          out_dir=args.out, waves=waves, progress=progress, board=args.board,
                          size=args.size, backend_options=backend_options,
-                         lhc_path=args.lhc_path)
+                         lhc_path=args.lhc_path, wire_steps=args.wire_steps,
+                         wire_fault_rate=args.wire_fault_rate,
+                         wire_fault_seed=args.wire_fault_seed)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    except TransportError as exc:          # a board that went away, a mismatch
+    except (TransportError, DeliveryError, RingStalled) as exc:
+        # a board that went away, a mismatch; the wire path's ring that could not finish
         raise CliError(f"{type(exc).__name__}: {exc}") from exc
     finally:
         for bar in bars.values():

@@ -1,4 +1,5 @@
-"""The end-to-end simulation at small size: both paths, both backends, plus the CLI."""
+"""The end-to-end simulation at small size: every path, the golden and UDP backends (and
+Verilator, marked cocotb), plus the CLI."""
 import json
 
 import pytest
@@ -20,6 +21,8 @@ def test_end_to_end_small(backend, tmp_path):
     assert report["inceptionn"]["within_error_bound"]
     assert report["inceptionn"]["compression_ratio"] > 1
     assert report["lhc"]["exact"]
+    wire = report["wire"]
+    assert wire["bit_exact"] and wire["network_link_bytes"] < wire["host_link_bytes"]
     saved = json.loads((tmp_path / "report.json").read_text())
     assert saved["ok"] and "RESULT" in (tmp_path / "report.txt").read_text()
     if backend == "verilator":
@@ -68,3 +71,29 @@ def test_cli_sim_rejects_bad_options(tmp_path, capsys):
     assert main(["sim", "--backend", "verilator", "--board-backend", "verilator",
                  "--out", str(tmp_path)]) == 2
     assert "--board-backend" in capsys.readouterr().err
+
+
+def test_wire_path_alone_reports_bytes_and_retransmissions(tmp_path, capsys):
+    assert main(["sim", "--backend", "golden", "--size", "small", "--workers", "4",
+                 "--path", "wire", "--wire-steps", "2", "--wire-fault-rate", "0.2",
+                 "--wire-fault-seed", "3", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "ring through NICs in the wire" in out and "bit-exact vs the golden ring on all " \
+        "hosts: yes" in out and "INCEPTIONN ring all-reduce" not in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert set(report) & {"inceptionn", "lhc", "wire"} == {"wire"}
+    wire = report["wire"]
+    assert wire["steps"] == 2 and wire["bit_exact"] and wire["ratio"] > 1
+    assert wire["totals"]["tx_resends"] > 0 and wire["faults"]["lost"] > 0
+    for line in ("bytes on host links", "bytes on network links", "host / network",
+                 "retransmissions"):
+        assert line in out
+
+
+def test_wire_path_bad_options(tmp_path, capsys):
+    for args, message in [(["--wire-steps", "0"], "wire_steps"),
+                          (["--wire-fault-rate", "1.5"], "fault probability"),
+                          (["-k", "16"], "k")]:
+        assert main(["sim", "--backend", "golden", "--size", "small", "--path", "wire",
+                     *args, "--out", str(tmp_path)]) == 2
+        assert message in capsys.readouterr().err

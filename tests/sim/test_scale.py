@@ -52,6 +52,7 @@ def test_end_to_end_with_32_workers_on_both_paths(tmp_path):
     assert report["lhc"]["exact"] and report["lhc"]["workers"] == 32
     for path in ("inceptionn", "lhc"):
         assert report[path]["compared_with_golden"]["packets"] > 0
+    assert report["wire"]["bit_exact"] and report["wire"]["workers"] == 32
 
 
 def test_receive_waits_for_the_decoding_of_an_all_zero_packet():

@@ -28,7 +28,7 @@ from contract.counters import WIRE_COUNTERS, WIRE_DROP_CAUSES
 from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_GRADIENT_PORT
 from hdl.wire.classify import (DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_BYTES, PAYLOAD_OFFSET,
                                FrameClass, FrameClassifier, MacBeat, Verdict)
-from host.board.wire_golden import FCS_BYTES, GoldenWire, with_fcs
+from host.board.wire_golden import FCS_BYTES, GoldenWire, udp_payload, with_fcs
 from tests.amaranth_sim import run
 from tests.host.board.test_wire_golden import (A_IP, A_MAC, B_IP, B_MAC, KEY, MALFORMED,
                                                PASS_THROUGH, RX_PASSES, SPECIALS, TX_PASSES,
@@ -56,7 +56,7 @@ class SpyWire(GoldenWire):
 
     def _gradient(self, port, body, total):
         self.seen_gradient = True
-        self.payload = self._udp_payload(body, total)
+        self.payload = udp_payload(body, total)
         return super()._gradient(port, body, total)
 
 
