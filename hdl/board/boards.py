@@ -59,7 +59,7 @@ class Board:
         return self.engines[top]
 
     def engine_clock_mhz(self, top):
-        """The default engine clock of ``top`` (``"network"`` or ``"selftest"``), MHz.
+        """The default engine clock of ``top`` (one of :data:`TOPS`), MHz.
 
         Raises
         ------
@@ -145,8 +145,10 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
     return boards
 
 
-#: The board tops: ``make bitstream TOP=...``.
-TOPS = ("network", "selftest")
+#: The board tops: ``make bitstream TOP=...``: the engines served on the network
+#: (:mod:`hdl.board.network`), with their self-test (:mod:`hdl.board.top`), the NIC in the
+#: wire on a two-port board (:mod:`hdl.board.wire`).
+TOPS = ("network", "selftest", "wire")
 
 
 def _engines_per_top(engines, clocks):

@@ -2,7 +2,7 @@
 
 ::
 
-    python -m hdl.board.build --board ecpix5|versa|colorlight [--top network|selftest]
+    python -m hdl.board.build --board ecpix5|versa|colorlight [--top network|selftest|wire]
                         [--engine nic|switch|all|none] [--mac MAC] [--ip IP] [--key HEX]
                         [--show-key] [--freq MHZ] [--seed N[,N...]]
                         [--router router1|router2] [--build-dir DIR]
@@ -13,7 +13,9 @@ board's tops) is :mod:`hdl.board.network`: the engines served over the board's E
 default a fresh random one). The key goes into ``summary.json`` only, which is then
 readable by its owner alone (mode 0600), like the build folder (the netlists hold the key
 too); it is printed only with ``--show-key``. ``--top selftest`` is :mod:`hdl.board.top`: the
-engines with their built-in self-test, for a board with no network at hand.
+engines with their built-in self-test, for a board with no network at hand. ``--top wire``
+(the Versa: a board with two Ethernet ports) is :mod:`hdl.board.wire`: the NIC engines in
+the wire between a host (port 0) and the network (port 1), ``network.md`` section 6.
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.boards`). The tools are the YoWASP builds in the project's virtualenv
@@ -21,7 +23,7 @@ Boards and what fits on each come from ``constraints/boards.toml`` (see
 the ``YOSYS``/``NEXTPNR_ECP5``/``ECPPACK`` variables unless these are set already.
 
 Output, in ``build/bitstream/<board>`` (``<board>-<engine>`` for one engine; with
-``-selftest`` after the board for the self-test top): ``<name>.bit`` and ``<name>.svf``,
+``-selftest`` or ``-wire`` after the board for those tops): ``<name>.bit`` and ``<name>.svf``,
 the tool logs (``<name>.rpt`` Yosys, ``<name>.tim`` nextpnr), nextpnr's ``report.json``,
 and ``summary.json`` (also printed, without the key): Fmax of every clock against its
 constraint (``engine_fmax_mhz``; the network top also ``eth_fmax_mhz`` and
@@ -42,6 +44,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from hdl.board.boards import TOPS
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
@@ -194,10 +198,11 @@ def _seeds(text):
 def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.build", description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
-    p.add_argument("--top", default=None, choices=["network", "selftest"],
+    p.add_argument("--top", default=None, choices=TOPS,
                    help="network: the engines on the board's Ethernet port; selftest: the "
-                        "engines with their built-in self-test (default: the board's first "
-                        "top in constraints/boards.toml, the network top where it fits)")
+                        "engines with their built-in self-test; wire: the NIC engines in the "
+                        "wire between a board's two ports (default: the board's first top in "
+                        "constraints/boards.toml, the network top where it fits)")
     p.add_argument("--mac", default=None, help="network top: the board's MAC address "
                    "(default constraints/network.toml's)")
     p.add_argument("--ip", default=None, help="network top: the board's IPv4 address "
@@ -252,6 +257,7 @@ def write_private(path, text):
 
 def main(argv=None) -> int:
     from hdl.board.boards import load_boards
+    from hdl.board.program import build_folder
     from hdl.board.top import BoardTop
     from hdl.replica import KEEP_REPLICAS
 
@@ -266,9 +272,9 @@ def main(argv=None) -> int:
     if args.engine == "all":
         engines = board.engines_for(args.top)
     elif args.engine == "none":
-        if args.top == "network":
-            print("--engine none is for the self-test top (the network top needs an "
-                  "engine)", file=sys.stderr)
+        if args.top != "selftest":
+            print(f"--engine none is for the self-test top (the {args.top} top needs an "
+                  f"engine)", file=sys.stderr)
             return 2
         engines = ()
     else:
@@ -277,12 +283,10 @@ def main(argv=None) -> int:
             print(f"warning: boards.toml leaves {args.engine!r} out on {board.name} "
                   f"(it does not fit); building it alone anyway", file=sys.stderr)
     left_out = [e for e in ("nic", "switch") if e not in engines]
-    suffix = ("-selftest" if args.top == "selftest" else "") + \
-        ("" if args.engine == "all" else f"-{args.engine}")
-    build_dir = Path(args.build_dir or REPO / "build" / "bitstream" / f"{board.name}{suffix}")
+    build_dir = Path(args.build_dir or build_folder(board.name, args.top, args.engine))
     name = "gradwire"
 
-    network = None
+    network = wire = None
     if args.top == "network":
         from hdl.board.network import NetworkBoardTop
         from hdl.net.core.liteeth import load_network_config
@@ -299,6 +303,22 @@ def main(argv=None) -> int:
         network = {"mac": config.mac_address, "ip": config.ip_address,
                    "port_base": port_base_of(config), "key": f"{key:016x}",
                    "key_generated": args.key is None}
+    elif args.top == "wire":
+        from hdl.board.wire import WireBoardTop
+        from hdl.net.core.liteeth import load_network_config
+        if engines != ("nic",):
+            print("the wire top runs the NIC engines (--engine all or nic)", file=sys.stderr)
+            return 2
+        try:
+            overrides = {k: v for k, v in (("mac_address", args.mac), ("ip_address", args.ip))
+                         if v is not None}
+            config = load_network_config(board.name, **overrides)
+            top = WireBoardTop(board, config, engine_mhz=args.freq)
+        except ValueError as e:
+            print(f"make bitstream: {e}", file=sys.stderr)
+            return 2
+        wire = {"mac": config.mac_address, "ip": config.ip_address,
+                "host_port": list(config.resource), "network_port": list(config.port1_resource)}
     else:
         top = BoardTop(board, engines=engines, engine_mhz=args.freq)
 
@@ -337,6 +357,8 @@ def main(argv=None) -> int:
     summary["top"] = args.top
     if network is not None:
         summary["network"] = network
+    if wire is not None:
+        summary["wire"] = wire
     write_private(build_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     shown = json.loads(json.dumps(summary))
     if network is not None and not args.show_key:
@@ -403,6 +425,9 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
     if getattr(top, "eth_mhz", None):
         # the network top: the Ethernet clock must be there and meet its constraint too
         timing_met = timing_met and bool(clocks.get("eth"))
+    rgmii_clocks = getattr(top, "phy_count", 0)
+    # every PHY's receive clock must be there (and met, with every clock, above)
+    timing_met = timing_met and len(clocks.get("rgmii_rx", {})) >= rgmii_clocks
     minimum = lambda kind: min((v["achieved_mhz"] for v in clocks.get(kind, {}).values()),
                                default=None)
     summary = {
@@ -418,8 +443,8 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
         },
         "fmax": fmax,
         "engine_fmax_mhz": minimum("engine"),
-        **({"eth_fmax_mhz": minimum("eth"), "rgmii_rx_fmax_mhz": minimum("rgmii_rx")}
-           if getattr(top, "eth_mhz", None) else {}),
+        **({"eth_fmax_mhz": minimum("eth")} if getattr(top, "eth_mhz", None) else {}),
+        **({"rgmii_rx_fmax_mhz": minimum("rgmii_rx")} if rgmii_clocks else {}),
         "engine_clock_constrained": constrained,
         "timing_met": timing_met,
         "utilization": {k: utilization[k] for k in RESOURCES if k in utilization},

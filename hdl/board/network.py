@@ -15,11 +15,12 @@ The UART sends every network counter once a second (115200 8N1), one line:
 from __future__ import annotations
 
 from amaranth import Elaboratable, Module, ResetSignal, Signal
-from amaranth.lib import data, io
+from amaranth.lib import data
 
 from contract.counters import NET_COUNTERS
 from hdl.board.clocking import board_clocks
 from hdl.board.pins import pin_buffers
+from hdl.board.status import BLINK_S, heartbeat, hold_phy_in_reset, stretch
 from hdl.net.core.eth_core import rgmii_ports
 from hdl.net.top import ENGINES, NetworkTop
 from hdl.selftest.report import Report
@@ -37,28 +38,12 @@ NetworkStatus = data.StructLayout({
     "drop": 1,        # something was dropped and counted
 })
 
-#: PHY reset after the clocks are up, as LiteX's LiteEthPHYRGMII hardware reset.
-PHY_RESET_S = 10e-3
-#: How long an activity LED stays lit after an event.
-BLINK_S = 50e-3
 BAUD = 115200
 
 
 def report_template():
     """The UART line: every network counter by name."""
     return "net {line}:" + "".join(f" {name}={{{name}}}" for name in NET_COUNTERS) + "\r\n"
-
-
-def _stretch(m, event, cycles, name):
-    """A signal high for ``cycles`` clocks after each ``event`` strobe."""
-    timer = Signal(range(cycles + 1), name=f"{name}_timer")
-    lit = Signal(name=f"{name}_lit")
-    with m.If(event):
-        m.d.sync += timer.eq(cycles)
-    with m.Elif(timer != 0):
-        m.d.sync += timer.eq(timer - 1)
-    m.d.comb += lit.eq(timer != 0)
-    return lit
 
 
 class NetworkBoardTop(Elaboratable):
@@ -79,7 +64,10 @@ class NetworkBoardTop(Elaboratable):
     Attributes
     ----------
     pll : hdl.board.clocking.EnginePLL (made at elaboration), network : NetworkTop
+    phy_count : int
+        Ethernet PHYs the top drives, each with its receive clock (1).
     """
+    phy_count = 1
 
     def __init__(self, board, config, *, key, engines=None, engine_mhz=None):
         self.board, self.config = board, config
@@ -113,29 +101,19 @@ class NetworkBoardTop(Elaboratable):
         m.submodules.network = self.network = network = NetworkTop(
             self.config, key=self._key, engines=self.engines, rgmii=rgmii)
         m.d.comb += [network.eth_clk.eq(pll.clk_os), network.eth_rst.eq(ResetSignal("eth_board"))]
-        if hasattr(rgmii_resource, "rst"):
-            phy_reset_cycles = round(PHY_RESET_S * self.eth_mhz * 1e6)
-            timer = Signal(range(phy_reset_cycles + 1), init=phy_reset_cycles)
-            with m.If(timer != 0):
-                m.d.eth_board += timer.eq(timer - 1)
-            m.submodules.phy_reset = phy_reset = io.Buffer("o", rgmii_resource.rst)
-            m.d.comb += phy_reset.o.eq(timer != 0)       # the pin's polarity is the board's
+        hold_phy_in_reset(m, rgmii_resource, self.eth_mhz * 1e6, "eth_board")
 
         # -- LEDs and the report ----------------------------------------------------------
         clk_hz = round(pll.dividers["f_out_mhz"] * 1e6)
         blink = round(BLINK_S * clk_hz)
         status = Signal(NetworkStatus)
-        heartbeat_timer = Signal(range(clk_hz))
-        with m.If(heartbeat_timer == clk_hz - 1):
-            m.d.sync += [heartbeat_timer.eq(0), status.heartbeat.eq(~status.heartbeat)]
-        with m.Else():
-            m.d.sync += heartbeat_timer.eq(heartbeat_timer + 1)
         m.d.comb += [
+            status.heartbeat.eq(heartbeat(m, clk_hz)),
             status.pll_unlocked.eq(~pll.locked),
             status.link.eq(network.link),
-            status.rx.eq(_stretch(m, network.status.rx_datagram, blink, "rx")),
-            status.tx.eq(_stretch(m, network.status.tx_datagram, blink, "tx")),
-            status.drop.eq(_stretch(m, network.status.drop, blink, "drop")),
+            status.rx.eq(stretch(m, network.status.rx_datagram, blink, "rx")),
+            status.tx.eq(stretch(m, network.status.tx_datagram, blink, "tx")),
+            status.drop.eq(stretch(m, network.status.drop, blink, "drop")),
         ]
         for bit, spec in self.board.network_leds.items():
             m.d.comb += pin(spec, "o").o.eq(getattr(status, bit))

@@ -2,7 +2,7 @@
 
 ::
 
-    python -m hdl.board.program [--board ecpix5|versa|colorlight] [--top network|selftest]
+    python -m hdl.board.program [--board ecpix5|versa|colorlight] [--top network|selftest|wire]
                                 [--engine all|nic|switch|none] [--flash] [--cable NAME]
                                 [--dry-run]
 
@@ -27,6 +27,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from hdl.board.boards import TOPS
 from hdl.board.build import REPO
 
 __all__ = ["ProgramError", "loader_path", "build_folder", "program_command", "main"]
@@ -60,7 +61,7 @@ def loader_path():
 
 def build_folder(board, top="network", engine="all", root=REPO / "build" / "bitstream"):
     """Where ``make bitstream`` with these options puts its output (``hdl.board.build``)."""
-    suffix = ("-selftest" if top == "selftest" else "") + \
+    suffix = ("" if top == "network" else f"-{top}") + \
         ("" if engine == "all" else f"-{engine}")
     return Path(root) / f"{board}{suffix}"
 
@@ -111,7 +112,7 @@ def _arguments(argv, boards):
     p = argparse.ArgumentParser(prog="python -m hdl.board.program",
                                 description=__doc__.split("\n")[0])
     p.add_argument("--board", default="ecpix5", choices=sorted(boards))
-    p.add_argument("--top", default=None, choices=["network", "selftest"],
+    p.add_argument("--top", default=None, choices=TOPS,
                    help="as given to make bitstream (default: the board's default top)")
     p.add_argument("--engine", default="all", choices=["all", "nic", "switch", "none"],
                    help="as given to make bitstream (the build folder to take)")

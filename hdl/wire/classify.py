@@ -34,12 +34,12 @@ from amaranth.lib.wiring import In, Out
 from contract.network import (DEFAULT_IP, DEFAULT_MAC, MAX_FRAME_BYTES, MIN_FRAME_BYTES,
                               PORT_BASE, SERVICE_OFFSETS, WIRE_GRADIENT_PORT, Service,
                               ip_to_int, mac_to_int)
+from hdl.net.core.wire_core import BEAT_BYTES, MacBeat     # (the frames come from there)
 
 __all__ = ["BEAT_BYTES", "FCS_BYTES", "MIN_BODY_BYTES", "MAX_BODY_BYTES", "PAYLOAD_OFFSET",
            "LENGTH_BITS", "DIRECTIONS", "MacBeat", "FrameClass", "Verdict", "FrameClassifier",
            "ones_sum16"]
 
-BEAT_BYTES = 4
 FCS_BYTES = 4
 #: frame lengths as the classifier sees them (the MAC has stripped the FCS)
 MIN_BODY_BYTES = MIN_FRAME_BYTES - FCS_BYTES     # 60
@@ -60,19 +60,6 @@ _PROTO_UDP = 17
 #: the largest UDP checksum sum a frame the wire accepts can reach: every 16-bit word of the
 #: longest frame, plus the pseudo-header's protocol and UDP length
 _UDP_SUM_BITS = ((MAX_BODY_BYTES // 2 + 2) * 0xFFFF).bit_length()
-
-#: One beat of a frame from a LiteEth MAC's receive side (its ``eth_phy_description`` at 32
-#: bits, after the MAC has checked and stripped the FCS): frame byte ``4n + j`` is
-#: ``data[8j:8j+8]`` of beat ``n``. ``last_be`` is one-hot on the last beat and marks its
-#: last byte (ignored on other beats, and so are the bytes past it). ``error`` makes the
-#: frame bad: LiteEth sets it on the last beat for a bad FCS (replicated over one bit per
-#: byte: any of them), and its PHY may set it on an earlier beat for a receive error.
-MacBeat = data.StructLayout({
-    "data": unsigned(8 * BEAT_BYTES),
-    "last_be": unsigned(BEAT_BYTES),
-    "last": unsigned(1),
-    "error": unsigned(1),
-})
 
 
 class FrameClass(enum.Enum, shape=4):

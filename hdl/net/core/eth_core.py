@@ -36,7 +36,7 @@ from amaranth.lib.wiring import In, Out
 from hdl.net.core.liteeth import CORE_NAME, EVENTS, RGMII_PINS, GeneratedCore
 
 __all__ = ["DATA_WIDTH", "UdpMeta", "RxBeat", "TxBeat", "CoreEvents", "LiteEthCore",
-           "rgmii_ports"]
+           "RGMII_INSTANCE_PORTS", "rgmii_ports"]
 
 DATA_WIDTH = 32
 
@@ -66,8 +66,9 @@ TxBeat = data.StructLayout({
 #: One-cycle pulses (``domain``), one field per drop cause: see ``hdl.net.core.liteeth.EVENTS``.
 CoreEvents = data.StructLayout({name: 1 for name in EVENTS})
 
-#: RGMII pin -> (Instance port, direction, width).
-_RGMII_PORTS = {
+#: RGMII pin -> (the generated core's port, direction, width); the wire core's ports are
+#: these with ``rgmii<p>`` for ``rgmii`` (:mod:`hdl.net.core.wire_core`).
+RGMII_INSTANCE_PORTS = {
     "tx_clk": ("rgmii_clocks_tx", "o", 1),
     "tx_ctl": ("rgmii_tx_ctl", "o", 1),
     "tx_data": ("rgmii_tx_data", "o", 4),
@@ -136,7 +137,7 @@ class LiteEthCore(wiring.Component):
         self._core, self._domain = core, domain
         if rgmii is None:
             rgmii = {pin: io.IOPort(width, name=f"rgmii_{pin}")
-                     for pin, (_, _, width) in _RGMII_PORTS.items()}
+                     for pin, (_, _, width) in RGMII_INSTANCE_PORTS.items()}
         elif set(rgmii) != set(RGMII_PINS):
             raise ValueError(f"rgmii must map exactly {', '.join(RGMII_PINS)}; "
                              f"got {', '.join(sorted(rgmii))}")
@@ -158,7 +159,7 @@ class LiteEthCore(wiring.Component):
     def _check_ports(core):
         want = {f"ev_{name}": ("o", 1) for name in EVENTS}
         want.update({port: (direction, width)
-                     for port, direction, width in _RGMII_PORTS.values()})
+                     for port, direction, width in RGMII_INSTANCE_PORTS.values()})
         want.update({"sys_clock": ("i", 1), "sys_reset": ("i", 1),
                      "arp_clear_enable": ("i", 1),
                      "status_link_up": ("o", 1), "status_link_speed": ("o", 2)})
@@ -198,7 +199,7 @@ class LiteEthCore(wiring.Component):
             ports[f"i_udp_tx_{field}"] = tx.p.meta[field]
         for name in EVENTS:
             ports[f"o_ev_{name}"] = self.events[name]
-        for pin, (port, direction, _) in _RGMII_PORTS.items():
+        for pin, (port, direction, _) in RGMII_INSTANCE_PORTS.items():
             ports[f"{direction}_{port}"] = self.rgmii[pin]
         m.submodules.liteeth = Instance(CORE_NAME, **ports)
         # A board build needs the core's Verilog beside the design (once per platform).

@@ -3,9 +3,15 @@
 ``constraints/network.toml`` holds each board's network choices (:func:`load_network_config`
 returns them as a checked :class:`NetworkConfig`); :func:`generate` runs LiteEth's Python
 API (the Migen half, :mod:`hdl.net.core.liteeth_migen`, in a subprocess) and returns the
-Verilog of module ``liteeth_core`` with its port list, cached under
-``build/liteeth/<board>-<hash>/`` by the content of the configuration, the versions of
-LiteEth, LiteX and Migen and the generator's own source. Generation takes about a second.
+Verilog of the core with its port list, cached under ``build/liteeth/<board>-<hash>/`` by
+the content of the configuration, the versions of LiteEth, LiteX and Migen and the
+generator's own source. Generation takes about a second.
+
+Two kinds of core (:data:`CORE_MODULES`): ``network``, module ``liteeth_core``, the board's
+own Ethernet/IPv4/UDP endpoint on one port (the network top), and ``wire``, module
+``liteeth_wire``, LiteEth's PHY and MAC on each of a board's two ports, raw frames without
+their FCS (the NIC in the wire, ``network.md`` section 6: frames go from one port to the
+other, and the parsing is the wire's own, :mod:`hdl.wire`).
 
 What the generated core is and does (ports, timing, clocks, drops): ``docs/network-core.md``
 and :mod:`hdl.net.core.liteeth_migen`; the Amaranth side is
@@ -27,12 +33,14 @@ import tomllib
 from pathlib import Path
 from types import MappingProxyType
 
-__all__ = ["NETWORK_FILE", "CORE_NAME", "RGMII_PINS", "EVENTS", "NetworkConfig", "CorePort",
-           "GeneratedCore", "load_network_config", "generate", "parse_ports"]
+__all__ = ["NETWORK_FILE", "CORE_NAME", "CORE_MODULES", "RGMII_PINS", "EVENTS",
+           "NetworkConfig", "CorePort", "GeneratedCore", "load_network_config", "generate", "parse_ports"]
 
 REPO = Path(__file__).resolve().parents[3]
 NETWORK_FILE = REPO / "constraints" / "network.toml"
 CORE_NAME = "liteeth_core"
+#: kind of core -> the Verilog module it generates
+CORE_MODULES = {"network": CORE_NAME, "wire": "liteeth_wire"}
 #: The core's RGMII pins, the keys of a board's ``pins`` table.
 RGMII_PINS = ("tx_clk", "tx_ctl", "tx_data", "rx_clk", "rx_ctl", "rx_data")
 #: Packages whose code goes into the generated Verilog (their versions key the cache).
@@ -83,6 +91,10 @@ class NetworkConfig:
     max_frame: int
     icmp_fifo_depth: int
     udp_ports: MappingProxyType
+    #: the second RGMII port of a two-port board (the NIC in the wire's network side), as
+    #: ``resource`` and ``pins``; None on a board with one port
+    port1_resource: tuple | None = None
+    port1_pins: MappingProxyType | None = None
 
     def __post_init__(self):
         where = f"network config of {self.board!r}"
@@ -126,6 +138,14 @@ class NetworkConfig:
         if set(self.pins) != set(RGMII_PINS):
             raise ValueError(f"{where}: pins must name exactly {', '.join(RGMII_PINS)}; "
                              f"got {', '.join(sorted(self.pins))}")
+        if (self.port1_resource is None) != (self.port1_pins is None):
+            raise ValueError(f"{where}: port1_resource and port1_pins go together")
+        if self.port1_pins is not None and set(self.port1_pins) != set(RGMII_PINS):
+            raise ValueError(f"{where}: port1_pins must name exactly {', '.join(RGMII_PINS)}; "
+                             f"got {', '.join(sorted(self.port1_pins))}")
+        if self.port1_resource is not None and tuple(self.port1_resource) == tuple(self.resource):
+            raise ValueError(f"{where}: port1_resource is port 0's resource "
+                             f"{list(self.resource)}")
         ports = list(self.udp_ports.values())
         if len(set(ports)) != len(ports) or not all(
                 isinstance(p, int) and 1 <= p <= 65535 for p in ports):
@@ -139,6 +159,11 @@ class NetworkConfig:
     @property
     def ip_int(self) -> int:
         return int(ipaddress.IPv4Address(self.ip_address))
+
+    @property
+    def two_ports(self) -> bool:
+        """Whether the board has a second RGMII port (it can be a NIC in the wire)."""
+        return self.port1_resource is not None
 
     def replace(self, **changes) -> "NetworkConfig":
         """A copy with some keys changed (checked again), e.g. build options MAC and IP."""
@@ -159,6 +184,20 @@ class NetworkConfig:
             "icmp_fifo_depth": self.icmp_fifo_depth,
         }
 
+    def wire_core_config(self) -> dict:
+        """The ``wire`` core's generator input: PHY and MAC on both ports, nothing above
+        (no addresses: the board's own service is the wire's, not LiteEth's)."""
+        if not self.two_ports:
+            raise ValueError(f"board {self.board!r} has one RGMII port: no NIC in the wire "
+                             f"(constraints/network.toml names no port1_resource)")
+        return {
+            "kind": "wire",
+            "device": self.part,
+            "tx_delay_ns": float(self.tx_delay_ns),
+            "rx_delay_ns": float(self.rx_delay_ns),
+            "sys_clk_hz": self.sys_clk_hz,
+        }
+
 
 def load_network_config(board: str, path: Path | str = NETWORK_FILE, **overrides) -> NetworkConfig:
     """The network configuration of ``board``; ``overrides`` replace single keys."""
@@ -170,20 +209,26 @@ def load_network_config(board: str, path: Path | str = NETWORK_FILE, **overrides
                          f"known: {', '.join(boards)}")
     merged = {**table.get("defaults", {}), **table[board], **overrides}
     fields = {f.name for f in dataclasses.fields(NetworkConfig)} - {"board"}
+    optional = {"port1_resource", "port1_pins"}
     unknown = sorted(set(merged) - fields)
-    missing = sorted(fields - set(merged))
+    missing = sorted(fields - optional - set(merged))
     if unknown or missing:
         raise ValueError(f"network config of {board!r} in {path}: "
                          + (f"unknown keys {', '.join(unknown)}" if unknown else "")
                          + ("; " if unknown and missing else "")
                          + (f"missing keys {', '.join(missing)}" if missing else ""))
-    resource = merged["resource"]
-    if (not isinstance(resource, (list, tuple)) or len(resource) != 2
-            or not isinstance(resource[0], str) or not isinstance(resource[1], int)):
-        raise ValueError(f"network config of {board!r}: resource must be [name, number], "
-                         f"not {resource!r}")
-    merged["resource"] = tuple(resource)
+    for key in ("resource", "port1_resource"):
+        resource = merged.get(key)
+        if resource is None:
+            continue
+        if (not isinstance(resource, (list, tuple)) or len(resource) != 2
+                or not isinstance(resource[0], str) or not isinstance(resource[1], int)):
+            raise ValueError(f"network config of {board!r}: {key} must be [name, number], "
+                             f"not {resource!r}")
+        merged[key] = tuple(resource)
     merged["pins"] = MappingProxyType(dict(merged["pins"]))
+    if merged.get("port1_pins") is not None:
+        merged["port1_pins"] = MappingProxyType(dict(merged["port1_pins"]))
     merged["udp_ports"] = MappingProxyType(dict(merged["udp_ports"]))
     return NetworkConfig(board=board, **merged)
 
@@ -198,20 +243,17 @@ class CorePort:
 
 @dataclasses.dataclass(frozen=True)
 class GeneratedCore:
-    """A generated ``liteeth_core``: its Verilog file and ports."""
+    """A generated core: its Verilog file, module name and ports."""
     config: NetworkConfig
     verilog_path: Path
     ports: tuple
-
-    @property
-    def module(self) -> str:
-        return CORE_NAME
+    module: str = CORE_NAME
 
     def port(self, name: str) -> CorePort:
         for port in self.ports:
             if port.name == name:
                 return port
-        raise KeyError(f"{CORE_NAME} has no port {name!r}")
+        raise KeyError(f"{self.module} has no port {name!r}")
 
     def verilog(self) -> str:
         return self.verilog_path.read_text()
@@ -254,12 +296,17 @@ def _build_root() -> Path:
     return Path(os.environ.get("GRADWIRE_BUILD", REPO / "build")) / "liteeth"
 
 
-def generate(config: NetworkConfig, build_root: Path | str | None = None) -> GeneratedCore:
-    """Generate (or reuse) the ``liteeth_core`` Verilog of ``config``.
+def generate(config: NetworkConfig, build_root: Path | str | None = None, *,
+             kind: str = "network") -> GeneratedCore:
+    """Generate (or reuse) the Verilog of ``config``'s core of ``kind`` (:data:`CORE_MODULES`).
 
-    Raises ``RuntimeError`` with LiteEth's own message when the generator fails.
+    Raises ``RuntimeError`` with LiteEth's own message when the generator fails, and
+    ``ValueError`` for an unknown kind or a ``wire`` core on a board with one port.
     """
-    core_config = config.core_config()
+    if kind not in CORE_MODULES:
+        raise ValueError(f"kind must be one of {', '.join(CORE_MODULES)}, not {kind!r}")
+    module = CORE_MODULES[kind]
+    core_config = config.core_config() if kind == "network" else config.wire_core_config()
     sources = hashlib.sha256()
     for source in (Path(__file__), Path(__file__).with_name("liteeth_migen.py")):
         sources.update(source.read_bytes())
@@ -269,12 +316,12 @@ def generate(config: NetworkConfig, build_root: Path | str | None = None) -> Gen
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     out_dir = Path(build_root or _build_root()) / f"{config.board}-{digest}"
     out_dir.mkdir(parents=True, exist_ok=True)
-    verilog_path = out_dir / f"{CORE_NAME}.v"
+    verilog_path = out_dir / f"{module}.v"
     with open(out_dir / ".lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not verilog_path.exists():
             (out_dir / "config.json").write_text(json.dumps(json.loads(key), indent=2) + "\n")
-            partial = out_dir / f"{CORE_NAME}.v.partial"
+            partial = out_dir / f"{module}.v.partial"
             result = subprocess.run(
                 [sys.executable, "-m", "hdl.net.core.liteeth_migen", str(out_dir / "config.json"),
                  str(partial)],
@@ -287,5 +334,5 @@ def generate(config: NetworkConfig, build_root: Path | str | None = None) -> Gen
                 raise RuntimeError(f"LiteEth generation failed for {config.board} "
                                    f"(log: {out_dir / 'generate.log'}):\n{tail}")
             partial.replace(verilog_path)
-    return GeneratedCore(config=config, verilog_path=verilog_path,
-                         ports=parse_ports(verilog_path.read_text()))
+    return GeneratedCore(config=config, verilog_path=verilog_path, module=module,
+                         ports=parse_ports(verilog_path.read_text(), module))

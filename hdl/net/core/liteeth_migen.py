@@ -1,4 +1,5 @@
-"""The Migen half of the LiteEth core: builds ``liteeth_core.v`` from one JSON configuration.
+"""The Migen half of the LiteEth cores: builds ``liteeth_core.v`` (or, for a configuration of
+``kind`` ``wire``, ``liteeth_wire.v``: :class:`GradwireWireCore`) from one JSON configuration.
 
 Run by :func:`hdl.net.core.liteeth.generate` in a subprocess (``python -m hdl.net.core.liteeth_migen
 CONFIG.json OUT.v``), so that Migen and LiteX never share a process with Amaranth and a
@@ -56,7 +57,7 @@ from migen import (Cat, ClockDomain, FSM, If, Memory, Mux, NextState, NextValue,
                    Signal)
 from litex.build.generic_platform import Pins, Subsignal
 from litex.build.lattice.platform import LatticePlatform
-from litex.gen import LiteXContext, LiteXModule
+from litex.gen import ClockDomainsRenamer, LiteXContext, LiteXModule
 from litex.soc.interconnect import stream
 
 from liteeth.common import (bcast_ip_mask, bcast_mac_address, convert_ip, eth_fcs_length,
@@ -77,7 +78,8 @@ from liteeth.mac.crc import LiteEthMACCRC32Checker
 from liteeth.mac.preamble import LiteEthMACPreambleChecker
 from liteeth.phy.ecp5rgmii import LiteEthPHYRGMII
 
-from hdl.net.core.liteeth import EVENTS
+from contract.network import WIRE_PORTS
+from hdl.net.core.liteeth import CORE_MODULES, EVENTS
 
 DATA_WIDTH = 32
 
@@ -873,14 +875,85 @@ class GradwireLiteEthCore(LiteXModule):
             self.comb += getattr(ev, name).eq(sources[name])
 
 
+def _wire_io(dw=DATA_WIDTH):
+    """Pins of the wire core: per port ``p`` its RGMII pins and raw frame streams."""
+    frame = [("valid", 1), ("ready", 1), ("last", 1), ("data", dw), ("last_be", dw // 8)]
+    io = [("sys_clock", 0, Pins(1)), ("sys_reset", 0, Pins(1))]
+    for p in WIRE_PORTS:
+        io += [
+            (f"rgmii{p}_clocks", 0, Subsignal("tx", Pins(1)), Subsignal("rx", Pins(1))),
+            (f"rgmii{p}", 0, Subsignal("rx_ctl", Pins(1)), Subsignal("rx_data", Pins(4)),
+                             Subsignal("tx_ctl", Pins(1)), Subsignal("tx_data", Pins(4))),
+            (f"rx{p}", 0, *[Subsignal(n, Pins(w)) for n, w in frame + [("error", 1)]]),
+            (f"tx{p}", 0, *[Subsignal(n, Pins(w)) for n, w in frame]),
+            (f"status{p}", 0, Subsignal("link_up", Pins(1))),
+        ]
+    return io
+
+
+class _WirePort(LiteXModule):
+    """One port of the wire core: LiteEth's ECP5 RGMII PHY and its MAC core (preamble, FCS
+    checked and stripped on receive, added on transmit, short frames padded), the MAC's
+    datapath at 32 bits in ``sys``. Its clock domains are ``eth_rx``/``eth_tx``, renamed
+    per port by the caller."""
+
+    def __init__(self, clock_pads, pads, cfg, sys_reset, dw=DATA_WIDTH):
+        self.phy = phy = LiteEthPHYRGMII(
+            clock_pads=clock_pads, pads=pads, with_hw_init_reset=False,
+            tx_delay=cfg["tx_delay_ns"] * 1e-9, rx_delay=cfg["rx_delay_ns"] * 1e-9)
+        # as in GradwireLiteEthCore: both sides of every clock crossing reset together
+        self.comb += phy.crg._reset.storage.eq(sys_reset)
+        self.mac = LiteEthMACCore(phy=phy, dw=dw, with_sys_datapath=True,
+                                  tx_cdc_depth=32, tx_cdc_buffered=True,
+                                  rx_cdc_depth=32, rx_cdc_buffered=True)
+        self.link_up = phy.rx.inband_status.fields.link_status
+
+
+class GradwireWireCore(LiteXModule):
+    """The NIC in the wire's core: LiteEth's PHY and MAC on each of two RGMII ports, raw
+    frames in ``sys`` (``rx<p>``: without the FCS, ``error`` on a bad FCS; ``tx<p>``: the
+    MAC adds preamble, padding and FCS). Nothing above the MAC: the wire parses frames
+    itself (``hdl.wire``), and LiteEth's own ARP/IP would answer for the board on both
+    ports, where section 6 makes it invisible on the network side."""
+
+    def __init__(self, platform, cfg):
+        dw = DATA_WIDTH
+        self.cd_sys = ClockDomain()
+        sys_reset = platform.request("sys_reset")
+        self.comb += [self.cd_sys.clk.eq(platform.request("sys_clock")),
+                      self.cd_sys.rst.eq(sys_reset)]
+        for p in WIRE_PORTS:
+            port = ClockDomainsRenamer({"eth_rx": f"eth{p}_rx", "eth_tx": f"eth{p}_tx"})(
+                _WirePort(platform.request(f"rgmii{p}_clocks"), platform.request(f"rgmii{p}"),
+                          cfg, sys_reset, dw))
+            setattr(self, f"port{p}", port)
+            rx, tx = platform.request(f"rx{p}"), platform.request(f"tx{p}")
+            source, sink = port.mac.source, port.mac.sink
+            self.comb += [
+                rx.valid.eq(source.valid), source.ready.eq(rx.ready), rx.last.eq(source.last),
+                rx.data.eq(source.data), rx.last_be.eq(source.last_be),
+                rx.error.eq(source.error != 0),      # one bit per byte in LiteEth
+                sink.valid.eq(tx.valid), tx.ready.eq(sink.ready), sink.last.eq(tx.last),
+                sink.data.eq(tx.data), sink.last_be.eq(tx.last_be), sink.error.eq(0),
+                platform.request(f"status{p}").link_up.eq(port.link_up),
+            ]
+
+
+#: ``kind`` of a configuration -> (its pins, its top)
+KINDS = {"network": (_io, GradwireLiteEthCore), "wire": (_wire_io, GradwireWireCore)}
+assert set(KINDS) == set(CORE_MODULES)
+
+
 def generate(cfg: dict) -> str:
     """Verilog text of the core for one configuration (see ``hdl.net.core.liteeth``)."""
+    kind = cfg.get("kind", "network")
+    io, core = KINDS[kind]
     platform = LatticePlatform(cfg["device"], io=[], toolchain="trellis")
-    platform.add_extension(_io())
-    top = GradwireLiteEthCore(platform, cfg)
+    platform.add_extension(io())
+    top = core(platform, cfg)
     LiteXContext.top = None          # no hierarchy banner: keeps the text small and stable
     LiteXContext.platform = platform
-    text = str(platform.get_verilog(top, name="liteeth_core"))
+    text = str(platform.get_verilog(top, name=CORE_MODULES[kind]))
     # The banner's date would make every generation differ; the cache key says what it is.
     return "".join(line for line in text.splitlines(keepends=True)
                    if not line.startswith("// Date"))

@@ -15,7 +15,11 @@ def test_board_table_names_the_required_boards():
     assert BOARDS["ecpix5"].part == "LFE5UM5G-85F"
     assert set(BOARDS["ecpix5"].engines_for("network")) == {"nic", "switch"}
     # the Versa's part takes one engine per top: the aggregator beside the network front end
-    assert BOARDS["versa"].engines == {"network": ("switch",), "selftest": ("switch",)}
+    assert BOARDS["versa"].engines == {"network": ("switch",), "selftest": ("switch",),
+                                       "wire": ("nic",)}
+    # the NIC in the wire: its engines run at LiteEth's own clock, on its two ports
+    assert BOARDS["versa"].tops == ("network", "selftest", "wire")
+    assert BOARDS["versa"].engine_clock_mhz("wire") == 62.5
     for board in BOARDS.values():
         platform = board.make_platform()         # also checks the part against the platform
         assert platform.default_clk_frequency > 0
@@ -56,7 +60,7 @@ def test_board_table_gives_each_top_its_clock(tmp_path):
         with pytest.raises(ValueError, match="board 'x'.*engine"):
             load_boards(table)
     for clocks, seed, program in (("125", "1", "{}"), ("{}", "1", "{}"),
-                                  ("{ network = 75, wire = 75 }", "1", "{}"),
+                                  ("{ network = 75, bridge = 75 }", "1", "{}"),
                                   ("{ network = 75, selftest = 0 }", "1", "{}"),
                                   ("{ network = 75, selftest = true }", "1", "{}"),
                                   ("{ network = 75, selftest = 75 }", "-1", "{}"),

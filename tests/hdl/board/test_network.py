@@ -111,7 +111,7 @@ def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):
     (tmp_path / "gradwire.tim").write_text("Info: constraining clock net 'pll.clk_out' "
                                            "to 125.00 MHz\n")
     pll = SimpleNamespace(dividers={"f_out_mhz": 125.0})
-    network = SimpleNamespace(engine_mhz=125.0, eth_mhz=62.5, pll=pll)
+    network = SimpleNamespace(engine_mhz=125.0, eth_mhz=62.5, pll=pll, phy_count=1)
 
     def summary(top, clocks):
         report = {"fmax": {name: {"achieved": a, "constraint": c}
@@ -131,6 +131,8 @@ def test_summary_timing_needs_the_engine_and_the_ethernet_clock(tmp_path):
     assert slow_eth["eth_fmax_mhz"] == 60.1 and not slow_eth["timing_met"]
     no_eth = summary(network, {k: v for k, v in clocks.items() if "clk_os" not in k})
     assert no_eth["eth_fmax_mhz"] is None and not no_eth["timing_met"]
+    no_rgmii = summary(network, {k: v for k, v in clocks.items() if "rx_clk" not in k})
+    assert no_rgmii["rgmii_rx_fmax_mhz"] is None and not no_rgmii["timing_met"]
     selftest = summary(SimpleNamespace(engine_mhz=125.0, pll=pll), {"clk": (127.0, 125.0)})
     assert selftest["engine_fmax_mhz"] == 127.0 and selftest["timing_met"]
     assert "eth_fmax_mhz" not in selftest
