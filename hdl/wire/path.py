@@ -41,9 +41,9 @@ with k=10 starts 391 clocks after its last beat and ends at 527).
 Frames that do not fit are dropped whole, never stalled: the MAC cannot wait. A frame is
 stored when every one of its words found room in the store and a descriptor slot was free at
 its last beat; otherwise its words are forgotten at that last beat (the next frame's first
-beat may follow in the very next cycle) and it counts as ``drop_full``, an event
-``contract.counters.WIRE_COUNTERS`` does not have yet (a frame that no store holds is dropped
-by the wire, whatever else it is).
+beat may follow in the very next cycle) and it counts as ``drop_full``, the first of
+``contract.counters.WIRE_DROP_CAUSES`` (a frame that no store holds is dropped by the wire,
+whatever else it is).
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
@@ -63,15 +63,13 @@ from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, IP_HEADER, MAX_BODY_BYTES
                                PAYLOAD_OFFSET, UDP_HEADER, FrameClass, FrameClassifier, MacBeat,
                                Verdict, ones_sum16)
 
-__all__ = ["WIRE_EVENTS", "WireEvents", "WirePath", "DEFAULT_STORE_BYTES"]
+__all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES"]
 
-#: Every event a path counts: ``contract.counters.WIRE_COUNTERS`` and ``drop_full``. All but
-#: ``frames_out`` belong to the port the path's frames arrive on; ``frames_out`` is a frame
-#: the path sent, so it counts on the other port.
-WIRE_EVENTS = WIRE_COUNTERS + ("drop_full",)
-#: One strobe per event, high for one cycle per frame it counts; at most one frame per event
-#: in a cycle, so a counter file adds 1 per strobe.
-WireEvents = data.StructLayout({name: unsigned(1) for name in WIRE_EVENTS})
+#: One strobe per ``contract.counters.WIRE_COUNTERS`` counter, high for one cycle per frame
+#: it counts; at most one frame per counter in a cycle, so a counter file adds 1 per strobe.
+#: All but ``frames_out`` belong to the port the path's frames arrive on; ``frames_out`` is a
+#: frame the path sent, so it counts on the other port.
+WireEvents = data.StructLayout({name: unsigned(1) for name in WIRE_COUNTERS})
 
 #: a 9014-byte jumbo frame (its FCS stripped) and a 1514-byte one, rounded to a power of two
 DEFAULT_STORE_BYTES = 16384
@@ -159,7 +157,7 @@ class WirePath(wiring.Component):
     nic_dropped : In(1)
         rx: the engine's ``rx_dropped``. tx: tie to 0 (the transmit path drops nothing).
     events : Out(WireEvents)
-        Counter strobes (:data:`WIRE_EVENTS`), registered.
+        Counter strobes (:data:`WireEvents`: one per ``WIRE_COUNTERS`` name), registered.
     """
 
     def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=16, max_count=2048,

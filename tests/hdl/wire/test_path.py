@@ -17,12 +17,13 @@ from amaranth.lib import wiring
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
+from contract.counters import WIRE_COUNTERS
 from contract.header import Header, PacketType
 from contract.network import DEFAULT_IP, DEFAULT_MAC
 from contract.packet import Packet
 from hdl.nic.engine import NicEngine
 from hdl.wire.classify import DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_BYTES
-from hdl.wire.path import WIRE_EVENTS, WirePath
+from hdl.wire.path import WirePath
 from host.board.wire_golden import FCS_BYTES, GoldenWire, with_fcs
 from host.golden import inceptionn
 from tests.amaranth_sim import run
@@ -35,7 +36,7 @@ from tests.host.board.test_wire_golden import (A_IP, A_MAC, KEY, MALFORMED, PASS
 #: the NIC receive path's largest packet in these tests (an MTU's 360 values fit)
 MAX_COUNT = 512
 #: the events that count a frame's fate: each frame counts in exactly one
-FATES = [name for name in WIRE_EVENTS if name not in ("frames_in", "frames_out")]
+FATES = [name for name in WIRE_COUNTERS if name not in ("frames_in", "frames_out")]
 
 
 class Wire:
@@ -86,7 +87,7 @@ def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, ho
     o_fields = {name: (field.offset, field.shape.width) for name, field in out_layout}
     ev_layout = path.events.shape()
     ev_offsets = {name: field.offset for name, field in ev_layout}
-    frames, current, counts = [], bytearray(), dict.fromkeys(WIRE_EVENTS, 0)
+    frames, current, counts = [], bytearray(), dict.fromkeys(WIRE_COUNTERS, 0)
 
     def field(value, name):
         offset, width = o_fields[name]
@@ -133,8 +134,9 @@ def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, ho
 
 def golden(direction, cases):
     """The frames (FCS stripped) and the counter deltas the golden wire gives for
-    ``cases``, in :data:`WIRE_EVENTS` terms: the board's answers are not built yet, so
-    ``answered`` counts as ``drop_unanswered`` and the answers are not sent."""
+    ``cases``, per ``WIRE_COUNTERS`` name: the board's answers are not built yet, so
+    ``answered`` counts as ``drop_unanswered`` and the answers are not sent (the golden
+    store never fills: ``drop_full`` 0)."""
     port = DIRECTIONS[direction]
     wire = GoldenWire(KEY, max_count=MAX_COUNT)
     frames = []
@@ -144,12 +146,10 @@ def golden(direction, cases):
         for out_port, data in wire.receive(port, case[1]):
             if out_port != port:
                 frames.append(data[:-FCS_BYTES])
-    counts = {name: wire.counters[port][name] for name in WIRE_EVENTS if name in
-              wire.counters[port]}
+    counts = dict(wire.counters[port])
     counts["frames_out"] = wire.counters[1 - port]["frames_out"]
     counts["drop_unanswered"] += counts.pop("answered")
     counts["answered"] = 0
-    counts["drop_full"] = 0
     return frames, counts
 
 
