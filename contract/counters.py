@@ -90,6 +90,8 @@ NET_COUNTERS = (
 #: The NIC in the wire (``../shared/spec/network.md`` section 6): drop causes of a frame
 #: arriving on one port, in priority order.
 WIRE_DROP_CAUSES = (
+    "full",               # frame store full: the frame arrived while the store held no
+                          # room for it; the MAC cannot wait
     "fcs",                # bad frame check sequence
     "runt",               # frame shorter than 64 bytes (FCS included)
     "oversize",           # frame longer than 9018 bytes (FCS included)

@@ -27,12 +27,13 @@ import dataclasses
 import enum
 from typing import Iterator
 
-from .counters import AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from .counters import (AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS,
+                       WIRE_COUNTERS)
 
 __all__ = [
     "ADDRESS_BITS", "DATA_BITS", "Access", "Register", "RegisterArray", "CounterBlock",
     "RegisterMap", "Decoded", "COMMIT", "JobStatus", "NIC_REGISTERS", "SWITCH_REGISTERS",
-    "NET_REGISTERS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
+    "NET_REGISTERS", "WIRE_REGISTERS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "REGISTER_MAPS", "markdown_table", "switch_params_word", "decode_switch_params",
     "switch_limits_word", "decode_switch_limits",
 ]
@@ -329,9 +330,24 @@ NET_REGISTERS = RegisterMap("net", [
     ), f"the aggregator's worker table, entry job * {MAX_WORKERS_IN_TABLE} + worker"),
 ])
 
-#: Every map, by name: the engine tops' and the network front end's (``contract.network``
-#: puts all three into the one address space of ``CTRL`` packets).
-REGISTER_MAPS = {"nic": NIC_REGISTERS, "switch": SWITCH_REGISTERS, "net": NET_REGISTERS}
+#: The NIC in the wire (``hdl.wire.engine.WireEngine``, ``../shared/spec/network.md``
+#: section 6): the shared NIC engine's counters where ``NIC_REGISTERS`` has them, then the
+#: counters of each port of the wire.
+WIRE_REGISTERS = RegisterMap("wire", [
+    CounterBlock("tx", 0x000, NIC_TX_COUNTERS,
+                 "NIC transmit path (compressor) counter, gradient datagrams from the host"),
+    CounterBlock("rx", 0x100, NIC_RX_COUNTERS,
+                 "NIC receive path (decompressor) counter, gradient datagrams from the "
+                 "network"),
+    CounterBlock("port0", 0x200, WIRE_COUNTERS, "host-side port (0) counter"),
+    CounterBlock("port1", 0x300, WIRE_COUNTERS, "network-side port (1) counter"),
+])
+
+#: Every map, by name: the engine tops', the network front end's and the NIC in the wire's.
+#: ``contract.network`` puts the first three into the one address space of ``CTRL``
+#: packets; ``wire`` is not in it (the wire board's own control service is not built).
+REGISTER_MAPS = {"nic": NIC_REGISTERS, "switch": SWITCH_REGISTERS, "net": NET_REGISTERS,
+                 "wire": WIRE_REGISTERS}
 
 
 def markdown_table(register_map: RegisterMap) -> str:

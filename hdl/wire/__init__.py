@@ -8,4 +8,7 @@ through the NIC engines on the way (golden model: ``host/board/wire_golden.py``)
   store (store and forward, frames that do not fit dropped and counted), gradient payloads
   out to and back from one direction of a shared ``hdl.nic.engine.NicEngine``, replaced
   datagrams re-framed, counter strobes for the port the frames arrive on.
+- :mod:`~hdl.wire.engine`: the whole wire below the two MACs (``WireEngine``): a path each
+  way, the ``NicEngine`` they share, each port's counters and the register port
+  (``contract.registers.WIRE_REGISTERS``).
 """

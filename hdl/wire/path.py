@@ -38,12 +38,20 @@ back-to-back jumbo gradients that do not compress can outrun the path, and the s
 up the difference (measured, ``tests/hdl/wire/test_path.py``: a 1514-byte frame compressed
 with k=10 starts 391 clocks after its last beat and ends at 527).
 
+A stored frame's words are free as soon as they are read for the last time: a frame that
+goes out unchanged frees each word as it is read for the output, a re-framed datagram all
+of its words once its header words (0-9) are read (the rest comes from the packet buffer);
+a frame whose payload goes to the NIC path keeps its words until the answer is in, as it
+may pass unchanged and be read again. So a jumbo frame that goes out at 1 GbE makes room
+for the next as it leaves, and back-to-back jumbo frames at line rate pass in the default
+store (``test_back_to_back_jumbos_at_line_rate``).
+
 Frames that do not fit are dropped whole, never stalled: the MAC cannot wait. A frame is
 stored when every one of its words found room in the store and a descriptor slot was free at
 its last beat; otherwise its words are forgotten at that last beat (the next frame's first
-beat may follow in the very next cycle) and it counts as ``drop_full``, an event
-``contract.counters.WIRE_COUNTERS`` does not have yet (a frame that no store holds is dropped
-by the wire, whatever else it is).
+beat may follow in the very next cycle) and it counts as ``drop_full``, the first of
+``contract.counters.WIRE_DROP_CAUSES`` (a frame that no store holds is dropped by the wire,
+whatever else it is).
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
@@ -63,15 +71,13 @@ from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, IP_HEADER, MAX_BODY_BYTES
                                PAYLOAD_OFFSET, UDP_HEADER, FrameClass, FrameClassifier, MacBeat,
                                Verdict, ones_sum16)
 
-__all__ = ["WIRE_EVENTS", "WireEvents", "WirePath", "DEFAULT_STORE_BYTES"]
+__all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES"]
 
-#: Every event a path counts: ``contract.counters.WIRE_COUNTERS`` and ``drop_full``. All but
-#: ``frames_out`` belong to the port the path's frames arrive on; ``frames_out`` is a frame
-#: the path sent, so it counts on the other port.
-WIRE_EVENTS = WIRE_COUNTERS + ("drop_full",)
-#: One strobe per event, high for one cycle per frame it counts; at most one frame per event
-#: in a cycle, so a counter file adds 1 per strobe.
-WireEvents = data.StructLayout({name: unsigned(1) for name in WIRE_EVENTS})
+#: One strobe per ``contract.counters.WIRE_COUNTERS`` counter, high for one cycle per frame
+#: it counts; at most one frame per counter in a cycle, so a counter file adds 1 per strobe.
+#: All but ``frames_out`` belong to the port the path's frames arrive on; ``frames_out`` is a
+#: frame the path sent, so it counts on the other port.
+WireEvents = data.StructLayout({name: unsigned(1) for name in WIRE_COUNTERS})
 
 #: a 9014-byte jumbo frame (its FCS stripped) and a 1514-byte one, rounded to a power of two
 DEFAULT_STORE_BYTES = 16384
@@ -137,7 +143,9 @@ class WirePath(wiring.Component):
         ``"rx"``: frames from the network (port 1) through the receive path.
     store_bytes : int
         Frame store size, a power of two, at least 4096 (two 1518-byte frames). The default
-        holds a jumbo frame and another; a frame bigger than the store is ``drop_full``.
+        holds a jumbo frame and a 1514-byte one at once, and back-to-back jumbo frames at
+        line rate (one leaves as the next arrives); a frame bigger than the store is
+        ``drop_full``.
     frames : int
         Frames the store holds at most (descriptor slots), at least 2.
     max_count : int
@@ -159,14 +167,11 @@ class WirePath(wiring.Component):
     nic_dropped : In(1)
         rx: the engine's ``rx_dropped``. tx: tie to 0 (the transmit path drops nothing).
     events : Out(WireEvents)
-        Counter strobes (:data:`WIRE_EVENTS`), registered.
+        Counter strobes (:data:`WireEvents`: one per ``WIRE_COUNTERS`` name), registered.
     """
 
     def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=16, max_count=2048,
                  mac=DEFAULT_MAC, ip=DEFAULT_IP, gradient_port=WIRE_GRADIENT_PORT):
-        # the classifier checks direction, mac, ip and gradient_port
-        self._classifier = FrameClassifier(direction=direction, mac=mac, ip=ip,
-                                           gradient_port=gradient_port)
         if isinstance(store_bytes, bool) or not isinstance(store_bytes, int) \
                 or store_bytes < _MIN_STORE_BYTES or store_bytes & (store_bytes - 1):
             raise ValueError(f"store_bytes must be a power of two of at least "
@@ -176,6 +181,10 @@ class WirePath(wiring.Component):
         if isinstance(max_count, bool) or not isinstance(max_count, int) \
                 or not 1 <= max_count <= 2048:
             raise ValueError(f"max_count must be an integer 1..2048, not {max_count!r}")
+        # the classifier checks direction, mac, ip and gradient_port (built after the checks
+        # above, so that a bad parameter leaves no classifier unused behind)
+        self._classifier = FrameClassifier(direction=direction, mac=mac, ip=ip,
+                                           gradient_port=gradient_port)
         self.direction, self.port = direction, DIRECTIONS[direction]
         self.store_bytes, self.frames, self.max_count = store_bytes, frames, max_count
         # the longest packet that can replace a payload: tx, one no longer than the payload
@@ -386,7 +395,10 @@ class WirePath(wiring.Component):
                     m.d.comb += [issue.op.eq(_Op.FRAME), issue.last.eq(last),
                                  issue.last_be.eq(_last_be(verdict.length)),
                                  store_r.addr.eq(frame.start + n)]
-                    m.d.sync += n.eq(n + 1)
+                    # the word is read for the last time (its data leaves the memory the
+                    # next cycle, before a write that takes its place could land): free it
+                    # now, so that the next frame can arrive while a jumbo goes out
+                    m.d.sync += [n.eq(n + 1), free_ptr.eq(frame.start + n + 1)]
                     with m.If(last):
                         m.d.sync += emitted.eq(1)
                         m.next = "DONE"
@@ -400,6 +412,10 @@ class WirePath(wiring.Component):
                     with m.If(n < _HEAD_WORDS):
                         m.d.comb += [issue.op.eq(_Op.HEADER), issue.index.eq(n),
                                      store_r.addr.eq(frame.start + n)]
+                        # the rest comes from the packet buffer: after the last header word
+                        # the store holds nothing of this frame that is still needed
+                        with m.If(n == _HEAD_WORDS - 1):
+                            m.d.sync += free_ptr.eq(frame.end)
                     with m.Else():
                         m.d.comb += [issue.op.eq(_Op.PACKET), issue.index.eq(word[:3]),
                                      issue.last.eq(last), issue.last_be.eq(0b0010),
@@ -411,6 +427,9 @@ class WirePath(wiring.Component):
 
             with m.State("DONE"):
                 # the frame's words are free: its last read was issued the cycle before
+                # (FRAME and REFRAME have freed them already; a dropped frame's go now).
+                # Its descriptor slot is free only now: the slot count, not the words,
+                # says how many frames are waiting
                 m.d.comb += released.eq(1)
                 m.d.sync += [free_ptr.eq(frame.end), events.frames_out.eq(emitted)]
                 m.next = "IDLE"

@@ -28,6 +28,9 @@ What it does with a frame, in this order (each frame counts once, ``WIRE_COUNTER
    an IPv4 packet longer than its frame, is ``drop_udp_length``; a wrong non-zero UDP
    checksum ``drop_udp_checksum``.
 4. Everything else passes to the other port unchanged.
+
+The gateware also drops, before all of these, a frame that finds no room in its frame
+store (``drop_full``); the model stores nothing, so its ``drop_full`` stays 0.
 """
 from __future__ import annotations
 
@@ -135,7 +138,8 @@ class GoldenWire:
     ----------
     counters : dict
         ``counters[port][name]`` for each port (0, 1) and ``contract.counters.WIRE_COUNTERS``
-        name, 32-bit and wrapping.
+        name, 32-bit and wrapping. ``drop_full`` stays 0: the model holds no frame store
+        that could fill (the gateware's does, when frames arrive faster than they leave).
     nic : host.driver.models.NicModelTransport
         The NIC engines: their own counters count the gradient datagrams they process.
     board : host.board.golden.GoldenBoard

@@ -47,7 +47,9 @@ GOLDEN_CLASS = {
 }
 #: random frames per direction
 RANDOM_FRAMES = 200
-FATES = [c for c in WIRE_COUNTERS if c not in ("frames_in", "frames_out")]
+#: a frame's fates the golden model decides (``drop_full``, a frame the store had no room
+#: for, is the wire's frame store's, never the golden model's)
+FATES = [c for c in WIRE_COUNTERS if c not in ("frames_in", "frames_out", "drop_full")]
 
 
 class SpyWire(GoldenWire):
@@ -439,11 +441,12 @@ def test_random_frames(direction):
 
 def test_classes_are_the_wire_counters():
     """Each drop class is a ``WIRE_COUNTERS`` counter, in ``WIRE_DROP_CAUSES``' priority
-    order; the causes the classifier cannot decide are the NIC engine's and the board's."""
+    order; the causes the classifier cannot decide are the frame store's, the NIC engine's
+    and the board's."""
     drops = [c.name.lower() for c in FrameClass if c.name.startswith("DROP_")]
     assert all(name in WIRE_COUNTERS for name in drops)
     assert drops == [f"drop_{c}" for c in WIRE_DROP_CAUSES
-                     if c not in ("unanswered", "malformed")]
+                     if c not in ("full", "unanswered", "malformed")]
     assert set(GOLDEN_CLASS) | {"passed"} == set(FATES)
 
 

@@ -14,28 +14,22 @@ import pytest
 from amaranth import Module
 from amaranth.back import verilog
 from amaranth.lib import wiring
-from scapy.layers.inet import ICMP, IP, UDP
-from scapy.layers.l2 import ARP, Ether
 
-from contract.header import Header, PacketType
-from contract.network import DEFAULT_IP, DEFAULT_MAC
-from contract.packet import Packet
+from contract.counters import WIRE_COUNTERS
 from hdl.nic.engine import NicEngine
-from hdl.wire.classify import DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_BYTES
-from hdl.wire.path import WIRE_EVENTS, WirePath
-from host.board.wire_golden import FCS_BYTES, GoldenWire, with_fcs
-from host.golden import inceptionn
+from hdl.wire.classify import DIRECTIONS, MAX_BODY_BYTES
+from hdl.wire.path import WirePath
+from host.board.wire_golden import FCS_BYTES, GoldenWire
 from tests.amaranth_sim import run
-from tests.hdl.wire.test_classify import (bad_fcs, body_of, mac_beats, no_udp_checksum,
-                                         random_frame)
-from tests.host.board.test_wire_golden import (A_IP, A_MAC, KEY, MALFORMED, PASS_THROUGH,
-                                               RX_PASSES, SPECIALS, TX_PASSES, frame, gradient,
-                                               raw_packet, values)
+from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
+                                   gradient_cases, inc_packet, malformed_cases, pass_cases,
+                                   spaced)
+from tests.hdl.wire.test_classify import body_of, random_frame
+from tests.host.board.test_wire_golden import (KEY, MALFORMED, PASS_THROUGH, SPECIALS, frame,
+                                               gradient, raw_packet, values)
 
-#: the NIC receive path's largest packet in these tests (an MTU's 360 values fit)
-MAX_COUNT = 512
 #: the events that count a frame's fate: each frame counts in exactly one
-FATES = [name for name in WIRE_EVENTS if name not in ("frames_in", "frames_out")]
+FATES = [name for name in WIRE_COUNTERS if name not in ("frames_in", "frames_out")]
 
 
 class Wire:
@@ -61,36 +55,22 @@ class Wire:
 
 
 def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, hold=0,
-             path_args=None, watch=None):
+             path_args=None, watch=None, line_rate=False):
     """``cases`` (``(name, data)`` or ``(name, data, error_beat)``) into a path, one after
     the other with ``gap`` idle cycles between frames and idle cycles before a beat with
     probability ``p_idle``; ``o.ready`` low for the first ``hold`` cycles, then high with
-    probability ``p_ready``. Returns the frames out (bytes) and the event counts."""
+    probability ``p_ready``. ``line_rate``: 1 GbE at 62.5 MHz instead, both ways: one idle
+    cycle before every beat in, ``o.ready`` every other cycle. Returns the frames out
+    (bytes) and the event counts."""
     rng = random.Random(seed)
     wire = Wire(direction, **(path_args or {}))
     path = wire.path
-    schedule = []                  # per cycle: an input beat's value, or None
-    in_layout = path.i.p.shape()
-    offsets = {name: field.offset for name, field in in_layout}
-    for case in cases:
-        data, error_beat = case[1], case[2] if len(case) > 2 else None
-        if isinstance(data, int):            # ("pause", cycles)
-            schedule += [None] * data
-            continue
-        schedule += [None] * rng.randint(*gap)
-        for beat in mac_beats(data, rng, error_beat=error_beat):
-            while rng.random() < p_idle:
-                schedule.append(None)
-            schedule.append(sum(value << offsets[name] for name, value in beat.items()))
-    out_layout = path.o.p.shape()
-    o_fields = {name: (field.offset, field.shape.width) for name, field in out_layout}
+    schedule = beat_schedule(cases, rng, path.i.p.shape(), p_idle=p_idle, gap=gap,
+                             line_rate=line_rate)
+    out = FrameCollector(path.o.p.shape())
     ev_layout = path.events.shape()
     ev_offsets = {name: field.offset for name, field in ev_layout}
-    frames, current, counts = [], bytearray(), dict.fromkeys(WIRE_EVENTS, 0)
-
-    def field(value, name):
-        offset, width = o_fields[name]
-        return (value >> offset) & ((1 << width) - 1)
+    counts = dict.fromkeys(WIRE_COUNTERS, 0)
 
     async def bench(ctx):
         payload = path.i.p.as_value()
@@ -101,21 +81,14 @@ def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, ho
             beat = schedule[cycle] if cycle < len(schedule) else None
             ctx.set(path.i.valid, beat is not None)
             ctx.set(payload, beat if beat is not None else rng.getrandbits(len(payload)))
-            ctx.set(path.o.ready, cycle >= hold and rng.random() < p_ready)
+            ctx.set(path.o.ready, cycle >= hold and (cycle % 2 == 0 if line_rate
+                                                     else rng.random() < p_ready))
             _, _, valid, ready, value, events = await ctx.tick().sample(
                 path.o.valid, path.o.ready, path.o.p.as_value(), path.events.as_value())
             active = False
             if valid and ready:
                 active = True
-                word = field(value, "data").to_bytes(4, "little")
-                if field(value, "last"):
-                    last_be = field(value, "last_be")
-                    assert last_be and last_be & (last_be - 1) == 0, "last_be not one-hot"
-                    current.extend(word[:last_be.bit_length()])
-                    frames.append(bytes(current))
-                    current.clear()
-                else:
-                    current.extend(word)
+                out.word(value)
             for name, offset in ev_offsets.items():
                 if events >> offset & 1:
                     counts[name] += 1
@@ -127,14 +100,15 @@ def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, ho
             assert cycle < len(schedule) + 100_000, "no progress: the path hangs"
 
     run(wire.module(), bench)
-    assert not current, "a frame left unfinished"
-    return frames, counts
+    assert not out.unfinished, "a frame left unfinished"
+    return out.frames, counts
 
 
 def golden(direction, cases):
     """The frames (FCS stripped) and the counter deltas the golden wire gives for
-    ``cases``, in :data:`WIRE_EVENTS` terms: the board's answers are not built yet, so
-    ``answered`` counts as ``drop_unanswered`` and the answers are not sent."""
+    ``cases``, per ``WIRE_COUNTERS`` name: the board's answers are not built yet, so
+    ``answered`` counts as ``drop_unanswered`` and the answers are not sent (the golden
+    store never fills: ``drop_full`` 0)."""
     port = DIRECTIONS[direction]
     wire = GoldenWire(KEY, max_count=MAX_COUNT)
     frames = []
@@ -144,12 +118,10 @@ def golden(direction, cases):
         for out_port, data in wire.receive(port, case[1]):
             if out_port != port:
                 frames.append(data[:-FCS_BYTES])
-    counts = {name: wire.counters[port][name] for name in WIRE_EVENTS if name in
-              wire.counters[port]}
+    counts = dict(wire.counters[port])
     counts["frames_out"] = wire.counters[1 - port]["frames_out"]
     counts["drop_unanswered"] += counts.pop("answered")
     counts["answered"] = 0
-    counts["drop_full"] = 0
     return frames, counts
 
 
@@ -163,83 +135,6 @@ def check(direction, cases, *, seed, **kwargs):
              for n, (got, want) in enumerate(zip(got_frames, want_frames)) if got != want]
     assert not wrong, "\n".join(wrong)
     return want_counts
-
-
-# -- the frames ----------------------------------------------------------------------------
-
-def inc_packet(words, k):
-    words = np.asarray(words, dtype=np.uint32)
-    return Packet(Header(type=PacketType.INC_F32, k=k, count=words.size),
-                  inceptionn.encode(words, k)).to_bytes()
-
-
-def checksummed(pkt, rng):
-    """A frame of ``pkt`` with its UDP checksum computed, or zero (no checksum)."""
-    return frame(pkt if rng.random() < 0.5 else no_udp_checksum(pkt))
-
-
-def gradient_cases(direction, *, mtu=True):
-    """Gradient datagrams of several sizes and ``k``: compressible, incompressible (tx),
-    odd sizes, payloads that are no packet at all."""
-    rng = np.random.default_rng(11)
-    pick = random.Random(12)
-    sizes = [0, 1, 2, 7, 8, 9, 13, 31, 64] + ([360] if mtu else [])   # 360 values: MTU
-    cases = []
-    for n, k in zip(sizes, [1, 5, 10, 15, 3, 10, 8, 12, 10, 10]):
-        vals = values(rng, n)
-        packet = raw_packet(vals, k) if direction == "tx" else inc_packet(vals, k)
-        cases.append((f"gradient {n} k={k}", checksummed(gradient(packet), pick)))
-    noise = rng.integers(0, 1 << 32, 360, dtype=np.uint64).astype(np.uint32)
-    big = noise | 0x4000_0000       # |value| >= 2: every value stays raw, 34 bytes a block
-    if direction == "tx":
-        cases += [("incompressible 40", frame(gradient(raw_packet(big[:40], 15)))),
-                  ("incompressible 3", frame(gradient(raw_packet(big[:3], 1))))]
-        if mtu:
-            cases.append(("incompressible 360", frame(gradient(raw_packet(big, 12)))))
-    else:
-        cases.append(("noise decompressed", frame(gradient(inc_packet(noise[:40], 15)))))
-    for extra in (1, 2, 3, 5):           # odd sizes: bytes past the packet's last word
-        packet = raw_packet(values(rng, 9), 10) if direction == "tx" \
-            else inc_packet(values(rng, 9), 10)
-        cases.append((f"odd +{extra}", checksummed(gradient(packet + b"\x5a" * extra), pick)))
-    for size in (0, 1, 3, 5, 31, 33, 101):
-        cases.append((f"junk {size}", frame(gradient(bytes(rng.integers(0, 256, size,
-                                                                         dtype=np.uint8))))))
-    return cases
-
-
-def pass_cases(direction):
-    passes = TX_PASSES if direction == "tx" else RX_PASSES
-    cases = [(f"pass: {name}", frame(pkt)) for name, pkt in PASS_THROUGH.items()
-             if name != "jumbo"]
-    cases += [(f"nic pass: {name}", frame(pkt)) for name, pkt in passes.items()]
-    cases += [
-        ("arp request for the board", frame(Ether(src=A_MAC, dst="ff:ff:ff:ff:ff:ff")
-                                            / ARP(hwsrc=A_MAC, psrc=A_IP, pdst=DEFAULT_IP))),
-        ("ping the board", frame(Ether(src=A_MAC, dst=DEFAULT_MAC)
-                                 / IP(src=A_IP, dst=DEFAULT_IP) / ICMP() / b"ping")),
-    ]
-    return cases
-
-
-def malformed_cases():
-    return [(f"malformed: {name}", frame(gradient(payload)))
-            for name, (payload, _) in MALFORMED.items()]
-
-
-def bad_cases():
-    """Bad FCS, runts, oversize, a receive error mid-frame: each followed by a good
-    gradient datagram."""
-    good = frame(gradient(raw_packet(SPECIALS, 10)))
-    bad = [("bad fcs", bad_fcs(good)),
-           ("runt 59", with_fcs(bytes(gradient(bytes(17))).ljust(MIN_BODY_BYTES - 1, b"\0"))),
-           ("runt 5 bytes", with_fcs(b"\x01\x02\x03\x04\x05")),
-           ("oversize", body_of(MAX_BODY_BYTES + 1)),
-           ("error mid-frame", bad_fcs(good), 5)]
-    cases = []
-    for case in bad:
-        cases += [case, (f"after {case[0]}", good)]
-    return cases
 
 
 # -- tests ---------------------------------------------------------------------------------
@@ -280,13 +175,9 @@ def test_random_frames(direction):
     """The classifier tests' random mix (gradients of random sizes and checksums, mutated
     headers, cut frames, padding, ARP, frames for the board, bad FCS)."""
     rng = random.Random(8 + DIRECTIONS[direction])
-    cases = []
-    for n in range(40):
-        cases.append((f"random {n}", random_frame(rng)))
-        # a jumbo gradient takes about two cycles a word (the NIC path, then out), as long
-        # as it takes to arrive at line rate: one after another would fill the store
-        if len(cases[-1][1]) > 4000:
-            cases.append(("pause", 3000))
+    # (a jumbo gradient takes about two cycles a word, the NIC path then out, as long as it
+    # takes to arrive at line rate: one after another would fill the store)
+    cases = spaced([(f"random {n}", random_frame(rng)) for n in range(40)], 3000)
     counts = check(direction, cases, seed=9, p_ready=0.9)
     assert counts["passed"] and counts["drop_fcs"] + counts["drop_runt"]
 
@@ -294,6 +185,17 @@ def test_random_frames(direction):
 def test_jumbo_passes():
     check("tx", [("jumbo", frame(PASS_THROUGH["jumbo"])),
                  ("after it", frame(gradient(raw_packet(SPECIALS, 7))))], seed=5, p_idle=0)
+
+
+def test_back_to_back_jumbos_at_line_rate():
+    """Jumbo frames (9014 bytes) back to back at 1 GbE, in and out: the store holds one and
+    the start of the next, so each word must be free once read, not once its frame is done.
+    None is dropped (``drop_full`` 0), all pass exact."""
+    jumbo = frame(PASS_THROUGH["jumbo"])
+    assert len(jumbo) - FCS_BYTES == MAX_BODY_BYTES
+    counts = check("tx", [(f"jumbo {n}", jumbo) for n in range(3)], seed=10, gap=(0, 0),
+                   line_rate=True)
+    assert counts["passed"] == counts["frames_out"] == 3 and counts["drop_full"] == 0
 
 
 @pytest.mark.parametrize("direction", DIRECTIONS)

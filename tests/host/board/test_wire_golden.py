@@ -413,4 +413,5 @@ def test_port_checked_and_counter_names_shared():
     with pytest.raises(ValueError, match="ports 0"):
         wire.receive(2, frame(PASS_THROUGH["tcp"]))
     assert list(wire.counters[0]) == list(WIRE_COUNTERS)
+    assert WIRE_DROP_CAUSES[0] == "full" and wire.counters[1]["drop_full"] == 0
     assert tuple(f"drop_{c}" for c in WIRE_DROP_CAUSES) == WIRE_COUNTERS[-len(WIRE_DROP_CAUSES):]

@@ -1,0 +1,200 @@
+# amaranth: UnusedElaboratable=no
+"""The whole NIC in the wire (``hdl/wire/engine.py``) against the golden wire
+(``host/board/wire_golden.py``): frames into both ports at once, the frames each port sends
+byte for byte the golden model's (less the FCS the MAC appends), and every counter read back
+over ``ctrl`` (the NIC engine's and each port's, ``contract.registers.WIRE_REGISTERS``)
+equal to the golden model's.
+
+The board's own service is not built: a frame for the board (host side) is dropped and
+counted as ``drop_unanswered``, where the golden model answers it (``answered``, a frame
+out of port 0). The MAC sides are driven as LiteEth MACs do (never stalled, ``error`` with a
+bad FCS), the outputs with random back-pressure.
+"""
+import random
+
+import pytest
+from amaranth.back import verilog
+
+from contract.network import PORT_BASE, SERVICE_OFFSETS, WIRE_PORTS, Service
+from contract.registers import ADDRESS_BITS, WIRE_REGISTERS, CounterBlock
+from hdl.wire.engine import WireEngine
+from host.board.wire_golden import FCS_BYTES, GoldenWire
+from tests.amaranth_sim import RegisterPort, run
+from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
+                                   gradient_cases, malformed_cases, pass_cases, spaced)
+from tests.host.board.test_wire_golden import KEY, PASS_THROUGH, frame
+
+#: addresses where the map has nothing, each read after a block (so a read from the NIC
+#: engine's port is followed by one that is not), and the last address
+UNMAPPED = [entry.end for entry in WIRE_REGISTERS] + [(1 << ADDRESS_BITS) - 1]
+#: the last frame into each port: once it is out, every frame before it has had its fate
+#: counted (each direction deals with its frames in order)
+MARKER = ("marker", frame(PASS_THROUGH["tcp"]))
+
+
+def simulate(cases, want, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, engine_args=None):
+    """``cases[port]`` into each port of a :class:`WireEngine` at once (as
+    :func:`tests.hdl.wire.frames.beat_schedule` schedules them), outputs ready with
+    probability ``p_ready``, until ``want[port]`` frames have left each port and a while
+    after; then every register of the map and :data:`UNMAPPED` read over ``ctrl``.
+    Returns the frames out of each port and the registers' values by block and name (and
+    ``"unmapped"``: address -> value)."""
+    rng = random.Random(seed)
+    dut = WireEngine(max_count=MAX_COUNT, **(engine_args or {}))
+    rx, tx = (dut.port0_rx, dut.port1_rx), (dut.port0_tx, dut.port1_tx)
+    schedules = [beat_schedule(cases[port], rng, rx[port].p.shape(), p_idle=p_idle, gap=gap)
+                 for port in WIRE_PORTS]
+    outs = [FrameCollector(tx[port].p.shape()) for port in WIRE_PORTS]
+    registers = {}
+    # (the longest a frame can take after the last beat in: a jumbo through the NIC path
+    # and out, twice over)
+    limit = max(map(len, schedules)) + 20_000
+
+    async def bench(ctx):
+        payloads = [port.p.as_value() for port in rx]
+        cycle = quiet = 0
+        # (one testbench that drives and watches every cycle: beats as integers)
+        while cycle < max(map(len, schedules)) or quiet < 100:
+            for port in WIRE_PORTS:
+                beat = schedules[port][cycle] if cycle < len(schedules[port]) else None
+                ctx.set(rx[port].valid, beat is not None)
+                ctx.set(payloads[port],
+                        beat if beat is not None else rng.getrandbits(len(payloads[port])))
+                ctx.set(tx[port].ready, rng.random() < p_ready)
+            sampled = await ctx.tick().sample(*(s for port in tx
+                                                for s in (port.valid, port.ready,
+                                                          port.p.as_value())))
+            for port in WIRE_PORTS:
+                valid, ready, value = sampled[2 + 3 * port:5 + 3 * port]
+                if valid and ready:
+                    outs[port].word(value)
+            done = all(len(outs[port].frames) >= want[port] for port in WIRE_PORTS)
+            quiet = quiet + 1 if done else 0
+            cycle += 1
+            assert cycle < limit, (f"no progress: frames out {[len(o.frames) for o in outs]}, "
+                                   f"want {want}")
+        for port in WIRE_PORTS:
+            ctx.set(rx[port].valid, 0)
+        reg = RegisterPort(ctx, dut)
+        registers["unmapped"] = {}
+        for entry, after in zip(WIRE_REGISTERS, UNMAPPED):
+            registers[entry.name] = {name: await reg.read(address)
+                                     for name, address in entry.items()}
+            registers["unmapped"][after] = await reg.read(after)
+        last = UNMAPPED[-1]
+        registers["unmapped"][last] = await reg.read(last)
+
+    run(dut, bench)
+    assert not any(out.unfinished for out in outs), "a frame left unfinished"
+    return [out.frames for out in outs], registers
+
+
+def golden(cases):
+    """The frames (FCS stripped) each port of the golden wire sends for ``cases[port]`` and
+    its counters, by ``WIRE_REGISTERS`` block: the board's answers are not built, so
+    ``answered`` counts as ``drop_unanswered`` and the answers are not sent (``frames_out``
+    of port 0 without them)."""
+    wire = GoldenWire(KEY, max_count=MAX_COUNT)
+    frames = {port: [] for port in WIRE_PORTS}
+    for port in WIRE_PORTS:
+        for case in cases[port]:
+            if isinstance(case[1], int):         # ("pause", cycles)
+                continue
+            for out_port, data in wire.receive(port, case[1]):
+                if out_port != port:             # (an answer goes back where it came from)
+                    frames[out_port].append(data[:-FCS_BYTES])
+    counters = {"tx": dict(wire.nic.counters["tx"]), "rx": dict(wire.nic.counters["rx"])}
+    for port in WIRE_PORTS:
+        counts = dict(wire.counters[port])
+        counts["drop_unanswered"] += counts["answered"]
+        counts["frames_out"] -= counts["answered"]
+        counts["answered"] = 0
+        counters[f"port{port}"] = counts
+    return [frames[port] for port in WIRE_PORTS], counters
+
+
+def check(cases, *, seed, **kwargs):
+    """``cases[port]`` (each ending with :data:`MARKER`) through the engine and the golden
+    model: every frame out of each port and every counter equal, unmapped addresses 0.
+    Returns the golden counters."""
+    cases = [list(cases[port]) + [MARKER] for port in WIRE_PORTS]
+    want_frames, want_counters = golden(cases)
+    got_frames, got = simulate(cases, [len(f) for f in want_frames], seed=seed, **kwargs)
+    assert got.pop("unmapped") == dict.fromkeys(UNMAPPED, 0)
+    assert got == want_counters
+    for port in WIRE_PORTS:
+        assert len(got_frames[port]) == len(want_frames[port]), f"port {port}"
+        wrong = [f"port {port} frame {n}: {len(g)} bytes, golden {len(w)}"
+                 for n, (g, w) in enumerate(zip(got_frames[port], want_frames[port]))
+                 if g != w]
+        assert not wrong, "\n".join(wrong)
+    return want_counters
+
+
+# -- tests ---------------------------------------------------------------------------------
+
+def test_both_directions_at_once():
+    """Gradients (sizes, k, incompressible, odd sizes, junk) and pass-through frames
+    interleaved, both ways at once: compressed from the host, INC_F32 decompressed and
+    malformed datagrams dropped from the network, frames for the board on both sides."""
+    rng = random.Random(20)
+    cases = []
+    for direction in ("tx", "rx"):
+        port_cases = gradient_cases(direction) + malformed_cases() + pass_cases(direction)
+        rng.shuffle(port_cases)
+        cases.append(spaced(port_cases, 5000))
+    c = check(cases, seed=21)
+    assert c["port0"]["compressed"] >= 10 and c["port0"]["incompressible"] >= 3
+    assert c["port1"]["decompressed"] >= 10 and c["port1"]["drop_malformed"] >= 5
+    assert c["port0"]["drop_unanswered"] >= 2 and c["port1"]["drop_board_address"] >= 2
+    assert c["port0"]["passed"] and c["port1"]["passed"]
+    assert c["tx"]["compressed"] and c["rx"]["decompressed"] and c["rx"]["drop_bad_header"]
+    # each port sends what the other lets through
+    assert c["port1"]["frames_out"] == sum(c["port0"][n] for n in (
+        "passed", "compressed", "incompressible"))
+    assert c["port0"]["frames_out"] == sum(c["port1"][n] for n in ("passed", "decompressed"))
+
+
+def test_bad_frames_on_both_ports_then_good_ones():
+    """Bad FCS, runts, oversize, a receive error mid-frame on both ports at once, back to
+    back, each followed by a good frame."""
+    c = check([bad_cases(), bad_cases()], seed=22, p_idle=0, gap=(0, 0), p_ready=1)
+    for port in WIRE_PORTS:
+        counts = c[f"port{port}"]
+        assert (counts["drop_fcs"], counts["drop_runt"], counts["drop_oversize"]) == (2, 2, 1)
+
+
+def test_elaborates_to_verilog():
+    dut = WireEngine(max_count=64, store_bytes=4096, frames=4)
+    # the always-ready members are constants, which cannot be ports: name the others
+    ports = [dut.port0_rx.valid, dut.port0_rx.p.as_value(), dut.port1_rx.valid,
+             dut.port1_rx.p.as_value(), dut.ctrl.addr, dut.ctrl.re, dut.ctrl.rdata]
+    for out in (dut.port0_tx, dut.port1_tx):
+        ports += [out.valid, out.ready, out.p.as_value()]
+    assert "module wire_engine" in verilog.convert(dut, name="wire_engine", ports=ports)
+
+
+def test_register_map_covers_both_ports_and_the_nic():
+    """The map the engine serves: the NIC engine's blocks where the NIC top has them, each
+    port's counters after."""
+    names = [entry.name for entry in WIRE_REGISTERS]
+    assert names == ["tx", "rx", "port0", "port1"]
+    assert all(isinstance(entry, CounterBlock) for entry in WIRE_REGISTERS)
+    assert all(WIRE_REGISTERS.decode(address) is None for address in UNMAPPED)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    ({"store_bytes": 2048}, "store_bytes"),
+    ({"store_bytes": 5000}, "store_bytes"),
+    ({"frames": 1}, "frames"),
+    ({"max_count": 0}, "max_count"),
+    ({"max_count": 4096}, "max_count"),
+    ({"max_count": True}, "max_count"),
+    ({"gradient_port": 0}, "gradient_port"),
+    ({"gradient_port": PORT_BASE + SERVICE_OFFSETS[Service.CTRL]}, "control port"),
+    ({"mac": "02:47:57:00:00"}, "mac"),
+    ({"ip": "192.168.77"}, "ip"),
+])
+def test_parameters_checked(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        WireEngine(**kwargs)
