@@ -101,6 +101,11 @@ class LiteEthWireCore(wiring.Component):
     def config(self):
         return self._core.config
 
+    @property
+    def generated(self):
+        """The generated core (:class:`~hdl.net.core.liteeth.GeneratedCore`) it wraps."""
+        return self._core
+
     @staticmethod
     def _check_ports(core):
         want = {"sys_clock": ("i", 1), "sys_reset": ("i", 1)}
