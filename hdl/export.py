@@ -8,7 +8,7 @@ flattens, driven by ``contract/tops.py``'s port table; nothing inside the gatewa
 flat names.
 
 :data:`TOPS` maps a top module name to its :class:`Export`. A top that instantiates other
-Verilog (the network top: the generated LiteEth core) lists it in ``verilog_sources``;
+Verilog (the network and wire tops: a generated LiteEth core) lists it in ``verilog_sources``;
 those files are copied beside its own.
 """
 from __future__ import annotations
@@ -54,6 +54,7 @@ TOPS = {
                       {"tx": ("tx_in", "tx_out"), "rx": ("rx_in", "rx_out")}),
     "switch_top": Export("hdl.switch.aggregator:Aggregator", {"agg": ("i", "o")}),
     "network_top": Export("hdl.net.top:NetworkTop"),
+    "wire_top": Export("hdl.wire.top:WireTop"),
 }
 
 
