@@ -30,13 +30,16 @@ and ``rx_dropped``), so that the wire's top shares one engine, and its counters,
 two paths. One packet is in the NIC path at a time: nothing else can tell whose a drop strobe
 is, and the path waits for each packet's answer before the next.
 
-Rate: a stored frame goes out at one 32-bit word a clock (a 1514-byte frame passes 7
-clocks after its last beat in). A gradient datagram's payload first goes to the NIC path at
-a word a clock, and its frame goes out once the answer is in: about two clocks a word for a
-datagram that is not made smaller, so at a beat every two clocks in (1 GbE at 62.5 MHz)
-back-to-back jumbo gradients that do not compress can outrun the path, and the store takes
-up the difference (measured, ``tests/hdl/wire/test_path.py``: a 1514-byte frame compressed
-with k=10 starts 391 clocks after its last beat and ends at 527).
+Rate: a stored frame is read out at one 32-bit word a clock into an output FIFO that holds
+a whole MTU frame (a 1514-byte frame starts 7 clocks after its last beat in); the MAC
+drains it at 1 GbE, a word every two clocks at 62.5 MHz. A gradient datagram's payload first
+goes to the NIC path at a word a clock, and its frame goes out once the answer is in, so
+the NIC turn of one datagram overlaps the wire time of the one before: compressed and
+decompressed MTU datagrams leave back to back at the output's line rate
+(``test_decompressed_mtu_at_line_rate``). Back-to-back jumbo gradients that do not shrink
+cost about two clocks a word against the wire's two, and the store takes up the difference
+(measured, ``tests/hdl/wire/test_path.py``: a 1514-byte frame compressed with k=10 starts
+391 clocks after its last beat and ends at 527).
 
 A stored frame's words are free as soon as they are read for the last time: a frame that
 goes out unchanged frees each word as it is read for the output, a re-framed datagram all
@@ -55,7 +58,7 @@ whatever else it is).
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -71,7 +74,8 @@ from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, IP_HEADER, MAX_BODY_BYTES
                                PAYLOAD_OFFSET, UDP_HEADER, FrameClass, FrameClassifier, MacBeat,
                                Verdict, ones_sum16)
 
-__all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES"]
+__all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES", "DEFAULT_FRAMES",
+           "DEFAULT_OUT_WORDS"]
 
 #: One strobe per ``contract.counters.WIRE_COUNTERS`` counter, high for one cycle per frame
 #: it counts; at most one frame per counter in a cycle, so a counter file adds 1 per strobe.
@@ -81,6 +85,18 @@ WireEvents = data.StructLayout({name: unsigned(1) for name in WIRE_COUNTERS})
 
 #: a 9014-byte jumbo frame (its FCS stripped) and a 1514-byte one, rounded to a power of two
 DEFAULT_STORE_BYTES = 16384
+#: Words the output FIFO holds: a whole 1514-byte frame (379 words) and then some, in block
+#: RAM. The read side fills it at a word a clock and the MAC drains it at a word every two,
+#: so an MTU frame leaves the read side in half its wire time, and the next datagram's turn
+#: through the NIC path overlaps the wire time of the one before: decompressed MTU
+#: datagrams go out back to back at line rate (with 8 words, 0.82 of it).
+DEFAULT_OUT_WORDS = 512
+#: Frames the store holds at most (descriptor slots). While a datagram is in the NIC path
+#: its direction sends nothing, and minimum-size frames behind it keep arriving, one every
+#: 42 clocks at 1 GbE: about 40 behind an MTU datagram, about 150 behind a jumbo one that
+#: does not shrink. 16 slots dropped some of the first (drop_full); 128, none of either
+#: (``test_small_frames_behind_gradients_at_line_rate``). One block RAM's worth.
+DEFAULT_FRAMES = 128
 #: the smallest store: two 1514-byte frames (1518 with the FCS)
 _MIN_STORE_BYTES = 2 * 1516
 
@@ -147,7 +163,12 @@ class WirePath(wiring.Component):
         line rate (one leaves as the next arrives); a frame bigger than the store is
         ``drop_full``.
     frames : int
-        Frames the store holds at most (descriptor slots), at least 2.
+        Frames the store holds at most (descriptor slots), at least 2; the default
+        (:data:`DEFAULT_FRAMES`) takes minimum-size frames at line rate behind a jumbo
+        datagram in the NIC path.
+    out_words : int
+        Words of the output FIFO, at least 8 (:data:`DEFAULT_OUT_WORDS`: an MTU frame,
+        so that a datagram's NIC turn overlaps the wire time of the frame before).
     max_count : int
         The NIC engine's ``max_count`` (rx: sizes the buffer the decompressed packet waits
         in), 1..2048.
@@ -170,7 +191,8 @@ class WirePath(wiring.Component):
         Counter strobes (:data:`WireEvents`: one per ``WIRE_COUNTERS`` name), registered.
     """
 
-    def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=16, max_count=2048,
+    def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=DEFAULT_FRAMES,
+                 out_words=DEFAULT_OUT_WORDS, max_count=2048,
                  mac=DEFAULT_MAC, ip=DEFAULT_IP, gradient_port=WIRE_GRADIENT_PORT):
         if isinstance(store_bytes, bool) or not isinstance(store_bytes, int) \
                 or store_bytes < _MIN_STORE_BYTES or store_bytes & (store_bytes - 1):
@@ -178,6 +200,8 @@ class WirePath(wiring.Component):
                              f"{_MIN_STORE_BYTES} (two 1518-byte frames), not {store_bytes!r}")
         if isinstance(frames, bool) or not isinstance(frames, int) or frames < 2:
             raise ValueError(f"frames must be an integer of at least 2, not {frames!r}")
+        if isinstance(out_words, bool) or not isinstance(out_words, int) or out_words < 8:
+            raise ValueError(f"out_words must be an integer of at least 8, not {out_words!r}")
         if isinstance(max_count, bool) or not isinstance(max_count, int) \
                 or not 1 <= max_count <= 2048:
             raise ValueError(f"max_count must be an integer 1..2048, not {max_count!r}")
@@ -187,6 +211,7 @@ class WirePath(wiring.Component):
                                            gradient_port=gradient_port)
         self.direction, self.port = direction, DIRECTIONS[direction]
         self.store_bytes, self.frames, self.max_count = store_bytes, frames, max_count
+        self.out_words = out_words
         # the longest packet that can replace a payload: tx, one no longer than the payload
         # of the longest frame the store takes; rx, the largest decompressed packet
         if direction == "tx":
@@ -221,8 +246,9 @@ class WirePath(wiring.Component):
         m.submodules.store = store = Memory(shape=_WORD_BITS, depth=depth, init=[])
         store_w = store.write_port()
         store_r = store.read_port()
-        m.submodules.descriptors = descriptors = SyncFIFO(width=Descriptor.size,
-                                                          depth=self.frames)
+        # (buffered: a block RAM, not 93-bit-wide LUT RAM)
+        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size,
+                                                                  depth=self.frames)
         write_ptr = Signal(pointer)
         frame_start = Signal(pointer)
         free_ptr = Signal(pointer)         # the oldest word still needed
@@ -278,7 +304,8 @@ class WirePath(wiring.Component):
         m.submodules.packet = packet = Memory(shape=DATA_BITS, depth=self.packet_beats, init=[])
         packet_w = packet.write_port()
         packet_r = packet.read_port()
-        m.submodules.out_fifo = out_fifo = SyncFIFOBuffered(width=_OutWord.size, depth=8)
+        m.submodules.out_fifo = out_fifo = SyncFIFOBuffered(width=_OutWord.size,
+                                                            depth=self.out_words)
         m.submodules.nic_fifo = nic_fifo = SyncFIFOBuffered(width=_NicWord.size, depth=8)
         out_room = Signal()
         nic_room = Signal()
