@@ -6,11 +6,12 @@
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
 #   make bitstream   ECP5 bitstream (BOARD=ecpix5 | versa | colorlight, TOP=network |
-#                    selftest (default: network, selftest on the Colorlight, where the
-#                    network top does not fit), ENGINE=all | nic | switch | none
+#                    selftest | wire (default: network, selftest on the Colorlight, where the
+#                    network top does not fit; wire: the NIC in the wire between the Versa's
+#                    two Ethernet ports), ENGINE=all | nic | switch | none
 #                    (selftest), ROUTER=router1 | router2, SEED=N (default the board's
 #                    seed), FREQ=<engine MHz> (default the board's engine_mhz for the
-#                    top); network top: MAC=...,
+#                    top); network and wire tops: MAC=...,
 #                    IP=..., KEY=<hex> (default random, in the build's summary.json only,
 #                    mode 0600)), into build/bitstream/
 #   make program     load the latest bitstream (same BOARD/TOP/ENGINE) into the board's SRAM
