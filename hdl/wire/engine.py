@@ -28,7 +28,7 @@ from contract.registers import NIC_REGISTERS, WIRE_REGISTERS
 from hdl.ctrl_port import RegisterPort
 from hdl.nic.engine import COUNTER_BITS, NicEngine
 from hdl.wire.classify import MacBeat
-from hdl.wire.path import DEFAULT_STORE_BYTES, WirePath
+from hdl.wire.path import DEFAULT_FRAMES, DEFAULT_STORE_BYTES, WirePath
 
 __all__ = ["WireEngine"]
 
@@ -86,7 +86,7 @@ class WireEngine(wiring.Component):
     port1_tx: Out(stream.Signature(MacBeat))
     ctrl: In(RegisterPort(writable=False))
 
-    def __init__(self, *, max_count=2048, store_bytes=DEFAULT_STORE_BYTES, frames=16,
+    def __init__(self, *, max_count=2048, store_bytes=DEFAULT_STORE_BYTES, frames=DEFAULT_FRAMES,
                  mac=DEFAULT_MAC, ip=DEFAULT_IP, gradient_port=WIRE_GRADIENT_PORT):
         # built here so that a bad parameter is an error at construction: the paths check
         # every parameter (max_count too, as the engine does), the tx path first, so that

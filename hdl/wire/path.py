@@ -30,13 +30,13 @@ and ``rx_dropped``), so that the wire's top shares one engine, and its counters,
 two paths. One packet is in the NIC path at a time: nothing else can tell whose a drop strobe
 is, and the path waits for each packet's answer before the next.
 
-Rate: a stored frame goes out at one 32-bit word a clock (a 1514-byte frame passes 7
+Rate: a stored frame goes out at one 32-bit word a clock (a 1514-byte frame passes 8
 clocks after its last beat in). A gradient datagram's payload first goes to the NIC path at
 a word a clock, and its frame goes out once the answer is in: about two clocks a word for a
 datagram that is not made smaller, so at a beat every two clocks in (1 GbE at 62.5 MHz)
 back-to-back jumbo gradients that do not compress can outrun the path, and the store takes
 up the difference (measured, ``tests/hdl/wire/test_path.py``: a 1514-byte frame compressed
-with k=10 starts 391 clocks after its last beat and ends at 527).
+with k=10 starts 392 clocks after its last beat and ends at 528).
 
 A stored frame's words are free as soon as they are read for the last time: a frame that
 goes out unchanged frees each word as it is read for the output, a re-framed datagram all
@@ -55,7 +55,7 @@ whatever else it is).
 """
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFO, SyncFIFOBuffered
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -71,7 +71,7 @@ from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, IP_HEADER, MAX_BODY_BYTES
                                PAYLOAD_OFFSET, UDP_HEADER, FrameClass, FrameClassifier, MacBeat,
                                Verdict, ones_sum16)
 
-__all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES"]
+__all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES", "DEFAULT_FRAMES"]
 
 #: One strobe per ``contract.counters.WIRE_COUNTERS`` counter, high for one cycle per frame
 #: it counts; at most one frame per counter in a cycle, so a counter file adds 1 per strobe.
@@ -81,6 +81,11 @@ WireEvents = data.StructLayout({name: unsigned(1) for name in WIRE_COUNTERS})
 
 #: a 9014-byte jumbo frame (its FCS stripped) and a 1514-byte one, rounded to a power of two
 DEFAULT_STORE_BYTES = 16384
+#: descriptor slots: a store's worth of 64-byte frames. At line rate some 108 minimum frames
+#: arrive while a jumbo frame goes out (9038 bytes of wire time, 84 a minimum frame), and
+#: half as many again while a jumbo gradient that does not shrink is in the NIC path; each
+#: waits in a slot of its own (in block RAM: the descriptors are read a cycle after asked)
+DEFAULT_FRAMES = DEFAULT_STORE_BYTES // 64
 #: the smallest store: two 1514-byte frames (1518 with the FCS)
 _MIN_STORE_BYTES = 2 * 1516
 
@@ -147,7 +152,8 @@ class WirePath(wiring.Component):
         line rate (one leaves as the next arrives); a frame bigger than the store is
         ``drop_full``.
     frames : int
-        Frames the store holds at most (descriptor slots), at least 2.
+        Frames the store holds at most (descriptor slots), at least 2. The default
+        (:data:`DEFAULT_FRAMES`) takes minimum frames at line rate behind a jumbo frame.
     max_count : int
         The NIC engine's ``max_count`` (rx: sizes the buffer the decompressed packet waits
         in), 1..2048.
@@ -170,7 +176,8 @@ class WirePath(wiring.Component):
         Counter strobes (:data:`WireEvents`: one per ``WIRE_COUNTERS`` name), registered.
     """
 
-    def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=16, max_count=2048,
+    def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=DEFAULT_FRAMES,
+                 max_count=2048,
                  mac=DEFAULT_MAC, ip=DEFAULT_IP, gradient_port=WIRE_GRADIENT_PORT):
         if isinstance(store_bytes, bool) or not isinstance(store_bytes, int) \
                 or store_bytes < _MIN_STORE_BYTES or store_bytes & (store_bytes - 1):
@@ -221,8 +228,8 @@ class WirePath(wiring.Component):
         m.submodules.store = store = Memory(shape=_WORD_BITS, depth=depth, init=[])
         store_w = store.write_port()
         store_r = store.read_port()
-        m.submodules.descriptors = descriptors = SyncFIFO(width=Descriptor.size,
-                                                          depth=self.frames)
+        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size,
+                                                                  depth=self.frames)
         write_ptr = Signal(pointer)
         frame_start = Signal(pointer)
         free_ptr = Signal(pointer)         # the oldest word still needed

@@ -18,7 +18,7 @@ from hdl.ctrl_port import RegisterPort
 from hdl.net.core.liteeth import NetworkConfig, generate, load_network_config
 from hdl.net.core.wire_core import LiteEthWireCore
 from hdl.wire.engine import WireEngine
-from hdl.wire.path import DEFAULT_STORE_BYTES
+from hdl.wire.path import DEFAULT_FRAMES, DEFAULT_STORE_BYTES
 
 __all__ = ["WireActivity", "WireTop"]
 
@@ -57,7 +57,7 @@ class WireTop(wiring.Component):
     """
 
     def __init__(self, config=None, *, rgmii=None, max_count=2048, store_bytes=DEFAULT_STORE_BYTES,
-                 frames=16, gradient_port=WIRE_GRADIENT_PORT, build_root=None):
+                 frames=DEFAULT_FRAMES, gradient_port=WIRE_GRADIENT_PORT, build_root=None):
         if config is None:
             config = load_network_config("versa")
         if not isinstance(config, NetworkConfig):
