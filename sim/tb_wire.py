@@ -383,8 +383,10 @@ async def compress(dut):
             check_reframed(body)
     counts = c["port0"]
     assert counts["compressed"] >= 25 and counts["incompressible"] >= 3, counts
-    assert counts["passed"] >= 7 and c["tx"]["compressed"] == counts["compressed"] \
-        + counts["incompressible"], c
+    # (the NIC counts a packet whose payload disagrees with its count as length_mismatch,
+    # compressed all the same)
+    assert counts["passed"] >= 7 and c["tx"]["compressed"] + c["tx"]["length_mismatch"] \
+        == counts["compressed"] + counts["incompressible"], c
     assert not bench.received[0]
     log_speed(dut, "compress", s0, t0)
 
@@ -421,8 +423,8 @@ async def decompress(dut):
     bench.send_all([[], cases])
     c = await bench.check()
     counts = c["port1"]
-    malformed = len(frames_module().malformed_cases()) + 7     # junk payloads (gradient_cases)
-    assert counts["drop_malformed"] >= malformed - 1, counts
+    assert counts["drop_malformed"] >= len(frames_module().malformed_cases()), counts
+    assert not [s.name for _, s in bench.expected[0] if s.name.startswith("malformed")]
     assert counts["decompressed"] >= 15 and counts["passed"] >= 3, counts
     decompressed = [body for (body, sent) in bench.expected[0] if body != sent.data[:-FCS_BYTES]]
     for body in decompressed:
@@ -497,8 +499,13 @@ def figures(bench, first, phase_ports):
         n = len(pairs)
         bytes_in = sum(len(s.data) - FCS_BYTES for s in ins) / n
         bytes_out = sum(len(body) for _, (body, _) in pairs) / n
-        limit_in = 1e9 / (8 * (bytes_in + WIRE_OVERHEAD))
-        limit_out = 1e9 / (8 * (bytes_out + WIRE_OVERHEAD))
+        # the wire's rate over the measured span (from the first frame's start to the last
+        # one's: every frame but the last): for frames of one size L (no FCS), 1e9 / (8 *
+        # (L + 24)) frames/s
+        limit_in = (n - 1) * 1e9 / (8 * sum(len(s.data) + 20 for s in ins[:-1])) \
+            if n > 1 else 1e9 / (8 * (bytes_in + WIRE_OVERHEAD))
+        limit_out = (n - 1) * 1e9 / (8 * sum(len(b) + WIRE_OVERHEAD for (b, _), _ in pairs[:-1])) \
+            if n > 1 else 1e9 / (8 * (bytes_out + WIRE_OVERHEAD))
         span_in = ins[-1].wire.sim_time_start - ins[0].wire.sim_time_start
         span_out = outs[-1].sim_time_start - outs[0].sim_time_start
         rate_in = (n - 1) * 1e12 / span_in if n > 1 else None
@@ -541,7 +548,10 @@ async def line_rate(dut):
     """Both directions at line rate at once, back to back at the minimum gap: pass-through
     frames of 60 (64 with the FCS), 1514 and 9014 bytes, 360-value gradients compressed
     (k=10) one way while compressed ones are decompressed the other, then everything
-    interleaved; every frame exact, nothing dropped. The figures go to the report."""
+    interleaved behind a jumbo frame; every frame exact, nothing dropped. The figures go to
+    the report (:func:`figures`): a decompressed datagram is larger than the one that came
+    in, so that direction's input outruns its output and the store takes up the
+    difference, which bounds the burst (tens of frames)."""
     from host.golden.inceptionn import nic_tx
     from contract.packet import Packet
     t0, s0 = time.perf_counter(), get_sim_time("ns")
@@ -583,10 +593,11 @@ async def line_rate(dut):
         tagged([("decompress", compressed_frame(n)) for n in range(counts["gradient"])])])
     report["compress_360_k10"] = {"0->1": report["gradient"].pop("0->1")}
     report["decompress_360_k10"] = {"1->0": report.pop("gradient")["1->0"]}
-    # everything interleaved: passes of every size between gradients, both ways
+    # everything interleaved, both ways: a jumbo frame (the frames behind it wait for it
+    # in the store), then passes of every size between gradients
     mixed = []
     for port in WIRE_PORTS:
-        cases = []
+        cases = [("pass 9014", udp_frame(9014, rng))]
         for n in range(counts["mixed"]):
             kind = n % 4
             if kind == 0:
