@@ -35,7 +35,6 @@ from cocotbext.eth import GmiiFrame, RgmiiSink, RgmiiSource
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from contract.counters import WIRE_COUNTERS
 from contract.network import WIRE_PORTS
 from contract.registers import WIRE_REGISTERS
 from hdl.net.core.liteeth import load_network_config
@@ -437,7 +436,7 @@ def bad_frame_cases(port):
     """Bad FCS, runts, oversize, a receive error mid-frame, each followed by a good frame;
     frames for the board."""
     from tests.hdl.wire.test_classify import bad_fcs, body_of
-    fm, g = frames_module(), golden_tests()
+    g = golden_tests()
     good = g.frame(g.gradient(g.raw_packet(g.SPECIALS, 10)))
     tcp = g.frame(g.PASS_THROUGH["tcp"])
     bad = [("bad fcs", bad_fcs(good)),
