@@ -31,7 +31,7 @@ two paths. One packet is in the NIC path at a time: nothing else can tell whose 
 is, and the path waits for each packet's answer before the next.
 
 Rate: a stored frame is read out at one 32-bit word a clock into an output FIFO that holds
-a whole MTU frame (a 1514-byte frame starts 7 clocks after its last beat in); the MAC
+a whole MTU frame (a 1514-byte frame starts 8 clocks after its last beat in); the MAC
 drains it at 1 GbE, a word every two clocks at 62.5 MHz. A gradient datagram's payload first
 goes to the NIC path at a word a clock, and its frame goes out once the answer is in, so
 the NIC turn of one datagram overlaps the wire time of the one before: compressed and
@@ -39,7 +39,7 @@ decompressed MTU datagrams leave back to back at the output's line rate
 (``test_decompressed_mtu_at_line_rate``). Back-to-back jumbo gradients that do not shrink
 cost about two clocks a word against the wire's two, and the store takes up the difference
 (measured, ``tests/hdl/wire/test_path.py``: a 1514-byte frame compressed with k=10 starts
-391 clocks after its last beat and ends at 527).
+392 clocks after its last beat and ends at 528).
 
 A stored frame's words are free as soon as they are read for the last time: a frame that
 goes out unchanged frees each word as it is read for the output, a re-framed datagram all
@@ -91,11 +91,13 @@ DEFAULT_STORE_BYTES = 16384
 #: through the NIC path overlaps the wire time of the one before: decompressed MTU
 #: datagrams go out back to back at line rate (with 8 words, 0.82 of it).
 DEFAULT_OUT_WORDS = 512
-#: Frames the store holds at most (descriptor slots). While a datagram is in the NIC path
-#: its direction sends nothing, and minimum-size frames behind it keep arriving, one every
-#: 42 clocks at 1 GbE: about 40 behind an MTU datagram, about 150 behind a jumbo one that
-#: does not shrink. 16 slots dropped some of the first (drop_full); 128, none of either
-#: (``test_small_frames_behind_gradients_at_line_rate``). One block RAM's worth.
+#: Frames the store holds at most (descriptor slots), in block RAM (the descriptors are read
+#: a cycle after asked). Minimum-size frames arrive one every 42 clocks at 1 GbE, and each
+#: waits in a slot of its own while the frame ahead is busy: about 40 behind an MTU datagram
+#: in the NIC path, 108 behind a jumbo frame going out (9038 bytes of wire time), more
+#: behind a jumbo datagram that does not shrink. 16 slots dropped some of each
+#: (``drop_full``); 128 none (``test_small_frames_behind_gradients_at_line_rate``,
+#: ``test_jumbo_then_minimum_frames_at_line_rate``, ``sim/tb_wire.py``).
 DEFAULT_FRAMES = 128
 #: the smallest store: two 1514-byte frames (1518 with the FCS)
 _MIN_STORE_BYTES = 2 * 1516

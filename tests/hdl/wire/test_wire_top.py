@@ -1,0 +1,103 @@
+"""The NIC in the wire on Verilator through both ports' RGMII pins: the wire board's gateware
+end to end against the golden wire (``sim/tb_wire.py``).
+
+One Verilator build of ``sim/wire_top.py`` (both ports' LiteEth PHY and MAC, ECP5 primitive
+models, the wire's engine), cached by content under ``build/sim``, and one simulator run for
+all the cocotb tests of ``sim/tb_wire.py`` that this module's selected tests ask for; each
+pytest test then reports its own cocotb test.
+"""
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from sim.runner import BUILD, run_cocotb
+
+pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
+
+#: cocotb test -> its parameters (seeds and counts: tens of frames a burst)
+BENCHES = {
+    "pass_through": {"seed": 1},
+    "compress": {"seed": 2},
+    "decompress": {"seed": 3},
+    "bad_frames": {"seed": 4},
+    "line_rate": {"seed": 6},
+    "reset_mid_frame": {"seed": 7},
+}
+#: the line-rate report's bursts, and each one's directions
+BURSTS = {"pass_64": ("0->1", "1->0"), "pass_1514": ("0->1", "1->0"),
+          "jumbo_9014": ("0->1", "1->0"), "compress_360_k10": ("0->1",),
+          "decompress_360_k10": ("1->0",), "mixed": ("0->1", "1->0")}
+
+
+@pytest.fixture(scope="module")
+def benches(request, tmp_path_factory):
+    """Run the selected benches in one simulator; ``{name: failure message or None}`` and
+    the folder of the run (reports)."""
+    from sim.wire_top import TOP, wire_top_sources
+    selected = [item.name[len("test_"):] for item in request.session.items
+                if item.module.__name__ == __name__ and item.name[len("test_"):] in BENCHES]
+    out = tmp_path_factory.mktemp("wire_top")
+    params = {name: dict(BENCHES[name]) for name in selected}
+    params["line_rate"] = dict(BENCHES["line_rate"], report_file=str(out / "line_rate.json"))
+    verilog, extra = wire_top_sources()
+    test_dir = BUILD / "sim" / "wire_top-runs" / "-".join(selected)[:100]
+    test_dir.mkdir(parents=True, exist_ok=True)
+    for stale in test_dir.glob("*.xml"):
+        stale.unlink()
+    try:
+        run_cocotb(TOP, verilog, "sim.tb_wire", testcase=selected, params=params,
+                   extra_sources=extra, test_dir=test_dir)
+    except SystemExit:
+        pass    # the results below say which test failed
+    results = {}
+    for path in test_dir.glob("*.xml"):
+        for case in ET.parse(path).getroot().iter("testcase"):
+            failure = case.find("failure")
+            if failure is None:
+                failure = case.find("error")
+            results[case.get("name")] = None if failure is None else (
+                failure.get("message") or (failure.text or "").strip()[-2000:] or "failed"
+            ) + f" (log: {test_dir / 'sim.log'})"
+    return results, out
+
+
+def check(benches, name):
+    results, _ = benches
+    assert name in results, f"{name} did not run (see the simulator log)"
+    assert results[name] is None, results[name]
+
+
+def test_pass_through(benches):
+    check(benches, "pass_through")
+
+
+def test_compress(benches):
+    check(benches, "compress")
+
+
+def test_decompress(benches):
+    check(benches, "decompress")
+
+
+def test_bad_frames(benches):
+    check(benches, "bad_frames")
+
+
+def test_line_rate(benches):
+    check(benches, "line_rate")
+    report = json.loads((benches[1] / "line_rate.json").read_text())
+    for burst, directions in BURSTS.items():
+        assert set(report[burst]) == set(directions), burst
+        for direction in directions:
+            figures = report[burst][direction]
+            assert figures["frames"] >= 6, (burst, direction, figures)
+            if burst.startswith(("pass", "jumbo")):
+                # back to back at the sending PHY's rate (port 1's clock is 500 ppm fast,
+                # port 0's 500 ppm slow), and out as fast as they came in
+                assert figures["in_of_limit"] > 0.999, (burst, direction, figures)
+                assert figures["out_of_limit"] > 0.999, (burst, direction, figures)
+
+
+def test_reset_mid_frame(benches):
+    check(benches, "reset_mid_frame")
