@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 __all__ = ["REPO", "BUILD", "verilator_environment", "build", "run_cocotb",
-           "test_params"]
+           "run_cocotb_results", "test_params"]
 
 REPO = Path(__file__).resolve().parents[1]
 BUILD = Path(os.environ.get("GRADWIRE_BUILD", REPO / "build"))
@@ -138,6 +138,38 @@ def run_cocotb(name: str, verilog_text: str, test_module: str, *, testcase=None,
         testcase=testcase, seed=seed, extra_env=env, waves=waves,
         log_file=test_dir / "sim.log", timescale=("1ns", "1ps"),
     )
+
+
+def run_cocotb_results(name: str, verilog_text: str, test_module: str, testcases, *,
+                       params=None, extra_sources=()) -> dict:
+    """Run ``testcases`` of ``test_module`` in one simulator (a large model's start costs
+    seconds) and say how each ended: ``{testcase: None, or its failure message}``. A
+    testcase missing from the result did not run (see the simulator log).
+
+    The run's folder is ``build/sim/<name>-runs/<testcases>`` (its results replaced on
+    each run); otherwise as :func:`run_cocotb`, which raises where this reports instead.
+    """
+    import xml.etree.ElementTree as ET
+
+    test_dir = BUILD / "sim" / f"{name}-runs" / "-".join(testcases)[:100]
+    test_dir.mkdir(parents=True, exist_ok=True)
+    for stale in test_dir.glob("*.xml"):
+        stale.unlink()
+    try:
+        run_cocotb(name, verilog_text, test_module, testcase=list(testcases), params=params,
+                   extra_sources=extra_sources, test_dir=test_dir)
+    except SystemExit:
+        pass    # the results below say which test failed
+    results = {}
+    for path in test_dir.glob("*.xml"):
+        for case in ET.parse(path).getroot().iter("testcase"):
+            failure = case.find("failure")
+            if failure is None:
+                failure = case.find("error")
+            results[case.get("name")] = None if failure is None else (
+                failure.get("message") or (failure.text or "").strip()[-2000:] or "failed"
+            ) + f" (log: {test_dir / 'sim.log'})"
+    return results
 
 
 def test_params() -> dict:

@@ -241,15 +241,8 @@ class WireBench:
     def golden_counters(self):
         """The golden model's counters by ``WIRE_REGISTERS`` block, the board's answers
         mapped as the gateware has them (``answered`` -> ``drop_unanswered``, not sent)."""
-        wire = self.golden
-        counters = {"tx": dict(wire.nic.counters["tx"]), "rx": dict(wire.nic.counters["rx"])}
-        for port in WIRE_PORTS:
-            counts = dict(wire.counters[port])
-            counts["drop_unanswered"] += counts["answered"]
-            counts["frames_out"] -= counts["answered"]
-            counts["answered"] = 0
-            counters[f"port{port}"] = counts
-        return counters
+        from tests.hdl.wire.frames import gateware_counters
+        return gateware_counters(self.golden)
 
     async def check_counters(self):
         """Every counter read back equal to the golden model's; returns them."""

@@ -20,11 +20,9 @@ from amaranth.lib import data
 from contract.counters import NET_COUNTERS
 from hdl.board.clocking import board_clocks
 from hdl.board.pins import pin_buffers
-from hdl.board.status import BLINK_S, heartbeat, hold_phy_in_reset, stretch
+from hdl.board.status import BLINK_S, heartbeat, hold_phy_in_reset, stretch, uart_report
 from hdl.net.core.eth_core import rgmii_ports
 from hdl.net.top import ENGINES, NetworkTop
-from hdl.selftest.report import Report
-from hdl.selftest.uart_tx import UartTx, uart_divisor
 
 __all__ = ["NetworkStatus", "NetworkBoardTop", "report_template"]
 
@@ -37,8 +35,6 @@ NetworkStatus = data.StructLayout({
     "tx": 1,          # a reply left
     "drop": 1,        # something was dropped and counted
 })
-
-BAUD = 115200
 
 
 def report_template():
@@ -118,11 +114,7 @@ class NetworkBoardTop(Elaboratable):
         for bit, spec in self.board.network_leds.items():
             m.d.comb += pin(spec, "o").o.eq(getattr(status, bit))
 
-        m.submodules.report = report = Report(report_template(), period=clk_hz)
-        for name in NET_COUNTERS:
-            m.d.comb += getattr(report, name).eq(network.counters[name])
-        m.submodules.uart = uart = UartTx(divisor=uart_divisor(clk_hz, BAUD))
-        m.d.comb += [uart.data.valid.eq(report.o.valid), uart.data.payload.eq(report.o.payload),
-                     report.o.ready.eq(uart.data.ready)]
-        m.d.comb += pin(self.board.uart_tx, "o").o.eq(uart.tx)
+        counters = {name: network.counters[name] for name in NET_COUNTERS}
+        tx = uart_report(m, report_template(), counters, clk_hz)
+        m.d.comb += pin(self.board.uart_tx, "o").o.eq(tx)
         return m

@@ -22,11 +22,9 @@ from contract.network import WIRE_PORTS
 from contract.registers import WIRE_REGISTERS
 from hdl.board.clocking import board_clocks
 from hdl.board.pins import pin_buffers
-from hdl.board.status import BLINK_S, heartbeat, hold_phy_in_reset, stretch
+from hdl.board.status import BLINK_S, heartbeat, hold_phy_in_reset, stretch, uart_report
 from hdl.net.core.eth_core import rgmii_ports
 from hdl.selftest.counter_poller import CounterPoller
-from hdl.selftest.report import Report
-from hdl.selftest.uart_tx import UartTx, uart_divisor
 from hdl.wire.top import WireTop
 
 __all__ = ["WireStatus", "REPORTED", "WireBoardTop", "report_totals", "report_template"]
@@ -45,7 +43,6 @@ WireStatus = data.StructLayout({
 #: Counters of each port in the UART line; ``dropped`` is the sum of its drop causes.
 REPORTED = ("frames_in", "frames_out", "passed", "compressed", "decompressed",
             "incompressible", "dropped")
-BAUD = 115200
 
 
 def report_totals():
@@ -136,11 +133,7 @@ class WireBoardTop(Elaboratable):
         m.submodules.poller = poller = CounterPoller(report_totals())
         m.d.comb += poller.enable.eq(1)
         wiring.connect(m, poller.ctrl, wire.ctrl)
-        m.submodules.report = report = Report(report_template(), period=clk_hz)
-        for name in report_totals():
-            m.d.comb += getattr(report, name).eq(getattr(poller, name))
-        m.submodules.uart = uart = UartTx(divisor=uart_divisor(clk_hz, BAUD))
-        m.d.comb += [uart.data.valid.eq(report.o.valid), uart.data.payload.eq(report.o.payload),
-                     report.o.ready.eq(uart.data.ready)]
-        m.d.comb += pin(self.board.uart_tx, "o").o.eq(uart.tx)
+        counters = {name: getattr(poller, name) for name in report_totals()}
+        tx = uart_report(m, report_template(), counters, clk_hz)
+        m.d.comb += pin(self.board.uart_tx, "o").o.eq(tx)
         return m

@@ -6,11 +6,10 @@ of ``sim/tb_network.py`` that this module's selected tests ask for (each simulat
 costs seconds: the model is large); each pytest test then reports its own cocotb test.
 """
 import json
-import xml.etree.ElementTree as ET
 
 import pytest
 
-from sim.runner import BUILD, run_cocotb
+from sim.runner import run_cocotb_results
 
 pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
 
@@ -37,24 +36,8 @@ def benches(request, tmp_path_factory):
     params = {name: dict(BENCHES[name]) for name in selected}
     params["line_rate"] = dict(BENCHES["line_rate"], report_file=str(out / "line_rate.json"))
     verilog, extra = network_top_sources("ecpix5")
-    test_dir = BUILD / "sim" / "network_top-runs" / "-".join(selected)[:100]
-    test_dir.mkdir(parents=True, exist_ok=True)
-    for stale in test_dir.glob("*.xml"):
-        stale.unlink()
-    try:
-        run_cocotb(TOP, verilog, "sim.tb_network", testcase=selected, params=params,
-                   extra_sources=extra, test_dir=test_dir)
-    except SystemExit:
-        pass    # the results below say which test failed
-    results = {}
-    for path in test_dir.glob("*.xml"):
-        for case in ET.parse(path).getroot().iter("testcase"):
-            failure = case.find("failure")
-            if failure is None:
-                failure = case.find("error")
-            results[case.get("name")] = None if failure is None else (
-                failure.get("message") or (failure.text or "").strip()[-2000:] or "failed"
-            ) + f" (log: {test_dir / 'sim.log'})"
+    results = run_cocotb_results(TOP, verilog, "sim.tb_network", selected, params=params,
+                                 extra_sources=extra)
     return results, out
 
 

@@ -13,7 +13,7 @@ from scapy.layers.inet import ICMP, IP
 from scapy.layers.l2 import ARP, Ether
 
 from contract.header import Header, PacketType
-from contract.network import DEFAULT_IP, DEFAULT_MAC
+from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_PORTS
 from contract.packet import Packet
 from hdl.wire.classify import MAX_BODY_BYTES, MIN_BODY_BYTES
 from host.board.wire_golden import with_fcs
@@ -23,11 +23,25 @@ from tests.host.board.test_wire_golden import (A_IP, A_MAC, MALFORMED, PASS_THRO
                                                RX_PASSES, SPECIALS, TX_PASSES, frame, gradient,
                                                raw_packet, values)
 
-__all__ = ["MAX_COUNT", "beat_schedule", "spaced", "FrameCollector", "inc_packet", "checksummed",
+__all__ = ["MAX_COUNT", "gateware_counters", "beat_schedule", "spaced", "FrameCollector", "inc_packet", "checksummed",
            "gradient_cases", "pass_cases", "malformed_cases", "bad_cases"]
 
 #: the NIC receive path's largest packet in these tests (an MTU's 360 values fit)
 MAX_COUNT = 512
+
+
+def gateware_counters(wire):
+    """A :class:`~host.board.wire_golden.GoldenWire`'s counters by ``WIRE_REGISTERS`` block,
+    as the gateware counts them without the board's own service: ``answered`` becomes
+    ``drop_unanswered``, and the answers are not among port 0's ``frames_out``."""
+    counters = {"tx": dict(wire.nic.counters["tx"]), "rx": dict(wire.nic.counters["rx"])}
+    for port in WIRE_PORTS:
+        counts = dict(wire.counters[port])
+        counts["drop_unanswered"] += counts["answered"]
+        counts["frames_out"] -= counts["answered"]
+        counts["answered"] = 0
+        counters[f"port{port}"] = counts
+    return counters
 
 
 # -- the MAC side ----------------------------------------------------------------------------

@@ -21,7 +21,8 @@ from hdl.wire.engine import WireEngine
 from host.board.wire_golden import FCS_BYTES, GoldenWire
 from tests.amaranth_sim import RegisterPort, run
 from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
-                                   gradient_cases, malformed_cases, pass_cases, spaced)
+                                   gateware_counters, gradient_cases, malformed_cases,
+                                   pass_cases, spaced)
 from tests.host.board.test_wire_golden import KEY, PASS_THROUGH, frame
 
 #: addresses where the map has nothing, each read after a block (so a read from the NIC
@@ -103,14 +104,7 @@ def golden(cases):
             for out_port, data in wire.receive(port, case[1]):
                 if out_port != port:             # (an answer goes back where it came from)
                     frames[out_port].append(data[:-FCS_BYTES])
-    counters = {"tx": dict(wire.nic.counters["tx"]), "rx": dict(wire.nic.counters["rx"])}
-    for port in WIRE_PORTS:
-        counts = dict(wire.counters[port])
-        counts["drop_unanswered"] += counts["answered"]
-        counts["frames_out"] -= counts["answered"]
-        counts["answered"] = 0
-        counters[f"port{port}"] = counts
-    return [frames[port] for port in WIRE_PORTS], counters
+    return [frames[port] for port in WIRE_PORTS], gateware_counters(wire)
 
 
 def check(cases, *, seed, **kwargs):
