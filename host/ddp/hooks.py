@@ -557,7 +557,11 @@ class _CommHook:
         try:
             error = self._failed_pass.pending(last)
             if error is not None:
-                raise error
+                # The failed bucket's error object itself, not raised again: a raise would
+                # add this frame to its traceback, which DDP prints into every rank's
+                # message, while the other ranks may already have printed it without.
+                future.set_result(error)
+                return
             try:
                 result = self._exchange(host, group, parameters, index)
             except BaseException as exc:      # noqa: BLE001 (the future carries it)

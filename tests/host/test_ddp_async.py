@@ -757,3 +757,25 @@ def test_nccl_default_group_with_cuda_buckets_has_the_synchronous_bits():
     for key in results[0]:
         assert all(np.array_equal(results[0][key][True][-1], r[key][True][-1])
                    for r in results)
+
+
+def test_later_buckets_of_a_failed_pass_carry_the_error_untouched():
+    # The buckets after a failed one complete with the same error object; raising it again
+    # would grow its traceback, which DDP prints into the message, so that ranks that
+    # printed it before and after would report different errors.
+    import traceback
+
+    hook = ddp.LhcHook()
+    try:
+        raise ValueError("the failed bucket")
+    except ValueError as exc:
+        error = exc
+    hook._failed_pass.fail(error, last=False)
+    printed = traceback.format_exception(error)
+    futures = [torch.futures.Future() for _ in range(2)]
+    for future, last in zip(futures, (False, True)):
+        hook._run(future, None, None, None, 0, last)
+    assert all(future.value() is error for future in futures)
+    assert traceback.format_exception(error) == printed
+    assert hook._failed_pass.pending(True) is None       # the pass's last bucket ended it
+    hook.close()
