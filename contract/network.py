@@ -12,7 +12,7 @@ import ipaddress
 
 from .header import HEADER_BYTES, NIC_MAX_COUNT
 from .registers import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
-                        SWITCH_REGISTERS, RegisterMap)
+                        SWITCH_REGISTERS, WIRE_REGISTERS, RegisterMap)
 
 __all__ = [
     "DEFAULT_MAC", "DEFAULT_IP", "PORT_BASE", "Service", "SERVICE_OFFSETS", "service_ports",
@@ -108,11 +108,14 @@ class Region:
     registers: RegisterMap
 
 
-#: The one address map ``CTRL`` packets use (32-bit addresses).
+#: The one address map ``CTRL`` packets use (32-bit addresses). A board serves the regions
+#: it has and reads the others as 0: the network top ``nic``, ``switch`` and ``net``, the
+#: NIC in the wire ``wire`` alone (its control service, ``hdl.wire.service``).
 NETWORK_REGIONS = (
     Region("nic", 0, NIC_REGISTERS),
     Region("switch", 1, SWITCH_REGISTERS),
     Region("net", 2, NET_REGISTERS),
+    Region("wire", 3, WIRE_REGISTERS),
 )
 _REGIONS_BY_NAME = {r.name: r for r in NETWORK_REGIONS}
 _REGIONS_BY_INDEX = {r.index: r for r in NETWORK_REGIONS}
@@ -120,7 +123,7 @@ _REGIONS_BY_INDEX = {r.index: r for r in NETWORK_REGIONS}
 
 def network_address(region: str, local: int) -> int:
     """The 32-bit ``CTRL`` address of ``local`` in ``region`` (``"nic"``, ``"switch"``,
-    ``"net"``)."""
+    ``"net"``, ``"wire"``)."""
     if region not in _REGIONS_BY_NAME:
         raise KeyError(f"no region {region!r} (regions: {', '.join(_REGIONS_BY_NAME)})")
     if not 0 <= local <= 0xFFFF:

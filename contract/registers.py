@@ -344,8 +344,8 @@ WIRE_REGISTERS = RegisterMap("wire", [
 ])
 
 #: Every map, by name: the engine tops', the network front end's and the NIC in the wire's.
-#: ``contract.network`` puts the first three into the one address space of ``CTRL``
-#: packets; ``wire`` is not in it (the wire board's own control service is not built).
+#: ``contract.network`` puts each into the one address space of ``CTRL`` packets (regions
+#: ``nic`` 0, ``switch`` 1, ``net`` 2, ``wire`` 3).
 REGISTER_MAPS = {"nic": NIC_REGISTERS, "switch": SWITCH_REGISTERS, "net": NET_REGISTERS,
                  "wire": WIRE_REGISTERS}
 

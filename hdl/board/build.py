@@ -15,7 +15,9 @@ readable by its owner alone (mode 0600), like the build folder (the netlists hol
 too); it is printed only with ``--show-key``. ``--top selftest`` is :mod:`hdl.board.top`: the
 engines with their built-in self-test, for a board with no network at hand. ``--top wire``
 (the Versa: a board with two Ethernet ports) is :mod:`hdl.board.wire`: the NIC engines in
-the wire between a host (port 0) and the network (port 1), ``network.md`` section 6.
+the wire between a host (port 0) and the network (port 1), ``network.md`` section 6; it
+keeps an address and a control key on the host side, as the network top does (``--mac``,
+``--ip``, ``--key``).
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.boards`). The tools are the YoWASP builds in the project's virtualenv
@@ -203,12 +205,12 @@ def _arguments(argv, boards):
                         "engines with their built-in self-test; wire: the NIC engines in the "
                         "wire between a board's two ports (default: the board's first top in "
                         "constraints/boards.toml, the network top where it fits)")
-    p.add_argument("--mac", default=None, help="network top: the board's MAC address "
+    p.add_argument("--mac", default=None, help="network and wire tops: the board's MAC address "
                    "(default constraints/network.toml's)")
-    p.add_argument("--ip", default=None, help="network top: the board's IPv4 address "
+    p.add_argument("--ip", default=None, help="network and wire tops: the board's IPv4 address "
                    "(default constraints/network.toml's)")
     p.add_argument("--key", default=os.environ.get("GRADWIRE_KEY") or None,
-                   help="network top: the 64-bit control key, hex (default: the "
+                   help="network and wire tops: the 64-bit control key, hex (default: the "
                         "environment's GRADWIRE_KEY, which `make bitstream KEY=...` sets, "
                         "else a fresh random key, written to summary.json only)")
     p.add_argument("--show-key", action="store_true",
@@ -310,21 +312,23 @@ def main(argv=None) -> int:
             print("the wire top runs the NIC engines (--engine all or nic)", file=sys.stderr)
             return 2
         try:
+            key = parse_key(args.key) if args.key is not None else secrets.randbits(64)
             overrides = {k: v for k, v in (("mac_address", args.mac), ("ip_address", args.ip))
                          if v is not None}
             config = load_network_config(board.name, **overrides)
-            top = WireBoardTop(board, config, engine_mhz=args.freq)
+            top = WireBoardTop(board, config, key=key, engine_mhz=args.freq)
         except ValueError as e:
             print(f"make bitstream: {e}", file=sys.stderr)
             return 2
         wire = {"mac": config.mac_address, "ip": config.ip_address,
-                "host_port": list(config.resource), "network_port": list(config.port1_resource)}
+                "host_port": list(config.resource), "network_port": list(config.port1_resource),
+                "key": f"{key:016x}", "key_generated": args.key is None}
     else:
         top = BoardTop(board, engines=engines, engine_mhz=args.freq)
 
     os.environ.update(tool_environment())
     build_dir.mkdir(parents=True, exist_ok=True)
-    if network is not None:
+    if network is not None or wire is not None:
         # the netlists in the build folder hold the key as a constant
         build_dir.chmod(0o700)
     for stale in ("report.json", f"{name}.bit", f"{name}.svf", "summary.json"):
@@ -361,8 +365,9 @@ def main(argv=None) -> int:
         summary["wire"] = wire
     write_private(build_dir / "summary.json", json.dumps(summary, indent=2) + "\n")
     shown = json.loads(json.dumps(summary))
-    if network is not None and not args.show_key:
-        shown["network"]["key"] = f"(in {build_dir / 'summary.json'}, mode 0600)"
+    for top_name in ("network", "wire"):
+        if top_name in shown and not args.show_key:
+            shown[top_name]["key"] = f"(in {build_dir / 'summary.json'}, mode 0600)"
     print(json.dumps(shown, indent=2))
     error = summary["error"]
     ok = error is None and summary["timing_met"]

@@ -70,6 +70,8 @@ class WireBoardTop(Elaboratable):
     board : hdl.board.boards.Board
     config : hdl.net.core.liteeth.NetworkConfig
         The board's network configuration (with ``port1_resource``) and build options.
+    key : int
+        The control key (64 bits) of the board's ``CTRL`` service.
     engine_mhz : float, optional
         Default the board's ``engine_mhz`` for ``wire``; must be the configuration's
         ``sys_clk_hz`` (one clock runs LiteEth and the engines).
@@ -82,8 +84,9 @@ class WireBoardTop(Elaboratable):
     """
     phy_count = 2
 
-    def __init__(self, board, config, *, engine_mhz=None):
+    def __init__(self, board, config, *, key, engine_mhz=None):
         self.board, self.config = board, config
+        self._key = key
         self.engine_mhz = float(board.engine_clock_mhz("wire") if engine_mhz is None
                                 else engine_mhz)
         if abs(self.engine_mhz * 1e6 - config.sys_clk_hz) > 1:
@@ -114,7 +117,8 @@ class WireBoardTop(Elaboratable):
             platform.add_clock_constraint(ports["rx_clk"], 125e6)
             hold_phy_in_reset(m, resource, clk_hz, "sync", name=f"phy{len(rgmii)}_reset")
             rgmii.append(ports)
-        m.submodules.wire = self.wire = wire = WireTop(self.config, rgmii=tuple(rgmii))
+        m.submodules.wire = self.wire = wire = WireTop(self.config, rgmii=tuple(rgmii),
+                                                       key=self._key)
 
         # -- LEDs and the report ----------------------------------------------------------
         blink = round(BLINK_S * clk_hz)
@@ -131,7 +135,7 @@ class WireBoardTop(Elaboratable):
             m.d.comb += pin(spec, "o").o.eq(getattr(status, bit))
 
         m.submodules.poller = poller = CounterPoller(report_totals())
-        m.d.comb += poller.enable.eq(1)
+        m.d.comb += poller.enable.eq(wire.ctrl_free)     # CTRL requests read first
         wiring.connect(m, poller.ctrl, wire.ctrl)
         counters = {name: getattr(poller, name) for name in report_totals()}
         tx = uart_report(m, report_template(), counters, clk_hz)

@@ -38,7 +38,7 @@ from hdl.net.core.wire_core import BEAT_BYTES, MacBeat     # (the frames come fr
 
 __all__ = ["BEAT_BYTES", "FCS_BYTES", "MIN_BODY_BYTES", "MAX_BODY_BYTES", "PAYLOAD_OFFSET",
            "LENGTH_BITS", "DIRECTIONS", "MacBeat", "FrameClass", "Verdict", "FrameClassifier",
-           "ones_sum16"]
+           "ones_sum16", "lanes", "be16", "address_value"]
 
 FCS_BYTES = 4
 #: frame lengths as the classifier sees them (the MAC has stripped the FCS)
@@ -77,7 +77,8 @@ class FrameClass(enum.Enum, shape=4):
 
 
 #: The classifier's answer for one frame. ``kind`` and ``length`` for every frame; the
-#: other fields are meaningful for ``GRADIENT`` only (what the rewrite stage needs).
+#: lengths and sums are meaningful for ``GRADIENT`` only (what the rewrite stage needs);
+#: ``ip_total`` and the two ``_ok`` flags for every frame (what the board's service needs).
 Verdict = data.StructLayout({
     "kind": FrameClass,
     #: frame bytes without the FCS (Ethernet padding included), saturating at 2^14
@@ -91,6 +92,13 @@ Verdict = data.StructLayout({
     #: total length and the header checksum: a rewritten header's checksum is
     #: ``~ones_sum16(ip_sum + new_total)``, with no second pass over the header
     "ip_sum": unsigned(16),
+    #: untagged IPv4 the wire may handle: version 4 with a 20-byte header, a valid header
+    #: checksum, not a fragment (what a gradient datagram needs before its UDP port; the
+    #: board's own service takes only such packets too)
+    "ipv4_ok": unsigned(1),
+    #: ``ipv4_ok`` and UDP whose length is the IPv4 payload's, within the frame, and whose
+    #: checksum is zero or right: a datagram the board's service may take
+    "udp_ok": unsigned(1),
 })
 
 
@@ -107,9 +115,29 @@ def ones_sum16(value):
     return (once[:16] + once[16:])[:16]
 
 
-def _le(raw: bytes) -> int:
+def lanes(raw: bytes) -> int:
     """``raw`` as the value of the beat lanes that carry it (first byte in bits 0-7)."""
     return int.from_bytes(raw, "little")
+
+
+def be16(value):
+    """A 16-bit value as two beat lanes in network order (its high byte first)."""
+    return Cat(value[8:16], value[:8])
+
+
+def address_value(value, bits, name):
+    """The board's MAC (``bits`` 48) or IPv4 address (32) given as a string or an integer,
+    as an integer; ``name`` names the parameter in the error."""
+    parse, what = {48: (mac_to_int, "a MAC address"), 32: (ip_to_int, "an IPv4 address")}[bits]
+    if isinstance(value, str):
+        try:
+            return parse(value)
+        except ValueError as error:
+            raise ValueError(f"{name} must be {what}, not {value!r}") from error
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 1 << bits:
+        raise ValueError(f"{name} must be {what} (a string or a {bits}-bit integer), "
+                         f"not {value!r}")
+    return value
 
 
 class FrameClassifier(wiring.Component):
@@ -159,26 +187,13 @@ class FrameClassifier(wiring.Component):
             raise ValueError(f"gradient_port {gradient_port} is the control port")
         self.direction = direction
         self.port = DIRECTIONS[direction]
-        self.mac = self._address(mac, 48, mac_to_int, "mac", "a MAC address")
-        self.ip = self._address(ip, 32, ip_to_int, "ip", "an IPv4 address")
+        self.mac = address_value(mac, 48, "mac")
+        self.ip = address_value(ip, 32, "ip")
         self.gradient_port = gradient_port
         super().__init__({
             "i": In(stream.Signature(MacBeat, always_ready=True)),
             "o": Out(stream.Signature(Verdict, always_ready=True)),
         })
-
-    @staticmethod
-    def _address(value, bits, parse, name, what):
-        if isinstance(value, str):
-            try:
-                return parse(value)
-            except ValueError as error:
-                raise ValueError(f"{name} must be {what}, not {value!r}") from error
-        if isinstance(value, bool) or not isinstance(value, int) \
-                or not 0 <= value < 1 << bits:
-            raise ValueError(f"{name} must be {what} (a string or a {bits}-bit integer), "
-                             f"not {value!r}")
-        return value
 
     def elaborate(self, platform):
         m = Module()
@@ -214,13 +229,13 @@ class FrameClassifier(wiring.Component):
         with m.If(i.valid):
             with m.Switch(beat):
                 with m.Case(0):
-                    m.d.sync += mac_head.eq(i.p.data == _le(mac[0:4]))
+                    m.d.sync += mac_head.eq(i.p.data == lanes(mac[0:4]))
                 with m.Case(1):
-                    m.d.sync += to_board_mac.eq(mac_head & (i.p.data[:16] == _le(mac[4:6])))
+                    m.d.sync += to_board_mac.eq(mac_head & (i.p.data[:16] == lanes(mac[4:6])))
                 with m.Case(3):
                     m.d.sync += [
-                        ethertype_ipv4.eq(i.p.data[:16] == _le(b"\x08\x00")),
-                        ethertype_arp.eq(i.p.data[:16] == _le(b"\x08\x06")),
+                        ethertype_ipv4.eq(i.p.data[:16] == lanes(b"\x08\x00")),
+                        ethertype_arp.eq(i.p.data[:16] == lanes(b"\x08\x06")),
                         version_ihl_ok.eq(byte[2] == 0x45),
                     ]
                 with m.Case(4):
@@ -304,9 +319,10 @@ class FrameClassifier(wiring.Component):
 
         header_ok = Signal()
         m.d.comb += header_ok.eq(ones_sum16(ip_sum + ip_total + ip_checksum) == 0xFFFF)
+        ipv4_ok = Signal()
+        m.d.comb += ipv4_ok.eq(ethertype_ipv4 & version_ihl_ok & header_ok & not_fragment)
         gradient = Signal()
-        m.d.comb += gradient.eq(ethertype_ipv4 & version_ihl_ok & header_ok & not_fragment
-                                & proto_udp & to_gradient_port)
+        m.d.comb += gradient.eq(ipv4_ok & proto_udp & to_gradient_port)
         udp_length_bad = Signal()
         m.d.comb += udp_length_bad.eq((ip_end > length) | (udp_length < UDP_HEADER)
                                       | (udp_length + IP_HEADER != ip_total))
@@ -342,5 +358,7 @@ class FrameClassifier(wiring.Component):
                 o.p.ip_total.eq(ip_total),
                 o.p.payload_length.eq(udp_length - UDP_HEADER),
                 o.p.ip_sum.eq(ones_sum16(ip_sum)),
+                o.p.ipv4_ok.eq(ipv4_ok),
+                o.p.udp_ok.eq(ipv4_ok & proto_udp & ~udp_length_bad & ~udp_checksum_bad),
             ]
         return m

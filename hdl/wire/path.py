@@ -8,8 +8,8 @@ beside the store has given its verdict (two cycles after the frame's last beat):
 
 - ``PASS``: the stored frame goes out byte for byte;
 - ``DROP_*``: forgotten, counted;
-- ``FOR_BOARD`` (host side): dropped and counted as ``drop_unanswered``. The board's own
-  service (ARP, ping, ``CTRL``) is not built yet; when it is, this becomes a stream to it;
+- ``FOR_BOARD`` (host side): the stored frame goes to the board's own service
+  (:class:`~hdl.wire.service.BoardService`, on ``board``), which answers or counts it;
 - ``GRADIENT``: the UDP payload (``payload_length`` bytes from byte
   :data:`~hdl.wire.classify.PAYLOAD_OFFSET`, completed with zero bytes to whole words and a
   whole header beat, as ``host.board.golden.nic_packet`` does) goes out on ``nic_in`` as the
@@ -72,7 +72,8 @@ from hdl.net.front_end.width import Upsizer
 from hdl.stream.axis import DATA_BITS, axis_signature
 from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, IP_HEADER, MAX_BODY_BYTES,
                                PAYLOAD_OFFSET, UDP_HEADER, FrameClass, FrameClassifier, MacBeat,
-                               Verdict, ones_sum16)
+                               Verdict, be16, ones_sum16)
+from hdl.wire.service import BoardWord
 
 __all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES", "DEFAULT_FRAMES",
            "DEFAULT_OUT_WORDS"]
@@ -121,6 +122,7 @@ class _Op(enum.Enum, shape=3):
     FRAME = 3       # a stored frame word, out as it is
     HEADER = 4      # a stored frame word of a re-framed datagram, lengths rewritten
     PACKET = 5      # a word of the re-framed packet, out of the packet buffer
+    BOARD = 6       # a stored frame word, to the board's service
 
 
 _Read = data.StructLayout({
@@ -144,11 +146,6 @@ _OutWord = data.StructLayout({"data": unsigned(_WORD_BITS), "last_be": unsigned(
 def _last_be(length):
     """``last_be`` of a frame of ``length`` bytes: one-hot on its last byte."""
     return (Const(1, BEAT_BYTES) << (length[:2] - 1)[:2])[:BEAT_BYTES]
-
-
-def _be16(value):
-    """A 16-bit value as two beat lanes in network order (its high byte first)."""
-    return Cat(value[8:16], value[:8])
 
 
 class WirePath(wiring.Component):
@@ -191,6 +188,12 @@ class WirePath(wiring.Component):
         rx: the engine's ``rx_dropped``. tx: tie to 0 (the transmit path drops nothing).
     events : Out(WireEvents)
         Counter strobes (:data:`WireEvents`: one per ``WIRE_COUNTERS`` name), registered.
+        ``answered`` and ``drop_unanswered`` are the board's service's, never the path's.
+    board : Out(stream.Signature(BoardWord, always_ready=True))
+        tx only: frames for the board, a word a clock, each word with the frame's verdict;
+        a frame starts only while ``board_free`` is high.
+    board_free : In(1)
+        tx only: the board's service can take a frame (``BoardService.free``).
     """
 
     def __init__(self, *, direction, store_bytes=DEFAULT_STORE_BYTES, frames=DEFAULT_FRAMES,
@@ -230,6 +233,8 @@ class WirePath(wiring.Component):
             "nic_out": In(axis_signature()),
             "nic_dropped": In(1),
             "events": Out(WireEvents),
+            **({"board": Out(stream.Signature(BoardWord, always_ready=True)),
+                "board_free": In(1)} if direction == "tx" else {}),
         })
 
     def elaborate(self, platform):
@@ -364,14 +369,14 @@ class WirePath(wiring.Component):
                         else:
                             m.d.comb += start_nic.eq(1)
                             m.next = "NIC"
+                    with m.Elif(kind == FrameClass.FOR_BOARD):
+                        # (the classifier says so on the host side only)
+                        m.next = "BOARD" if self.direction == "tx" else "DONE"
                     with m.Else():
                         for cls in FrameClass:
                             if cls.name.startswith("DROP_"):
                                 with m.If(kind == cls):
                                     m.d.sync += getattr(events, cls.name.lower()).eq(1)
-                        # the board's own service is not built yet: nobody answers
-                        with m.If(kind == FrameClass.FOR_BOARD):
-                            m.d.sync += events.drop_unanswered.eq(1)
                         m.next = "DONE"
 
             with m.State("NIC"):
@@ -432,6 +437,18 @@ class WirePath(wiring.Component):
                         m.d.sync += emitted.eq(1)
                         m.next = "DONE"
 
+            if self.direction == "tx":
+                with m.State("BOARD"):
+                    # The service takes every word once it took the first (it stores them
+                    # as they come): wait for it to be free before the first only.
+                    with m.If(self.board_free | (n != 0)):
+                        last = n == frame_words - 1
+                        m.d.comb += [issue.op.eq(_Op.BOARD), issue.last.eq(last),
+                                     store_r.addr.eq(frame.start + n)]
+                        m.d.sync += [n.eq(n + 1), free_ptr.eq(frame.start + n + 1)]
+                        with m.If(last):
+                            m.next = "DONE"
+
             with m.State("REFRAME"):
                 # frame words 0-9, then the packet buffer's words: the packet two bytes in,
                 # its last word holding its last two bytes (a packet is whole words)
@@ -491,15 +508,20 @@ class WirePath(wiring.Component):
                 m.d.sync += kept.eq(word[16:])
             with m.Case(_Op.FRAME, _Op.PACKET):
                 m.d.comb += out_fifo.w_en.eq(1)
+            with m.Case(_Op.BOARD):
+                if self.direction == "tx":
+                    board = self.board
+                    m.d.comb += [board.valid.eq(1), board.p.data.eq(word),
+                                 board.p.last.eq(reading.last), board.p.verdict.eq(verdict)]
             with m.Case(_Op.HEADER):
                 m.d.comb += out_fifo.w_en.eq(1)
                 with m.Switch(reading.index):
                     with m.Case(_TOTAL_WORD):
-                        m.d.comb += out_word.data[:16].eq(_be16(new_total))
+                        m.d.comb += out_word.data[:16].eq(be16(new_total))
                     with m.Case(_CHECKSUM_WORD):
-                        m.d.comb += out_word.data[:16].eq(_be16(new_checksum))
+                        m.d.comb += out_word.data[:16].eq(be16(new_checksum))
                     with m.Case(_UDP_LENGTH_WORD):
-                        m.d.comb += out_word.data[16:].eq(_be16(new_udp_length))
+                        m.d.comb += out_word.data[16:].eq(be16(new_udp_length))
         # the sent packet's type: payload word 0 is the NIC packet's first
         first_nic_word = Signal()
         with m.If(start_nic):

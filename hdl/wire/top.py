@@ -13,7 +13,7 @@ from amaranth.lib import data, wiring
 from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
-from contract.network import WIRE_GRADIENT_PORT, WIRE_PORTS
+from contract.network import SIMULATION_KEY, WIRE_GRADIENT_PORT, WIRE_PORTS
 from hdl.ctrl_port import RegisterPort
 from hdl.net.core.liteeth import NetworkConfig, generate, load_network_config
 from hdl.net.core.wire_core import LiteEthWireCore
@@ -41,23 +41,28 @@ class WireTop(wiring.Component):
     rgmii : tuple of dict, optional
         Per port, the RGMII pins (:class:`hdl.net.core.wire_core.LiteEthWireCore`); without
         it, top-level ports ``rgmii<p>_<pin>``.
-    max_count, store_bytes, frames, gradient_port
-        The engine's (:class:`hdl.wire.engine.WireEngine`).
+    key, max_count, store_bytes, frames, gradient_port
+        The engine's (:class:`hdl.wire.engine.WireEngine`); ``key`` default the public
+        ``SIMULATION_KEY``.
     build_root : path, optional
         Where the generated core is cached (``hdl.net.core.liteeth.generate``).
 
     Members
     -------
     ctrl : In(RegisterPort(writable=False))
-        The engine's counters (``contract.registers.WIRE_REGISTERS``).
+        The engine's counters (``contract.registers.WIRE_REGISTERS``), read in the cycles
+        with ``ctrl_free`` high.
+    ctrl_free : Out(1)
+        The board's ``CTRL`` service is not reading the counters this cycle.
     link_up : Out(2)
         Bit ``p``: port ``p`` has a link, synchronised to ``sync``.
     activity : Out(WireActivity)
         Frame strobes for LEDs.
     """
 
-    def __init__(self, config=None, *, rgmii=None, max_count=2048, store_bytes=DEFAULT_STORE_BYTES,
-                 frames=DEFAULT_FRAMES, gradient_port=WIRE_GRADIENT_PORT, build_root=None):
+    def __init__(self, config=None, *, rgmii=None, key=SIMULATION_KEY, max_count=2048,
+                 store_bytes=DEFAULT_STORE_BYTES, frames=DEFAULT_FRAMES,
+                 gradient_port=WIRE_GRADIENT_PORT, build_root=None):
         if config is None:
             config = load_network_config("versa")
         if not isinstance(config, NetworkConfig):
@@ -65,11 +70,12 @@ class WireTop(wiring.Component):
         self.config = config
         # generate() raises for a board with one port
         self._core = LiteEthWireCore(generate(config, build_root, kind="wire"), rgmii=rgmii)
-        self._engine = WireEngine(max_count=max_count, store_bytes=store_bytes, frames=frames,
+        self._engine = WireEngine(key=key, max_count=max_count, store_bytes=store_bytes, frames=frames,
                                   mac=config.mac_address, ip=config.ip_address,
                                   gradient_port=gradient_port)
         super().__init__({
             "ctrl": In(RegisterPort(writable=False)),
+            "ctrl_free": Out(1),
             "link_up": Out(len(WIRE_PORTS)),
             "activity": Out(WireActivity),
         })
@@ -92,6 +98,7 @@ class WireTop(wiring.Component):
             wiring.connect(m, getattr(core, f"port{p}_rx"), getattr(engine, f"port{p}_rx"))
             wiring.connect(m, getattr(engine, f"port{p}_tx"), getattr(core, f"port{p}_tx"))
         wiring.connect(m, wiring.flipped(self.ctrl), engine.ctrl)
+        m.d.comb += self.ctrl_free.eq(engine.ctrl_free)
         m.submodules.link_sync = FFSynchronizer(core.link_up, self.link_up)
 
         bad = Signal()

@@ -247,7 +247,9 @@ class GoldenBoard(BoardBackend):
                 return 0
         if region.name == "switch":
             return self.aggregator.read(local) if Service.SWITCH in self.services else 0
-        return self._read_net(local)
+        if region.name == "net":
+            return self._read_net(local)
+        return 0                          # (the NIC in the wire's region: not this board's)
 
     def write(self, address: int, value: int) -> None:
         """Write one ``CTRL`` address; read-only and unmapped addresses ignore it."""

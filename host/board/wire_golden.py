@@ -14,7 +14,8 @@ What it does with a frame, in this order (each frame counts once, ``WIRE_COUNTER
 2. Frames for the board. Host side: an ARP request for the board's IP is answered, an
    ICMP echo request to its MAC and IP is answered (LiteEth's way: the checksum adjusted
    for the new type, no reply beyond 128 bytes of data), a ``CTRL`` datagram to its port
-   (section 4) goes to :class:`~host.board.golden.GoldenBoard`'s control service; replies
+   (section 4) goes to :class:`~host.board.golden.GoldenBoard`'s control service, which
+   reads the wire's registers (:meth:`GoldenWire.read`, region ``wire``); replies
    go to the requesting frame's source MAC, IPv4 as LiteEth sends (identification 0, no
    flags, TTL 128, UDP checksum 0). Anything else to the board's MAC is dropped
    (``drop_unanswered``). Network side: a frame to the board's MAC or ARP for its IP is
@@ -42,7 +43,8 @@ from contract.counters import WIRE_COUNTERS
 from contract.header import HEADER_BYTES
 from contract.network import (DEFAULT_IP, DEFAULT_MAC, MAX_FRAME_BYTES, MIN_FRAME_BYTES,
                               PORT_BASE, SERVICE_OFFSETS, WIRE_GRADIENT_PORT, WIRE_PORTS,
-                              Service, mac_to_int)
+                              Service, decode_network_address, mac_to_int)
+from contract.registers import WIRE_REGISTERS
 
 from .backend import Datagram
 from .golden import GoldenBoard, nic_packet
@@ -116,6 +118,21 @@ def udp_payload(body: bytes, total: int) -> bytes | str:
     return datagram[UDP_HEADER:]
 
 
+class _WireControl(GoldenBoard):
+    """The wire's control service: :class:`GoldenBoard`'s ``CTRL`` requests (key, checks,
+    replies) on the wire's registers (:meth:`GoldenWire.read`), none of them writable."""
+
+    def __init__(self, wire: "GoldenWire", key: int, **options):
+        super().__init__(key, services=(Service.CTRL,), **options)
+        self._wire = wire
+
+    def read(self, address: int) -> int:
+        return self._wire.read(address)
+
+    def write(self, address: int, value: int) -> None:
+        """Every register of the wire is a counter: writes are ignored."""
+
+
 def _mac_bytes(mac: str) -> bytes:
     return mac_to_int(mac).to_bytes(6, "big")
 
@@ -159,9 +176,9 @@ class GoldenWire:
         if isinstance(max_count, bool) or not isinstance(max_count, int) \
                 or not 1 <= max_count <= 2048:
             raise ValueError(f"max_count must be an integer 1..2048, not {max_count!r}")
-        # GoldenBoard checks the key and the addresses, and serves CTRL
-        self.board = GoldenBoard(key, ip=ip, mac=mac, services=(Service.CTRL,),
-                                 max_count=max_count)
+        # GoldenBoard checks the key and the addresses, and serves CTRL on the wire's
+        # registers
+        self.board = _WireControl(self, key, ip=ip, mac=mac, max_count=max_count)
         self.key, self.ip, self.mac = key, self.board.ip, mac
         self.gradient_port = gradient_port
         self.ctrl_port = ctrl_port
@@ -173,6 +190,22 @@ class GoldenWire:
     def describe(self) -> str:
         return (f"golden model NIC in the wire, board {self.ip} ({self.mac}) on port 0, "
                 f"gradient UDP port {self.gradient_port}, NIC max {self.nic.max_count} values")
+
+    # -- the registers ------------------------------------------------------------------
+
+    def read(self, address: int) -> int:
+        """One 32-bit ``CTRL`` address: the ``wire`` region is ``WIRE_REGISTERS`` (the NIC
+        engines' counters and each port's); every other address reads 0."""
+        where = decode_network_address(address)
+        if where is None or where[0].name != "wire":
+            return 0
+        decoded = WIRE_REGISTERS.decode(where[1])
+        if decoded is None:
+            return 0
+        block, counter = decoded.entry.name, decoded.counter
+        if block in ("tx", "rx"):
+            return self.nic.counters[block][counter] & _WORD
+        return self.counters[int(block[-1])][counter]
 
     # -- frames in, frames out -----------------------------------------------------------
 

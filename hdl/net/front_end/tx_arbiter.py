@@ -1,8 +1,9 @@
-"""The services' replies onto the one transmit stream of the core, a datagram at a time."""
+"""Packet streams onto one, a packet at a time: the services' replies onto the core's
+transmit stream, the wire's frames and the board's replies onto its host port."""
 from __future__ import annotations
 
 from amaranth import Cat, Module, Signal
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hdl.net.front_end.layouts import TxBeat
@@ -11,21 +12,31 @@ __all__ = ["TxArbiter"]
 
 
 class TxArbiter(wiring.Component):
-    """Round-robin between ``count`` datagram streams; a granted datagram goes whole.
+    """Round-robin between ``count`` packet streams; a granted packet goes whole.
+
+    Parameters
+    ----------
+    count : int
+        Inputs, at least 1.
+    shape : data.StructLayout
+        The beats' layout, with a ``last`` field that ends a packet (default the network
+        core's :data:`~hdl.net.front_end.layouts.TxBeat`).
 
     Members
     -------
-    i<k> : In(stream.Signature(TxBeat)), k < count
-    o : Out(stream.Signature(TxBeat))
+    i<k> : In(stream.Signature(shape)), k < count
+    o : Out(stream.Signature(shape))
     """
 
-    def __init__(self, count):
+    def __init__(self, count, *, shape=TxBeat):
         if not isinstance(count, int) or count < 1:
             raise ValueError(f"TxArbiter needs at least 1 input, not {count!r}")
+        if not isinstance(shape, data.StructLayout) or "last" not in shape.members:
+            raise TypeError(f"shape must be a StructLayout with a 'last' field, not {shape!r}")
         self.count = count
         super().__init__({
-            **{f"i{k}": In(stream.Signature(TxBeat)) for k in range(count)},
-            "o": Out(stream.Signature(TxBeat)),
+            **{f"i{k}": In(stream.Signature(shape)) for k in range(count)},
+            "o": Out(stream.Signature(shape)),
         })
 
     def inputs(self):

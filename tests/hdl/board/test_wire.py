@@ -5,6 +5,7 @@ import re
 import pytest
 
 from contract.counters import WIRE_COUNTERS
+from contract.network import SIMULATION_KEY
 from contract.registers import WIRE_REGISTERS
 from hdl.board.boards import load_boards
 from hdl.board.build import main as build_main
@@ -25,7 +26,7 @@ def test_wire_board_top_elaborates(board, tmp_path):
     entry = BOARDS[board]
     config = load_network_config(board, ip_address="10.1.2.3")
     platform = entry.make_platform()
-    top = WireBoardTop(entry, config)
+    top = WireBoardTop(entry, config, key=SIMULATION_KEY)
     plan = platform.build(top, name="gradwire", build_dir=str(tmp_path), do_build=False,
                           add_preferences=entry.preferences)
     files = plan.files
@@ -63,9 +64,10 @@ def test_wire_top_options_checked(capsys):
     entry = BOARDS["versa"]
     config = load_network_config("versa")
     with pytest.raises(ValueError, match="one clock"):
-        WireBoardTop(entry, config, engine_mhz=75)
+        WireBoardTop(entry, config, key=SIMULATION_KEY, engine_mhz=75)
     with pytest.raises(ValueError, match="one RGMII port"):
-        WireBoardTop(entry, config.replace(port1_resource=None, port1_pins=None))
+        WireBoardTop(entry, config.replace(port1_resource=None, port1_pins=None),
+                     key=SIMULATION_KEY)
     # boards without a second port, and engines the wire does not run, are refused early
     assert build_main(["--board", "ecpix5", "--top", "wire"]) == 2
     assert "has no wire top" in capsys.readouterr().err

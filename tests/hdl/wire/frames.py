@@ -13,7 +13,8 @@ from scapy.layers.inet import ICMP, IP
 from scapy.layers.l2 import ARP, Ether
 
 from contract.header import Header, PacketType
-from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_PORTS
+from contract.network import DEFAULT_IP, DEFAULT_MAC, network_address
+from contract.registers import WIRE_REGISTERS
 from contract.packet import Packet
 from hdl.wire.classify import MAX_BODY_BYTES, MIN_BODY_BYTES
 from host.board.wire_golden import with_fcs
@@ -31,17 +32,10 @@ MAX_COUNT = 512
 
 
 def gateware_counters(wire):
-    """A :class:`~host.board.wire_golden.GoldenWire`'s counters by ``WIRE_REGISTERS`` block,
-    as the gateware counts them without the board's own service: ``answered`` becomes
-    ``drop_unanswered``, and the answers are not among port 0's ``frames_out``."""
-    counters = {"tx": dict(wire.nic.counters["tx"]), "rx": dict(wire.nic.counters["rx"])}
-    for port in WIRE_PORTS:
-        counts = dict(wire.counters[port])
-        counts["drop_unanswered"] += counts["answered"]
-        counts["frames_out"] -= counts["answered"]
-        counts["answered"] = 0
-        counters[f"port{port}"] = counts
-    return counters
+    """A :class:`~host.board.wire_golden.GoldenWire`'s counters by ``WIRE_REGISTERS`` block
+    and name, as the gateware's register port reads them."""
+    return {entry.name: {name: wire.read(network_address("wire", address))
+                         for name, address in entry.items()} for entry in WIRE_REGISTERS}
 
 
 # -- the MAC side ----------------------------------------------------------------------------

@@ -2,7 +2,9 @@
 """One direction of the NIC in the wire (``hdl/wire/path.py``) with the NIC engine behind it,
 against the golden wire (``host/board/wire_golden.py``): every frame goes through both, and
 the frames the path sends must be the golden model's, byte for byte (less the FCS the MAC
-appends), and its counter strobes the golden model's per-port counter deltas.
+appends), and its counter strobes the golden model's per-port counter deltas. On the host
+side (tx) the board's service stands behind the path, as in the wire's engine: its replies
+must be the golden model's too.
 
 The MAC side is driven as a LiteEth MAC does (never stalled, ``error`` with a bad FCS), the
 output with random back-pressure.
@@ -17,8 +19,10 @@ from amaranth.lib import wiring
 
 from contract.counters import WIRE_COUNTERS
 from hdl.nic.engine import NicEngine
-from hdl.wire.classify import BEAT_BYTES, DIRECTIONS, MAX_BODY_BYTES
+from contract.network import decode_network_address
+from hdl.wire.classify import BEAT_BYTES, DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_BYTES
 from hdl.wire.path import WirePath
+from hdl.wire.service import BoardService
 from host.board.wire_golden import FCS_BYTES, GoldenWire
 from tests.amaranth_sim import run
 from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
@@ -34,17 +38,22 @@ FATES = [name for name in WIRE_COUNTERS if name not in ("frames_in", "frames_out
 
 class Wire:
     """A :class:`WirePath` and the :class:`NicEngine` path of its direction, as a top wires
-    them (the path's NIC members to one direction of a shared engine)."""
+    them (the path's NIC members to one direction of a shared engine), and on the host side
+    the board's service behind the path (its register bus left to the bench)."""
 
     def __init__(self, direction, **kwargs):
         self.path = WirePath(direction=direction, max_count=MAX_COUNT, **kwargs)
         self.engine = NicEngine(max_count=MAX_COUNT)
+        self.service = BoardService(key=KEY) if direction == "tx" else None
         self.direction = direction
 
     def module(self):
         m = Module()
         m.submodules.path, m.submodules.engine = path, engine = self.path, self.engine
         if self.direction == "tx":
+            m.submodules.service = service = self.service
+            wiring.connect(m, path.board, service.i)
+            m.d.comb += path.board_free.eq(service.free)
             wiring.connect(m, path.nic_in, engine.tx_in)
             wiring.connect(m, engine.tx_out, path.nic_out)
         else:
@@ -55,19 +64,23 @@ class Wire:
 
 
 def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, hold=0,
-             path_args=None, watch=None, line_rate=False):
+             path_args=None, watch=None, line_rate=False, replies=None, registers=None):
     """``cases`` (``(name, data)`` or ``(name, data, error_beat)``) into a path, one after
     the other with ``gap`` idle cycles between frames and idle cycles before a beat with
     probability ``p_idle``; ``o.ready`` low for the first ``hold`` cycles, then high with
     probability ``p_ready``. ``line_rate``: 1 GbE at 62.5 MHz instead, both ways: one idle
     cycle before every beat in, ``o.ready`` every other cycle. Returns the frames out
-    (bytes) and the event counts."""
+    (bytes) and the event counts (the service's among them, but its ``frames_out``); the
+    service's replies (bytes) go into the list ``replies``, and its register reads are
+    answered from ``registers`` (``WIRE_REGISTERS`` address -> value; others read 0)."""
     rng = random.Random(seed)
     wire = Wire(direction, **(path_args or {}))
-    path = wire.path
+    path, service = wire.path, wire.service
+    registers = registers or {}
     schedule = beat_schedule(cases, rng, path.i.p.shape(), p_idle=p_idle, gap=gap,
                              line_rate=line_rate)
     out = FrameCollector(path.o.p.shape())
+    answers = FrameCollector(path.o.p.shape())
     ev_layout = path.events.shape()
     ev_offsets = {name: field.offset for name, field in ev_layout}
     counts = dict.fromkeys(WIRE_COUNTERS, 0)
@@ -83,8 +96,11 @@ def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, ho
             ctx.set(payload, beat if beat is not None else rng.getrandbits(len(payload)))
             ctx.set(path.o.ready, cycle >= hold and (cycle % 2 == 0 if line_rate
                                                      else rng.random() < p_ready))
-            _, _, valid, ready, value, events = await ctx.tick().sample(
-                path.o.valid, path.o.ready, path.o.p.as_value(), path.events.as_value())
+            if service is not None:
+                ctx.set(service.o.ready, rng.random() < p_ready)
+            _, _, valid, ready, value, events, *board = await ctx.tick().sample(
+                path.o.valid, path.o.ready, path.o.p.as_value(), path.events.as_value(),
+                *service_signals)
             active = False
             if valid and ready:
                 active = True
@@ -93,24 +109,50 @@ def simulate(direction, cases, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, ho
                 if events >> offset & 1:
                     counts[name] += 1
                     active = True
+            if service is not None:
+                active |= serve(ctx, *board)
             if watch:
                 watch(cycle, beat, valid and ready)
             quiet = 0 if active or cycle < len(schedule) else quiet + 1
             cycle += 1
             assert cycle < len(schedule) + 100_000, "no progress: the path hangs"
 
+    service_signals = () if service is None else (
+        service.o.valid, service.o.ready, service.o.p.as_value(), service.bus.re,
+        service.bus.addr, service.events.answered, service.events.drop_unanswered)
+
+    def serve(ctx, valid, ready, value, re, addr, answered, unanswered):
+        """The service's side of a cycle: its replies taken, its register reads answered
+        the cycle after, its events counted. Whether anything happened."""
+        ctx.set(service.bus.rdata, registers.get(addr, 0) if re else rng.getrandbits(32))
+        counts["answered"] += answered
+        counts["drop_unanswered"] += unanswered
+        if valid and ready:
+            answers.word(value)
+        return bool(valid or answered or unanswered)
+
     run(wire.module(), bench)
-    assert not out.unfinished, "a frame left unfinished"
+    assert not out.unfinished and not answers.unfinished, "a frame left unfinished"
+    if replies is not None:
+        replies.extend(answers.frames)
     return out.frames, counts
 
 
-def golden(direction, cases):
+def golden(direction, cases, *, replies=None, registers=None):
     """The frames (FCS stripped) and the counter deltas the golden wire gives for
-    ``cases``, per ``WIRE_COUNTERS`` name: the board's answers are not built yet, so
-    ``answered`` counts as ``drop_unanswered`` and the answers are not sent (the golden
-    store never fills: ``drop_full`` 0)."""
+    ``cases``, per ``WIRE_COUNTERS`` name, ``frames_out`` the other port's (the golden
+    store never fills: ``drop_full`` 0). The board's replies (padded by the MAC, the FCS
+    stripped) go into the list ``replies``; ``CTRL`` requests read ``registers``
+    (``WIRE_REGISTERS`` address -> value; others 0), as :func:`simulate`'s bus does."""
     port = DIRECTIONS[direction]
     wire = GoldenWire(KEY, max_count=MAX_COUNT)
+    registers = registers or {}
+
+    def read(address):
+        where = decode_network_address(address)
+        return registers.get(where[1], 0) if where and where[0].name == "wire" else 0
+
+    wire.read = read
     frames = []
     for case in cases:
         if isinstance(case[1], int):         # ("pause", cycles)
@@ -118,22 +160,32 @@ def golden(direction, cases):
         for out_port, data in wire.receive(port, case[1]):
             if out_port != port:
                 frames.append(data[:-FCS_BYTES])
+            elif replies is not None:
+                replies.append(data[:-FCS_BYTES])
     counts = dict(wire.counters[port])
     counts["frames_out"] = wire.counters[1 - port]["frames_out"]
-    counts["drop_unanswered"] += counts.pop("answered")
-    counts["answered"] = 0
     return frames, counts
 
 
-def check(direction, cases, *, seed, **kwargs):
-    """Run ``cases`` through the path and the golden model; every frame and counter equal."""
-    want_frames, want_counts = golden(direction, cases)
-    got_frames, got_counts = simulate(direction, cases, seed=seed, **kwargs)
-    assert got_counts == want_counts
-    assert len(got_frames) == len(want_frames)
-    wrong = [f"frame {n}: {len(got)} bytes, golden {len(want)}"
-             for n, (got, want) in enumerate(zip(got_frames, want_frames)) if got != want]
+def _same_frames(got, want, what="frame"):
+    assert len(got) == len(want), f"{len(got)} {what}s, golden {len(want)}"
+    wrong = [f"{what} {n}: {len(g)} bytes, golden {len(w)}"
+             for n, (g, w) in enumerate(zip(got, want)) if g != w]
     assert not wrong, "\n".join(wrong)
+
+
+def check(direction, cases, *, seed, registers=None, **kwargs):
+    """Run ``cases`` through the path and the golden model; every frame, reply and counter
+    equal."""
+    want_replies, got_replies = [], []
+    want_frames, want_counts = golden(direction, cases, replies=want_replies,
+                                      registers=registers)
+    got_frames, got_counts = simulate(direction, cases, seed=seed, replies=got_replies,
+                                      registers=registers, **kwargs)
+    assert got_counts == want_counts
+    _same_frames(got_frames, want_frames)
+    # the MAC pads a reply to 60 bytes
+    _same_frames([r.ljust(MIN_BODY_BYTES, b"\0") for r in got_replies], want_replies, "reply")
     return want_counts
 
 

@@ -16,6 +16,7 @@ from contract.header import Flags, Header, PacketType
 from contract.network import (DEFAULT_IP, DEFAULT_MAC, NET_REGISTERS, NIC_VALUES_PER_MTU,
                               WIRE_GRADIENT_PORT, CtrlOp, ip_to_int, network_address)
 from contract.packet import Packet
+from contract.registers import WIRE_REGISTERS
 from host.board.wire_golden import GoldenWire, internet_checksum, with_fcs
 from host.golden import inceptionn
 from tests.helpers import bits, fresh_rng
@@ -359,21 +360,35 @@ def ctrl_request(pairs, *, key=KEY, op=CtrlOp.READ):
     return bytes(header) + b"".join(struct.pack("<II", a, v) for a, v in pairs)
 
 
+def wire_address(block, counter):
+    return network_address("wire", WIRE_REGISTERS[block].address(counter))
+
+
 def test_ctrl_answered_on_the_host_side():
     wire = GoldenWire(KEY)
+    # some traffic first, so that the counters read are not all zero
+    wire.receive(0, frame(Ether(src=A_MAC, dst=B_MAC) / IP(src=A_IP, dst=B_IP) / TCP()))
+    wire.receive(1, frame(Ether(src=B_MAC, dst=A_MAC) / IP(src=B_IP, dst=A_IP) / TCP()))
     ip_register = network_address("net", NET_REGISTERS["ip"].address)
+    pairs = [(wire_address("port0", "frames_in"), 7), (wire_address("port0", "answered"), 0),
+             (wire_address("port1", "passed"), 0), (wire_address("tx", "packets"), 0),
+             (ip_register, 0), (network_address("wire", 0xFFFF), 0)]
     request = Ether(src=A_MAC, dst=DEFAULT_MAC) / IP(src=A_IP, dst=DEFAULT_IP) \
-        / UDP(sport=41000, dport=47573) / Raw(ctrl_request([(ip_register, 0)]))
+        / UDP(sport=41000, dport=47573) / Raw(ctrl_request(pairs, op=CtrlOp.WRITE))
     port, reply = one(wire, 0, frame(request))
     assert port == 0 and (reply.dst, reply.src) == (A_MAC, DEFAULT_MAC)
     assert (reply[IP].src, reply[IP].dst, reply[IP].ttl, reply[UDP].sport, reply[UDP].dport,
             reply[UDP].chksum) == (DEFAULT_IP, A_IP, 128, 47573, 41000, 0)
     assert internet_checksum(bytes(reply[IP])[:20]) == 0
     payload = bytes(reply[UDP].payload)
-    assert payload[:32] == ctrl_request([])[:3] + bytes([Flags.RESULT]) + \
-        ctrl_request([(ip_register, 0)])[4:32]
-    assert payload[32:] == struct.pack("<II", ip_register, ip_to_int(DEFAULT_IP))
-    for bad in (ctrl_request([(ip_register, 0)], key=KEY ^ 1),      # wrong key: no reply
+    sent = ctrl_request(pairs, op=CtrlOp.WRITE)
+    assert payload[:32] == sent[:3] + bytes([Flags.RESULT]) + sent[4:32]
+    # the wire's counters (this request's frame is in frames_in, not yet answered), writes
+    # ignored, the network top's registers and unmapped addresses 0
+    assert payload[32:] == b"".join(struct.pack("<II", a, v) for (a, _), v
+                                    in zip(pairs, (2, 0, 1, 0, 0, 0)))
+    assert wire.counters[0]["answered"] == 1
+    for bad in (ctrl_request(pairs, key=KEY ^ 1),                   # wrong key: no reply
                 b"not ctrl"):                                        # too short: none either
         pkt = Ether(bytes(request))
         pkt[UDP].remove_payload()
