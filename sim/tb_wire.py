@@ -10,9 +10,9 @@ to a :class:`~host.board.wire_golden.GoldenWire` as well, and the frames out of 
 compared with the golden model's byte for byte (the FCS checked, then stripped; the golden
 model pads a short frame with zeros to 60 bytes as the MAC does, so the padding is compared
 too), and every counter read back over ``ctrl`` (``contract.registers.WIRE_REGISTERS``) with
-the golden model's. The board's own service is not built: a frame for the board from the host
-is ``drop_unanswered`` where the golden model answers it (as ``tests/hdl/wire/test_engine.py``
-maps it).
+the golden model's. The board's own service answers on port 0 (ARP, ping, ``CTRL`` with the
+simulation key); port 0's replies and the network's frames are each compared in order
+(the golden model takes the ports' frames one after the other, the gateware at once).
 
 The frames come from the Amaranth-simulator tests' builders (``tests/hdl/wire/frames.py``,
 ``tests/host/board/test_wire_golden.py``), so both kinds of bench see the same cases.
@@ -35,7 +35,7 @@ from cocotbext.eth import GmiiFrame, RgmiiSink, RgmiiSource
 from scapy.layers.inet import ICMP, IP, UDP
 from scapy.layers.l2 import ARP, Ether
 
-from contract.network import WIRE_PORTS
+from contract.network import SIMULATION_KEY, WIRE_PORTS, mac_to_int
 from contract.registers import WIRE_REGISTERS
 from hdl.net.core.liteeth import load_network_config
 from host.board.wire_golden import FCS_BYTES, GoldenWire, with_fcs
@@ -46,9 +46,8 @@ RGMII_PS = {0: 8004, 1: 7996}
 #: bytes a frame takes on the wire besides its own (FCS excluded): preamble, SFD and the
 #: minimum inter-frame gap; with the FCS, a frame of ``L`` bytes occupies ``L + 4 + 20``
 WIRE_OVERHEAD = FCS_BYTES + 8 + 12
-#: the key the golden model is built with: the wire top has no control service (nothing
-#: reads it), so any key does
-KEY = 0x0123_4567_89AB_CDEF
+#: the control key of the simulation top (``hdl.wire.top.WireTop``'s default)
+KEY = SIMULATION_KEY
 BOARD = "versa"
 
 
@@ -146,8 +145,7 @@ class WireBench:
         sent = Sent(port, name, bytes(data))
         self.sent[port].append(sent)
         for out_port, out in self.golden.receive(port, sent.data):
-            if out_port != port:      # an answer of the board's own service: not built
-                self.expected[out_port].append((out[:-FCS_BYTES], sent))
+            self.expected[out_port].append((out[:-FCS_BYTES], sent))
         frame = GmiiFrame.from_raw_payload(sent.data, tx_complete=sent.done)
         if error_at is not None:
             frame.error = [0] * len(frame.data)
@@ -202,28 +200,36 @@ class WireBench:
         """Every frame out of each port byte for byte the golden model's, none more, none
         with a bad FCS."""
         problems = []
+        mac = mac_to_int(self.config.mac_address).to_bytes(6, "big")
         for p in WIRE_PORTS:
-            want, got = self.expected[p], self.received[p]
             if self.bad[p]:
                 problems.append(f"port {p}: {len(self.bad[p])} frames with a bad FCS")
-            if len(got) != len(want):
-                problems.append(f"port {p}: {len(got)} frames, golden {len(want)}")
-                problems.append(f"port {p} golden: {[s.name for _, s in want]}; lengths "
-                                f"{[len(w) for w, _ in want]}, got {[len(g) for g, _ in got]}")
-            for n, ((w, sent), (g, _)) in enumerate(zip(want, got)):
-                if w != g:
-                    at = next((i for i, (a, b) in enumerate(zip(w, g)) if a != b),
-                              min(len(w), len(g)))
-                    problems.append(f"port {p} frame {n} ({sent.name!r} from port {sent.port}): "
-                                    f"{len(g)} bytes, golden {len(w)}, first difference at "
-                                    f"byte {at}")
+            for replies in (True, False):
+                what = f"port {p}" + (" reply" if replies else "")
+                want = [e for e in self.expected[p] if (e[0][6:12] == mac) == replies]
+                got = [r for r in self.received[p] if (r[0][6:12] == mac) == replies]
+                if len(got) != len(want):
+                    problems.append(f"{what}: {len(got)} frames, golden {len(want)}")
+                    problems.append(f"{what} golden: {[s.name for _, s in want]}; lengths "
+                                    f"{[len(w) for w, _ in want]}, got "
+                                    f"{[len(g) for g, _ in got]}")
+                for n, ((w, sent), (g, _)) in enumerate(zip(want, got)):
+                    if w != g:
+                        at = next((i for i, (a, b) in enumerate(zip(w, g)) if a != b),
+                                  min(len(w), len(g)))
+                        problems.append(f"{what} frame {n} ({sent.name!r} from port "
+                                        f"{sent.port}): {len(g)} bytes, golden {len(w)}, "
+                                        f"first difference at byte {at}")
         assert not problems, "\n".join(problems[:20])
 
     # -- registers ---------------------------------------------------------------------
 
     async def read_register(self, address):
-        """One read on the ctrl port: ``ctrl__rdata`` is valid the cycle after ``ctrl__re``."""
+        """One read on the ctrl port: ``ctrl__rdata`` is valid the cycle after ``ctrl__re``
+        (in a cycle the board's service leaves the registers free)."""
         dut = self.dut
+        while not dut.ctrl_free.value:
+            await RisingEdge(dut.clk)
         dut.ctrl__addr.value = address
         dut.ctrl__re.value = 1
         await RisingEdge(dut.clk)
@@ -239,8 +245,7 @@ class WireBench:
                 for entry in WIRE_REGISTERS}
 
     def golden_counters(self):
-        """The golden model's counters by ``WIRE_REGISTERS`` block, the board's answers
-        mapped as the gateware has them (``answered`` -> ``drop_unanswered``, not sent)."""
+        """The golden model's counters by ``WIRE_REGISTERS`` block."""
         from tests.hdl.wire.frames import gateware_counters
         return gateware_counters(self.golden)
 
@@ -459,8 +464,8 @@ def bad_frame_cases(port):
 @cocotb.test(timeout_time=3000, timeout_unit="us")
 async def bad_frames(dut):
     """Bad frames on both ports at once, back to back, each followed by a good frame that
-    comes out exact; frames for the board dropped (the network side cannot reach it, the
-    host side is not answered yet)."""
+    comes out exact; frames for the board answered on the host side, dropped on the network
+    side (which cannot reach it)."""
     t0, s0 = time.perf_counter(), get_sim_time("ns")
     bench = await started(dut)
     bench.send_all([bad_frame_cases(0), bad_frame_cases(1)])
@@ -469,9 +474,41 @@ async def bad_frames(dut):
         counts = c[f"port{port}"]
         assert (counts["drop_fcs"], counts["drop_runt"], counts["drop_oversize"]) == (3, 3, 2), \
             counts
-    assert c["port0"]["drop_unanswered"] == 3 and c["port0"]["drop_board_address"] == 0
+    assert c["port0"]["answered"] == 2 and c["port0"]["drop_unanswered"] == 1
+    assert c["port0"]["drop_board_address"] == 0
     assert c["port1"]["drop_board_address"] == 3 and c["port1"]["drop_unanswered"] == 0
     log_speed(dut, "bad_frames", s0, t0)
+
+
+@cocotb.test(timeout_time=3000, timeout_unit="us")
+async def board_service(dut):
+    """The board's own address on the host side: ARP and ping among traffic both ways, then,
+    the wire quiet, ``CTRL`` requests one at a time (every counter of the map, a write, a
+    refused request, a wrong key): each reply byte for byte the golden model's, so the
+    counters it carries are the golden model's as they stand."""
+    from contract.network import CTRL_MAX_PAIRS, network_address
+    from tests.hdl.wire import test_service as service
+    t0, s0 = time.perf_counter(), get_sim_time("ns")
+    bench = await started(dut)
+    rng = rng_of("board_service", 8)
+    f = frames_module()
+    host = service.arp_cases()[:3] + service.ping_cases(rng)[:8] + f.pass_cases("tx")[:6]
+    rng.shuffle(host)
+    bench.send_all([host, f.pass_cases("rx")[:6] + f.gradient_cases("rx", mtu=False)[:6]])
+    c = await bench.check()
+    assert c["port0"]["answered"] == 3 + 8, c["port0"]
+    addresses = [network_address("wire", a) for entry in WIRE_REGISTERS
+                 for _, a in entry.items()][:CTRL_MAX_PAIRS]
+    requests = [("read every counter", [(a, 0) for a in addresses], {}),
+                ("write", [(a, rng.getrandbits(32)) for a in addresses[:5]], {"op": 1}),
+                ("refused", [(addresses[0], 0)], {"count": 0}),
+                ("wrong key", [(addresses[0], 0)], {"key": KEY ^ 1})]
+    for name, pairs, options in requests:
+        options = {"key": KEY} | options
+        bench.send(0, name, service.frame(service.ctrl(pairs, **options)))
+        await bench.check()
+    assert bench.golden.counters[0]["answered"] == 3 + 8 + 3
+    log_speed(dut, "board_service", s0, t0)
 
 
 # -- line rate -----------------------------------------------------------------------------

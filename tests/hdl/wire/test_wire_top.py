@@ -20,6 +20,7 @@ BENCHES = {
     "compress": {"seed": 2},
     "decompress": {"seed": 3},
     "bad_frames": {"seed": 4},
+    "board_service": {"seed": 8},
     "line_rate": {"seed": 6},
     "reset_mid_frame": {"seed": 7},
 }
@@ -57,6 +58,10 @@ def test_pass_through(benches):
 
 def test_compress(benches):
     check(benches, "compress")
+
+
+def test_board_service(benches):
+    check(benches, "board_service")
 
 
 def test_decompress(benches):
