@@ -5,6 +5,7 @@
     gradwire board serve [--key HEX] [--port-base 47570] [--fault-rate R --fault-seed S]
     gradwire board serve --backend verilator --tap NAME
     gradwire board status [--json]
+    gradwire board wire-status [--json]
     gradwire board ping [-c COUNT]
     gradwire board configure-job JOB --workers N --slots BASE:COUNT [--worker IP:PORT ...]
     gradwire board compress IN.npy OUT.gwz [-k K]
@@ -18,7 +19,9 @@ other commands talk to a board through ``host.driver.udp.UdpTransport``: its add
 base, control key and MTU come from the options or from the environment variables
 ``GRADWIRE_BOARD`` (``HOST`` or ``HOST:PORT_BASE``), ``GRADWIRE_PORT_BASE``,
 ``GRADWIRE_KEY`` (hex digits) and ``GRADWIRE_MTU``. Data commands (compress, decompress)
-need no key; control ones (status, ping, configure-job) do.
+need no key; control ones (status, wire-status, ping, configure-job) do. ``wire-status`` is
+for a board built with the wire top (the NIC in the wire, ``network.md`` section 6), from
+the host behind its port 0.
 """
 from __future__ import annotations
 
@@ -31,13 +34,14 @@ import signal
 import time
 
 
-from contract.counters import AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
+from contract.counters import (AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS,
+                               WIRE_COUNTERS)
 from contract.header import Header, PacketType
 from contract.network import (MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
                               PORT_BASE, SERVICE_OFFSETS, SWITCH_REGISTERS, Service,
                               network_address, service_ports)
 from contract.packet import Packet
-from contract.registers import JobStatus, decode_switch_params
+from contract.registers import WIRE_REGISTERS, JobStatus, decode_switch_params
 
 from ..cli import CliError
 from ..driver.transport import TransportError
@@ -154,6 +158,16 @@ def add_arguments(p):
     _connection_arguments(st)
     st.add_argument("--json", action="store_true", help="print JSON")
     st.set_defaults(board_run=_status)
+
+    ws = sub.add_parser("wire-status", help="a NIC in the wire: both ports' and the NIC "
+                                            "engines' counters",
+                        description="Read every counter of a board built with the wire top "
+                                    "(make bitstream BOARD=versa TOP=wire) over the network, "
+                                    "from its host-side port: each port's frames and drops, "
+                                    "the NIC engines' packets.")
+    _connection_arguments(ws)
+    ws.add_argument("--json", action="store_true", help="print JSON")
+    ws.set_defaults(board_run=_wire_status)
 
     pg = sub.add_parser("ping", help="control read round trips and their time",
                         description="Time control read round trips (each one datagram, no "
@@ -541,6 +555,36 @@ def _status(args):
             print("    " + "".join(f"{name:<20}{value:>12,}  " for name, value in
                                    items[i:i + 3]).rstrip())
     print(f"  (read in {status['control_packets']} control packets, {elapsed * 1e3:.1f} ms)")
+    return 0
+
+
+def _wire_status(args):
+    transport, settings = _open(args)
+    entries = list(WIRE_REGISTERS)
+    addresses = [network_address("wire", local) for entry in entries
+                 for _, local in entry.items()]
+    try:
+        values = iter(_control(args, settings, lambda: transport.read_many(addresses,
+                                                                           full=True)))
+    finally:
+        transport.close()
+    counters = {entry.name: {name: next(values) for name, _ in entry.items()}
+                for entry in entries}
+    if args.json:
+        print(json.dumps({"address": {"host": settings["host"],
+                                      "port_base": settings["port_base"]},
+                          "counters": counters}, indent=2))
+        return 0
+    if not any(any(block.values()) for block in counters.values()):
+        print(f"gradwire board wire-status: every counter reads 0 at {_where(settings)}: "
+              f"a board built with the network top reads the wire's region as 0")
+    print(f"NIC in the wire at {_where(settings)}:")
+    print(f"  {'counter':<20}{'port 0 (host)':>16}{'port 1 (network)':>18}")
+    for name in WIRE_COUNTERS:
+        print(f"  {name:<20}{counters['port0'][name]:>16,}{counters['port1'][name]:>18,}")
+    for block, title in (("tx", "NIC transmit path"), ("rx", "NIC receive path")):
+        print(f"  {title}: " + ", ".join(f"{name} {value:,}"
+                                         for name, value in counters[block].items()))
     return 0
 
 

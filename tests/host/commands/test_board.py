@@ -1,4 +1,5 @@
-"""``gradwire board``: serve (a real process: ready line, SIGTERM, SIGINT), status, ping,
+"""``gradwire board``: serve (a real process: ready line, SIGTERM, SIGINT), status,
+wire-status, ping,
 configure-job, compress and decompress against a virtual board on 127.0.0.1, and the
 one-line errors (unreachable, wrong key, missing service, no key)."""
 import json
@@ -15,7 +16,7 @@ import pytest
 
 from contract.counters import AGG_COUNTERS, NET_COUNTERS, NIC_TX_COUNTERS
 from contract.network import NET_REGISTERS, Service, network_address, service_ports
-from contract.registers import SWITCH_REGISTERS, decode_switch_params
+from contract.registers import SWITCH_REGISTERS, WIRE_REGISTERS, decode_switch_params
 from host.board import VirtualBoard, free_port_base
 from host.cli import main
 from host.driver.settings import format_key
@@ -103,6 +104,38 @@ def test_status_reads_everything(board, capsys):
     assert s["counters"]["net"]["ctrl_in"] >= s["control_packets"] > 1
     status, out, _ = run(capsys, "board", "status", *where(board))
     assert status == 0 and "link up" in out and "drop_bad_source" in out and "job 1" in out
+
+
+def test_wire_status_reads_the_wire_counters(capsys, monkeypatch):
+    """A golden wire's control service behind UDP sockets: frames through it, then
+    ``wire-status`` reads each port's and the NIC engines' counters, exactly the golden
+    model's; a network board reads the wire's region as 0 and the command says so."""
+    from host.board.wire_golden import GoldenWire
+    from tests.host.board.test_wire_golden import KEY, PASS_THROUGH, frame, gradient, \
+        raw_packet, values
+    for name in ("GRADWIRE_BOARD", "GRADWIRE_PORT_BASE", "GRADWIRE_KEY", "GRADWIRE_MTU"):
+        monkeypatch.delenv(name, raising=False)
+    wire = GoldenWire(KEY)
+    rng = np.random.default_rng(5)
+    for n in range(3):
+        wire.receive(0, frame(gradient(raw_packet(values(rng, 40 * n + 1), 10))))
+    wire.receive(1, frame(PASS_THROUGH["tcp"]))
+    wire.receive(1, frame(PASS_THROUGH["tcp"])[:-1])        # bad FCS
+    with VirtualBoard(wire.board, port_base=None) as b:
+        b.key = KEY
+        status, out, _ = run(capsys, "board", "wire-status", "--json", *where(b))
+        assert status == 0
+        counters = json.loads(out)["counters"]
+        assert counters == {entry.name: {name: wire.read(network_address("wire", local))
+                                         for name, local in entry.items()}
+                            for entry in WIRE_REGISTERS}
+        assert counters["port0"]["frames_in"] == 3 and counters["port0"]["compressed"] >= 2
+        assert counters["port1"]["drop_fcs"] == 1 and counters["tx"]["packets"] == 3
+        status, out, _ = run(capsys, "board", "wire-status", *where(b))
+        assert status == 0 and "port 1 (network)" in out and "drop_fcs" in out
+    with VirtualBoard("golden", port_base=None) as b:
+        status, out, _ = run(capsys, "board", "wire-status", *where(b))
+        assert status == 0 and "every counter reads 0" in out
 
 
 def test_ping_times_round_trips(board, capsys):
