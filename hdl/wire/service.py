@@ -300,11 +300,14 @@ class BoardService(wiring.Component):
             with m.State("PAIR_ADDRESS_HIGH"):
                 m.d.comb += buffer_r.addr.eq(pair_word + 1)
                 m.d.sync += address[:16].eq(buffer_r.data[16:])
+                m.next = "PAIR_REGION"
+            with m.State("PAIR_REGION"):
+                # (registered: the register multiplexers behind the bus start from flip-flops,
+                # not from the block RAM's output)
+                m.d.sync += in_region.eq(buffer_r.data[:16] == _WIRE_REGION)
                 m.next = "PAIR_READ"
             with m.State("PAIR_READ"):
-                high = buffer_r.data[:16]
-                m.d.comb += [bus.addr.eq(address[:16]), bus.re.eq(high == _WIRE_REGION)]
-                m.d.sync += in_region.eq(high == _WIRE_REGION)
+                m.d.comb += [bus.addr.eq(address[:16]), bus.re.eq(in_region)]
                 m.next = "PAIR_VALUE_LOW"
             with m.State("PAIR_VALUE_LOW"):
                 m.d.sync += value.eq(Mux(in_region, bus.rdata, 0))

@@ -75,6 +75,7 @@ from liteeth.mac.common import (LiteEthMACCrossbar, LiteEthMACDepacketizer,
                                 LiteEthMACPacketizer)
 from liteeth.mac.core import LiteEthMACCore
 from liteeth.mac.crc import LiteEthMACCRC32Checker
+from liteeth.mac.last_be import LiteEthMACTXLastBE
 from liteeth.mac.preamble import LiteEthMACPreambleChecker
 from liteeth.phy.ecp5rgmii import LiteEthPHYRGMII
 
@@ -911,6 +912,16 @@ class _WirePort(LiteXModule):
         self.mac = LiteEthMACCore(phy=self.phy_last_be, dw=dw, with_sys_datapath=False,
                                   tx_cdc_depth=32, tx_cdc_buffered=True,
                                   rx_cdc_depth=32, rx_cdc_buffered=True)
+        # The transmit side at 125 MHz: the handshake from the FCS inserter back through
+        # padding, byte enables and the width converter to the clock crossing's read pointer
+        # is ten levels of logic, which a full Versa does not route in 8 ns (port 0 met
+        # 120 MHz on seed 2). A register stage in both directions after the converter cuts it.
+        tx = self.mac.tx_datapath
+        cut = ClockDomainsRenamer("eth_tx")(
+            stream.Buffer(eth_phy_description(8), pipe_valid=True, pipe_ready=True))
+        tx.submodules += cut
+        last_be_stage, = (m for m in tx.pipeline if isinstance(m, LiteEthMACTXLastBE))
+        tx.pipeline.insert(tx.pipeline.index(last_be_stage) + 1, cut)
         self.link_up = phy.rx.inband_status.fields.link_status
 
 
