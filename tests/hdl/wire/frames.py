@@ -24,11 +24,20 @@ from tests.host.board.test_wire_golden import (A_IP, A_MAC, MALFORMED, PASS_THRO
                                                RX_PASSES, SPECIALS, TX_PASSES, frame, gradient,
                                                raw_packet, values)
 
-__all__ = ["MAX_COUNT", "gateware_counters", "beat_schedule", "spaced", "FrameCollector", "inc_packet", "checksummed",
+__all__ = ["MAX_COUNT", "same_frames", "gateware_counters", "beat_schedule", "spaced", "FrameCollector", "inc_packet", "checksummed",
            "gradient_cases", "pass_cases", "malformed_cases", "bad_cases"]
 
 #: the NIC receive path's largest packet in these tests (an MTU's 360 values fit)
 MAX_COUNT = 512
+
+
+def same_frames(got, want, what="frame"):
+    """``got`` (frames, bytes) equal to ``want``, in order; a mismatch names each frame that
+    differs."""
+    assert len(got) == len(want), f"{len(got)} {what}s, golden {len(want)}"
+    wrong = [f"{what} {n}: {len(g)} bytes, golden {len(w)}"
+             for n, (g, w) in enumerate(zip(got, want)) if g != w]
+    assert not wrong, "\n".join(wrong)
 
 
 def gateware_counters(wire):

@@ -29,7 +29,7 @@ from host.board.wire_golden import FCS_BYTES, GoldenWire
 from tests.amaranth_sim import RegisterPort, run
 from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
                                    gateware_counters, gradient_cases, malformed_cases,
-                                   pass_cases, spaced)
+                                   pass_cases, same_frames, spaced)
 from tests.host.board.test_wire_golden import (A_IP, A_MAC, KEY, PASS_THROUGH, ctrl_request,
                                                frame)
 
@@ -142,16 +142,10 @@ def check(cases, *, seed, final=None, **kwargs):
     assert got == want_counters
     got_replies, got_frames[0] = board_replies(got_frames[0])
     want_replies, want_frames[0] = board_replies(want_frames[0])
-    for what, got_list, want_list in (("reply", got_replies, want_replies),
-                                      *((f"port {port}", got_frames[port], want_frames[port])
-                                        for port in WIRE_PORTS)):
-        # (the MAC pads a reply to 60 bytes)
-        if what == "reply":
-            got_list = [r.ljust(MIN_BODY_BYTES, b"\0") for r in got_list]
-        assert len(got_list) == len(want_list), what
-        wrong = [f"{what} {n}: {len(g)} bytes, golden {len(w)}"
-                 for n, (g, w) in enumerate(zip(got_list, want_list)) if g != w]
-        assert not wrong, "\n".join(wrong)
+    # (the MAC pads a reply to 60 bytes)
+    same_frames([r.ljust(MIN_BODY_BYTES, b"\0") for r in got_replies], want_replies, "reply")
+    for port in WIRE_PORTS:
+        same_frames(got_frames[port], want_frames[port], f"port {port} frame")
     return want_counters, want_replies
 
 

@@ -27,7 +27,7 @@ from host.board.wire_golden import FCS_BYTES, GoldenWire
 from tests.amaranth_sim import run
 from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
                                    gradient_cases, inc_packet, malformed_cases, pass_cases,
-                                   spaced)
+                                   same_frames, spaced)
 from tests.hdl.wire.test_classify import body_of, random_frame
 from tests.host.board.test_wire_golden import (KEY, MALFORMED, PASS_THROUGH, SPECIALS, frame,
                                                gradient, raw_packet, values)
@@ -167,13 +167,6 @@ def golden(direction, cases, *, replies=None, registers=None):
     return frames, counts
 
 
-def _same_frames(got, want, what="frame"):
-    assert len(got) == len(want), f"{len(got)} {what}s, golden {len(want)}"
-    wrong = [f"{what} {n}: {len(g)} bytes, golden {len(w)}"
-             for n, (g, w) in enumerate(zip(got, want)) if g != w]
-    assert not wrong, "\n".join(wrong)
-
-
 def check(direction, cases, *, seed, registers=None, **kwargs):
     """Run ``cases`` through the path and the golden model; every frame, reply and counter
     equal."""
@@ -183,9 +176,9 @@ def check(direction, cases, *, seed, registers=None, **kwargs):
     got_frames, got_counts = simulate(direction, cases, seed=seed, replies=got_replies,
                                       registers=registers, **kwargs)
     assert got_counts == want_counts
-    _same_frames(got_frames, want_frames)
+    same_frames(got_frames, want_frames)
     # the MAC pads a reply to 60 bytes
-    _same_frames([r.ljust(MIN_BODY_BYTES, b"\0") for r in got_replies], want_replies, "reply")
+    same_frames([r.ljust(MIN_BODY_BYTES, b"\0") for r in got_replies], want_replies, "reply")
     return want_counts
 
 
