@@ -138,23 +138,32 @@ def parse_nextpnr_log(log_text):
     return fmax
 
 
-def critical_path_lines(log_text, limit=40):
+def critical_path_lines(log_text, clock=None, limit=40):
     """The critical path of a nextpnr log (for the summary when timing fails): the last
-    register-to-register report of a clock (``for clock ... (posedge -> posedge)``), which
-    is what sets the clock's Fmax; the cross-domain reports nextpnr prints after it (to and
-    from unconstrained pins) do not. Falls back on the last report of any kind."""
+    register-to-register report of ``clock`` (``for clock '<clock>' (posedge -> posedge)``;
+    with no ``clock``, of any clock), which is what sets the clock's Fmax; the cross-domain
+    reports nextpnr prints after it (to and from unconstrained pins) do not. Falls back on
+    the last report of any clock, then of any kind."""
     lines = log_text.splitlines()
     starts = [i for i, line in enumerate(lines) if "Critical path report" in line]
     if not starts:
         return []
     own_clock = [i for i in starts if "Critical path report for clock" in lines[i]]
-    start = (own_clock or starts)[-1]
+    named = [i for i in own_clock if f"for clock '{clock}'" in lines[i]]
+    start = (named or own_clock or starts)[-1]
     path = [lines[start]]
     for line in lines[start + 1:]:
         if "Critical path report" in line or "Max frequency" in line or not line.strip():
             break
         path.append(line.rstrip())
     return path[:limit]
+
+
+def failing_clocks(fmax):
+    """``"<clock> 121.05 of 125.0 MHz, ..."`` for each clock of ``fmax`` (as
+    :func:`parse_nextpnr_log` gives it) that missed its constraint; ``""`` when none did."""
+    return ", ".join(f"{clock} {result['achieved_mhz']} of {result['constraint_mhz']} MHz"
+                     for clock, result in fmax.items() if not result["met"])
 
 
 def seed_sweep(seeds, build):
@@ -180,7 +189,7 @@ def seed_sweep(seeds, build):
         routed = bool(summary.get("fmax"))
         if summary["timing_met"] or (summary.get("error") and not routed):
             break
-        print(f"seed {seed}: timing not met ({summary['engine_fmax_mhz']} MHz)",
+        print(f"seed {seed}: timing not met ({failing_clocks(summary['fmax']) or 'no clock'})",
               file=sys.stderr)
     return summary
 
@@ -464,7 +473,8 @@ def _summary(build_dir, name, board, engines, left_out, top, seconds, args, erro
         "error": error,
     }
     if not timing_met:
-        summary["critical_path"] = critical_path_lines(log_text)
+        failing = [clock for clock, result in fmax.items() if not result["met"]]
+        summary["critical_path"] = critical_path_lines(log_text, *failing[:1])
     return summary
 
 

@@ -16,6 +16,7 @@ from hdl.board.build import (
     _seeds,
     seed_sweep,
     critical_path_lines,
+    failing_clocks,
     parse_nextpnr_log,
     parse_nextpnr_report,
     parse_yosys_cells,
@@ -133,7 +134,19 @@ def test_make_bitstream_default_board():
     assert summary["utilization"]["DP16KD"]["used"] > 0
 
 
-def test_seed_sweep_keeps_the_first_seed_that_meets_timing():
+def test_critical_path_of_the_failing_clock():
+    # the engine clock's report comes last, but the PHY clock is the one that failed
+    log = (NEXTPNR_LOG.replace("$glbnet$clk_out", "$glbnet$rx_clk").replace("c.d", "phy.q")
+           + NEXTPNR_LOG.replace("99.50 MHz (FAIL at 125.00", "101.20 MHz (PASS at 100.00"))
+    fmax = parse_nextpnr_log(log)
+    assert failing_clocks(fmax) == "$glbnet$rx_clk 99.5 of 125.0 MHz"
+    assert "Sink phy.q" in critical_path_lines(log, "$glbnet$rx_clk")[-1]
+    assert "Sink c.d" in critical_path_lines(log)[-1]
+    assert "Sink c.d" in critical_path_lines(log, "$glbnet$not_in_the_log")[-1]
+    assert failing_clocks({}) == ""
+
+
+def test_seed_sweep_keeps_the_first_seed_that_meets_timing(capsys):
     results = {5: (120.1, False), 6: (126.3, True), 7: (130.0, True)}
     calls = []
 
@@ -143,12 +156,13 @@ def test_seed_sweep_keeps_the_first_seed_that_meets_timing():
         # what a routed build that misses timing looks like: the build script fails
         # (nextpnr exits 1), the report has the Fmax
         return {"engine_fmax_mhz": fmax, "timing_met": met, "build_seconds": 1.0,
-                "fmax": {"clk": {"achieved_mhz": fmax, "met": met}},
+                "fmax": {"clk": {"achieved_mhz": fmax, "constraint_mhz": 125.0, "met": met}},
                 "error": None if met else "['sh', 'build_gradwire.sh'] exited with status 1"}
 
     summary = seed_sweep((5, 6, 7), build)
     assert calls == [5, 6] and summary["engine_fmax_mhz"] == 126.3
     assert [t["seed"] for t in summary["seeds_tried"]] == [5, 6]
+    assert "seed 5: timing not met (clk 120.1 of 125.0 MHz)" in capsys.readouterr().err
     assert seed_sweep((5,), build)["timing_met"] is False
     # A failure before nextpnr (Yosys) is not a placement lottery: no other seed is tried.
     calls.clear()
