@@ -179,8 +179,8 @@ def seed_sweep(seeds, build):
     for seed in seeds:
         summary = build(seed)
         tried.append({"seed": seed, "engine_fmax_mhz": summary["engine_fmax_mhz"],
-                      **({"eth_fmax_mhz": summary["eth_fmax_mhz"]}
-                         if summary.get("eth_fmax_mhz") is not None else {}),
+                      **{clock: summary[clock] for clock in ("eth_fmax_mhz", "rgmii_rx_fmax_mhz")
+                         if summary.get(clock) is not None},
                       "timing_met": summary["timing_met"],
                       "build_seconds": summary["build_seconds"]})
         summary["seeds_tried"] = tried

@@ -155,13 +155,16 @@ def test_seed_sweep_keeps_the_first_seed_that_meets_timing(capsys):
         fmax, met = results[seed]
         # what a routed build that misses timing looks like: the build script fails
         # (nextpnr exits 1), the report has the Fmax
-        return {"engine_fmax_mhz": fmax, "timing_met": met, "build_seconds": 1.0,
+        return {"engine_fmax_mhz": fmax, "rgmii_rx_fmax_mhz": fmax + 1, "timing_met": met,
+                "build_seconds": 1.0,
                 "fmax": {"clk": {"achieved_mhz": fmax, "constraint_mhz": 125.0, "met": met}},
                 "error": None if met else "['sh', 'build_gradwire.sh'] exited with status 1"}
 
     summary = seed_sweep((5, 6, 7), build)
     assert calls == [5, 6] and summary["engine_fmax_mhz"] == 126.3
-    assert [t["seed"] for t in summary["seeds_tried"]] == [5, 6]
+    assert [(t["seed"], t["rgmii_rx_fmax_mhz"]) for t in summary["seeds_tried"]] == [
+        (5, 121.1), (6, 127.3)]
+    assert "eth_fmax_mhz" not in summary["seeds_tried"][0]
     assert "seed 5: timing not met (clk 120.1 of 125.0 MHz)" in capsys.readouterr().err
     assert seed_sweep((5,), build)["timing_met"] is False
     # A failure before nextpnr (Yosys) is not a placement lottery: no other seed is tried.
