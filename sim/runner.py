@@ -179,3 +179,33 @@ def test_params() -> dict:
 
 # pytest must not collect the helper above as a test.
 test_params.__test__ = False
+
+
+def run_selected_benches(request, out: Path, benches: dict, top: str, sources,
+                         test_module: str, *, reports=("line_rate",)):
+    """Run, in one simulator, the benches of ``benches`` (cocotb test -> its parameters)
+    whose pytest test ``test_<bench>`` in the calling test module the session selected: a
+    module-scoped fixture's body for a top whose model is large.
+
+    ``sources`` is the top's ``(verilog_text, extra_sources)``; each bench of ``reports``
+    writes its report to ``out/<bench>.json``. Returns ``({bench: None or its failure
+    message}, out)``; :func:`check_bench` reports one bench of it.
+    """
+    module = request.module.__name__
+    selected = [item.name[len("test_"):] for item in request.session.items
+                if item.module.__name__ == module and item.name[len("test_"):] in benches]
+    params = {name: dict(benches[name]) for name in selected}
+    for name in set(reports) & set(selected):
+        params[name]["report_file"] = str(out / f"{name}.json")
+    verilog, extra = sources
+    results = run_cocotb_results(top, verilog, test_module, selected, params=params,
+                                 extra_sources=extra)
+    return results, out
+
+
+def check_bench(benches, name: str):
+    """Fail with the bench's own message unless ``name`` of :func:`run_selected_benches`'s
+    result ran and passed."""
+    results, _ = benches
+    assert name in results, f"{name} did not run (see the simulator log)"
+    assert results[name] is None, results[name]

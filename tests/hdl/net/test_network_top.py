@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sim.runner import run_cocotb_results
+from sim.runner import check_bench, run_selected_benches
 
 pytestmark = [pytest.mark.cocotb, pytest.mark.slow]
 
@@ -27,24 +27,13 @@ BENCHES = {
 
 @pytest.fixture(scope="module")
 def benches(request, tmp_path_factory):
-    """Run the selected benches in one simulator; ``{name: failure message or None}`` and
-    the folder of the run (reports)."""
+    """The selected benches, run in one simulator (:func:`sim.runner.run_selected_benches`)."""
     from sim.network_top import TOP, network_top_sources
-    selected = [item.name[len("test_"):] for item in request.session.items
-                if item.module.__name__ == __name__ and item.name[len("test_"):] in BENCHES]
-    out = tmp_path_factory.mktemp("network_top")
-    params = {name: dict(BENCHES[name]) for name in selected}
-    params["line_rate"] = dict(BENCHES["line_rate"], report_file=str(out / "line_rate.json"))
-    verilog, extra = network_top_sources("ecpix5")
-    results = run_cocotb_results(TOP, verilog, "sim.tb_network", selected, params=params,
-                                 extra_sources=extra)
-    return results, out
+    return run_selected_benches(request, tmp_path_factory.mktemp("network_top"), BENCHES, TOP,
+                                network_top_sources("ecpix5"), "sim.tb_network")
 
 
-def check(benches, name):
-    results, _ = benches
-    assert name in results, f"{name} did not run (see the simulator log)"
-    assert results[name] is None, results[name]
+check = check_bench
 
 
 def test_arp_and_ping(benches):
