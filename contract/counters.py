@@ -85,6 +85,7 @@ NET_COUNTERS = (
     "drop_bad_ctrl",      # CTRL packet malformed (count 0 or above 64, length, op)
     "drop_service_full",  # datagram dropped whole: its service's input buffer was full
     "drop_reply_full",    # reply dropped whole: the output path to the wire was full
+    "switch_group_out",   # results sent once to the job's result group (each also a switch_out)
 )
 
 #: The NIC in the wire (``../shared/spec/network.md`` section 6): drop causes of a frame

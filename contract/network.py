@@ -21,7 +21,7 @@ __all__ = [
     "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int", "WIRE_GRADIENT_PORT", "WIRE_PORTS", "MAX_FRAME_BYTES",
-    "MIN_FRAME_BYTES",
+    "MIN_FRAME_BYTES", "GROUP_TTL", "is_multicast", "multicast_mac", "group_active",
 ]
 
 #: The board's addresses unless the bitstream is built with others (spec section 1).
@@ -152,3 +152,30 @@ def mac_to_int(mac: str) -> int:
 def ip_to_int(ip: str) -> int:
     """``"192.168.77.2"`` as a 32-bit integer (first byte most significant)."""
     return int(ipaddress.IPv4Address(ip))
+
+
+#: IPv4 TTL of a result sent to a job's result group (spec section 3: the group stays on
+#: the board's segment).
+GROUP_TTL = 1
+
+
+def is_multicast(ip: int | str) -> bool:
+    """Whether an IPv4 address (dotted or as an integer) is in 224.0.0.0/4."""
+    value = ip_to_int(ip) if isinstance(ip, str) else ip
+    return value >> 28 == 0xE
+
+
+def multicast_mac(ip: int | str) -> str:
+    """The Ethernet address of an IPv4 multicast group: ``01:00:5e`` and the low 23 bits."""
+    value = ip_to_int(ip) if isinstance(ip, str) else ip
+    if not is_multicast(value):
+        raise ValueError(f"{ipaddress.IPv4Address(value)} is not an IPv4 multicast address "
+                         f"(224.0.0.0/4)")
+    low = value & 0x7FFFFF
+    return "01:00:5e:" + ":".join(f"{low >> s & 0xFF:02x}" for s in (16, 8, 0))
+
+
+def group_active(ip: int, port: int) -> bool:
+    """Whether a job's ``group`` registers name a group: both fields non-zero (the board
+    sends to whatever address is written; the host writes only multicast ones)."""
+    return ip != 0 and port != 0

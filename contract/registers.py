@@ -323,6 +323,13 @@ NET_REGISTERS = RegisterMap("net", [
     Register("services", 0x104, Access.R,
              "services this bitstream serves: bit i = the service at port_base + i", width=4),
     Register("link", 0x105, Access.R, "bit 0: the PHY reports a link", width=1),
+    RegisterArray("group", 0x200, 2, MAX_JOBS_IN_TABLE, (
+        Register("ip", 0, Access.RW,
+                 "IPv4 multicast address of the job's result group (0: no group)"),
+        Register("port", 1, Access.RW, "UDP port of the job's result group (0: no group)",
+                 width=16),
+    ), "each job's result group: with both fields set and the job configured, a multicast "
+       "result leaves once, to the group"),
     RegisterArray("worker", 0x1000, 2, MAX_JOBS_IN_TABLE * MAX_WORKERS_IN_TABLE, (
         Register("ip", 0, Access.RW, "IPv4 address where the worker receives results"),
         Register("port", 1, Access.RW,

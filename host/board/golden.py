@@ -25,7 +25,8 @@ from contract.header import (HEADER_BYTES, HEADER_FIELDS, MAGIC, VERSION, WORKER
 from contract.network import (CTRL_COUNT_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
                               CTRL_MAX_PAIRS, CTRL_OP_OFFSET, DEFAULT_IP, DEFAULT_MAC,
                               MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE, SERVICE_OFFSETS,
-                              CtrlOp, Service, decode_network_address, ip_to_int, mac_to_int)
+                              CtrlOp, Service, decode_network_address, group_active,
+                              ip_to_int, mac_to_int)
 from contract.packet import Packet
 from contract.registers import DATA_BITS
 
@@ -38,6 +39,7 @@ _WORD = (1 << DATA_BITS) - 1
 _FIELD = {f.name: f for f in HEADER_FIELDS}
 _FLAGS, _JOB, _WORKER = (_FIELD[name].offset for name in ("flags", "job", "worker"))
 _WORKER_TABLE = NET_REGISTERS["worker"]
+_GROUP_TABLE = NET_REGISTERS["group"]
 _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
 _SERVICE_COUNTERS = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx",
                      Service.SWITCH: "switch", Service.CTRL: "ctrl"}
@@ -109,6 +111,8 @@ class GoldenBoard(BoardBackend):
         self.counters = dict.fromkeys(NET_COUNTERS, 0)
         #: worker table: (job, worker) -> (ip as int, port); absent = (0, 0)
         self.worker_table: dict[tuple[int, int], tuple[int, int]] = {}
+        #: result groups: job -> (ip as int, port); absent = (0, 0), no group
+        self.groups: dict[int, tuple[int, int]] = {}
         self._dotted = {}
 
     def describe(self) -> str:
@@ -174,11 +178,19 @@ class GoldenBoard(BoardBackend):
         out = []
         for result in self.aggregator.process(data):
             h = result.header
+            image = result.to_bytes()
             if h.worker == WORKER_MULTICAST:
-                targets = range(self.aggregator.job_config(h.job).workers)
+                workers = self.aggregator.job_config(h.job).workers
+                group = self.groups.get(h.job, (0, 0))
+                if workers and group_active(*group):
+                    # one datagram to the job's result group, whatever its worker count
+                    self._count("switch_group_out")
+                    out.append(self._reply(Service.SWITCH, self._dotted_ip(group[0]),
+                                           group[1], image))
+                    continue
+                targets = range(workers)
             else:
                 targets = (h.worker,)
-            image = result.to_bytes()
             for w in targets:
                 entry = self._entry(h.job, w)
                 if entry is not None and entry[1]:
@@ -261,13 +273,21 @@ class GoldenBoard(BoardBackend):
             self.aggregator.write(local, value & _WORD)
         elif region.name == "net":
             decoded = NET_REGISTERS.decode(local)
-            if decoded is None or decoded.entry is not _WORKER_TABLE:
+            if decoded is None:
+                return
+            value &= (1 << decoded.register.width) - 1
+            if decoded.entry is _GROUP_TABLE:
+                if decoded.index < self.params["jobs"]:
+                    ip, port = self.groups.get(decoded.index, (0, 0))
+                    self.groups[decoded.index] = ((value, port) if decoded.register.name == "ip"
+                                                  else (ip, value))
+                return
+            if decoded.entry is not _WORKER_TABLE:
                 return
             job, worker = divmod(decoded.index, MAX_WORKERS_IN_TABLE)
             if self._entry(job, worker) is None:
                 return
             ip, port = self.worker_table.get((job, worker), (0, 0))
-            value &= (1 << decoded.register.width) - 1
             if decoded.register.name == "ip":
                 ip = value
             else:
@@ -286,6 +306,9 @@ class GoldenBoard(BoardBackend):
             if entry is None:
                 return 0
             return entry[0] if decoded.register.name == "ip" else entry[1]
+        if decoded.entry is _GROUP_TABLE:
+            ip, port = self.groups.get(decoded.index, (0, 0))
+            return ip if decoded.register.name == "ip" else port
         name = decoded.register.name
         value = {
             "mac_high": self._mac >> 32,
