@@ -28,7 +28,8 @@ from scapy.packet import Raw
 from contract.counters import AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS
 from contract.header import HEADER_BYTES, Flags, Header, PacketType
 from contract.network import (CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET, CTRL_TYPE,
-                              CtrlOp, Service, network_address)
+                              GROUP_TTL, CtrlOp, Service, is_multicast, multicast_mac,
+                              network_address)
 from contract.packet import Packet
 from contract.registers import COMMIT, NET_REGISTERS, NIC_REGISTERS, SWITCH_REGISTERS
 from hdl.net.top import SIMULATION_KEY, port_base_of
@@ -40,6 +41,8 @@ ENGINE_PS = engine_period_ps()   # the engines' clock: the bitstream's default
 RGMII_PS = 8004        # the PHY's receive clock, 500 ppm slow
 #: Jumbo frames: the largest datagram (9000-byte IP packet).
 MAX_DATAGRAM = 9000 - 28
+#: The TTL of the board's datagrams to a host (LiteEth's).
+UNICAST_TTL = 128
 
 
 def worker_address(w):
@@ -95,7 +98,13 @@ class NetworkBench(EthBench):
         assert IP in packet and UDP in packet, packet.summary()
         ip, udp = packet[IP], packet[UDP]
         assert packet.src == self.board_mac and ip.src == self.board_ip, packet.summary()
-        assert packet.dst == self.hosts.get(ip.dst), f"{packet.dst} is not {ip.dst}'s MAC"
+        if is_multicast(ip.dst):
+            # a job's result group: the group's MAC, and the segment only
+            assert packet.dst == multicast_mac(ip.dst), f"{packet.dst} for group {ip.dst}"
+            assert ip.ttl == GROUP_TTL, f"TTL {ip.ttl} to group {ip.dst}"
+        else:
+            assert packet.dst == self.hosts.get(ip.dst), f"{packet.dst} is not {ip.dst}'s MAC"
+            assert ip.ttl == UNICAST_TTL, f"TTL {ip.ttl} to {ip.dst}"
         assert (ip.proto, ip.ihl, ip.frag, ip.flags) == (17, 5, 0, 0), ip.summary()
         check = IP(bytes(ip))
         del check.chksum
@@ -594,7 +603,7 @@ async def golden_board(dut):
     and in the end the same counters (a ``CTRL`` read through both). Every service and
     every front-end corner of the contract: short and odd-length datagrams, the worker
     table and its widths, entries the board does not hold, multicast and unicast results,
-    a stranger, every refused control request, a wrong key, closed ports, another IP."""
+    a result group, a stranger, every refused control request, a wrong key, closed ports, another IP."""
     from host.board.backend import Datagram
     from host.board.golden import GoldenBoard
     from host.golden.inceptionn import nic_tx
@@ -700,6 +709,26 @@ async def golden_board(dut):
         await both(h + bytes(256), Service.SWITCH, src=workers[0])
     await both(b"\x47\x01\x02", Service.SWITCH, src=workers[0])
     await both(chunks[0][0].to_bytes()[:-2], Service.SWITCH, src=workers[0])
+
+    # the job's result group (and one for a job beyond the switch's, which keeps none):
+    # each multicast result once, to the group; a resend still answered to its worker
+    group = NET_REGISTERS["group"]
+    group_reg = lambda job, field: network_address("net", group.address(job, field))
+    await both(ctrl(CtrlOp.WRITE, [(group_reg(job, "ip"), ip_int("239.77.0.3")),
+                                   (group_reg(job, "port"), 0x1_BA5E),
+                                   (group_reg(6, "ip"), ip_int("239.77.0.6")),
+                                   (group_reg(6, "port"), 47706)]), Service.CTRL)
+    chunks = [make_packets(np_rng.integers(0, 2**32, 4 * 64, dtype=np.uint64)
+                           .astype(np.uint32), op=PacketType.AGG_ADD_I32, job=job, worker=w,
+                           slot_base=slot_base, slot_count=4, lanes=64, first_chunk=4)
+              for w in range(2)]
+    sends = [(w, p) for w in range(2) for p in chunks[w]]
+    rng.shuffle(sends)
+    for w, packet in sends:
+        await both(packet.to_bytes(), Service.SWITCH, src=workers[w])
+    await both(chunks[0][1].to_bytes(), Service.SWITCH, src=workers[0])
+    await both(ctrl(CtrlOp.READ, [(group_reg(j, f), 0) for j in (job, 6)
+                                  for f in ("ip", "port")]), Service.CTRL)
 
     # control: short, wrong key, refused (count, op, type, payload length)
     request = ctrl(CtrlOp.READ, [(net("ip"), 0)])

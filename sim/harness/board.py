@@ -35,7 +35,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
-from contract.network import SERVICE_OFFSETS, Service
+from contract.network import GROUP_TTL, SERVICE_OFFSETS, Service, is_multicast, multicast_mac
 from host.board.backend import BoardBackend, Datagram
 
 from .network import IDLE_CYCLES, NetworkHarness
@@ -161,8 +161,11 @@ class VerilatorBoard(BoardBackend):
         """The datagram a frame from the board carries, after the checks a host's stack
         makes (its MAC and IP, the IPv4 checksum, the lengths); None for anything else."""
         ip, udp = packet[IP], packet[UDP]
+        # a job's result group goes to the group's MAC, and stays on the segment (TTL 1)
+        to = (multicast_mac(ip.dst) if is_multicast(ip.dst) and ip.ttl == GROUP_TTL
+              else self.hosts.get(ip.dst))
         if (packet.src != self.mac or ip.src != self.ip or ip.proto != 17 or ip.ihl != 5
-                or ip.frag or ip.flags.MF or packet.dst != self.hosts.get(ip.dst)):
+                or ip.frag or ip.flags.MF or packet.dst != to):
             self.stats["bad_frames"] += 1
             return None
         check = IP(bytes(ip)[:20])

@@ -41,6 +41,9 @@ ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with these changes that
   also caches the sender of an ARP request for the board (RFC 826's merge; LiteEth learns
   only from replies to its own requests), so a host that asked for the board is no miss,
   and its request period is ``arp_timeout_s`` (LiteEth's 0.1 s; simulations shorten it).
+  A datagram to an IPv4 multicast address (a job's result group, ``../shared/spec/network.md``
+  section 3) needs no ARP: it leaves to ``01:00:5e`` and the address's low 23 bits, as
+  LiteEth sends it, with TTL ``GROUP_TTL`` (1) instead of LiteEth's 128.
 
 Every drop the core makes is reported by a one-cycle ``ev_*`` strobe in the sys domain (see
 :data:`hdl.net.core.liteeth.EVENTS`), by the layer that decided; a datagram handed out with
@@ -79,7 +82,7 @@ from liteeth.mac.last_be import LiteEthMACTXLastBE
 from liteeth.mac.preamble import LiteEthMACPreambleChecker
 from liteeth.phy.ecp5rgmii import LiteEthPHYRGMII
 
-from contract.network import WIRE_PORTS
+from contract.network import GROUP_TTL, WIRE_PORTS
 from hdl.net.core.liteeth import CORE_MODULES, EVENTS
 
 DATA_WIDTH = 32
@@ -587,7 +590,8 @@ class ParkingIPTX(LiteXModule):
             packetizer.sink.version.eq(0x4),
             packetizer.sink.ihl.eq(ipv4_header.length // 4),
             packetizer.sink.identification.eq(0),
-            packetizer.sink.ttl.eq(0x80),
+            # A multicast datagram (a job's result group) stays on the board's segment.
+            packetizer.sink.ttl.eq(Mux(sink.ip_address[28:] == mcast_ip_mask, GROUP_TTL, 0x80)),
             packetizer.sink.sender_ip.eq(ip_address),
             checksum.header.eq(packetizer.header),
             packetizer.sink.checksum.eq(checksum.value),

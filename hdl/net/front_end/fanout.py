@@ -11,6 +11,11 @@ those with an entry at that moment. ``n`` is read once per result, as the result
 the output, and registered: the search for its first copy starts a clock later (``START``),
 so the job-workers lookup, ``n - 1`` and the search's bounds are not one path in one clock.
 
+A job may have a result group (its ``group`` registers, both fields set): its multicast
+results then leave once, to the group's address and port, without a search (the network's
+switches copy them to the members); unicast answers still go to the worker's entry. The
+group is looked up with ``n`` and registered beside it.
+
 A result whose job has no worker to go to (an unconfigured job, or no entry among its
 workers) goes nowhere (``undeliverable``): the host cleared the table or reconfigured the
 job while the job was running.
@@ -24,7 +29,7 @@ from amaranth.lib.wiring import In, Out
 from contract.header import WORKER_MULTICAST
 from hdl.net.front_end.job_workers import JobWorkersLookup
 from hdl.net.front_end.layouts import TxBeat, egress_word
-from hdl.net.front_end.worker_table import LookupSignature, WorkerEntry
+from hdl.net.front_end.worker_table import GroupLookup, LookupSignature, WorkerEntry
 
 __all__ = ["ResultTag", "FanOut"]
 
@@ -52,8 +57,12 @@ class FanOut(wiring.Component):
     table : Out(LookupSignature)
     jobs : Out(JobWorkersLookup)
         Each job's configured workers (combinational).
+    group : Out(GroupLookup)
+        Each job's result group (combinational).
     sent : Out(1)
         One strobe per datagram handed on.
+    group_sent : Out(1)
+        One strobe per datagram handed on to a job's group (each also a ``sent``).
     undeliverable : Out(1)
         One strobe per result that had no worker to go to.
     """
@@ -68,7 +77,9 @@ class FanOut(wiring.Component):
             "o": Out(stream.Signature(TxBeat)),
             "table": Out(LookupSignature),
             "jobs": Out(JobWorkersLookup),
+            "group": Out(GroupLookup),
             "sent": Out(1),
+            "group_sent": Out(1),
             "undeliverable": Out(1),
         })
 
@@ -135,29 +146,42 @@ class FanOut(wiring.Component):
         tag_worker = Signal(8)
         job_workers = Signal.like(self.jobs.workers)
         workers = Signal(range(W + 1))   # n of the job of the result being started
+        group_entry = Signal(WorkerEntry)
+        group_set = Signal()             # the job has a result group
+        to_group = Signal()              # the copy being sent goes to the job's group
         m.d.comb += [
             self.jobs.job.eq(i.p.tag.job),
+            self.group.job.eq(i.p.tag.job),
             workers.eq(Mux(job_workers > W, W, job_workers)),
         ]
         current_w = Signal(range(W))
-        m.d.sync += [self.sent.eq(0), self.undeliverable.eq(0)]
+        m.d.sync += [self.sent.eq(0), self.group_sent.eq(0), self.undeliverable.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(i.valid):
                     m.d.sync += [job.eq(i.p.tag.job), tag_worker.eq(i.p.tag.worker),
                                  multicast.eq(i.p.tag.worker == WORKER_MULTICAST),
-                                 job_workers.eq(self.jobs.workers)]
+                                 job_workers.eq(self.jobs.workers),
+                                 group_entry.eq(self.group.entry),
+                                 group_set.eq((self.group.entry.ip_address != 0)
+                                              & (self.group.entry.port != 0))]
                     m.next = "START"
             with m.State("START"):
-                m.d.comb += [
-                    start.eq(1),
-                    # an unconfigured job's multicast result searches nothing
-                    start_from.eq(Mux(multicast, Mux(workers == 0, W, 0),
-                                      Mux(tag_worker < W, tag_worker, W))),
-                    start_to.eq(Mux(multicast, workers - 1, tag_worker)),
-                ]
-                m.d.sync += last_w.eq(workers - 1)
-                m.next = "FIRST"
+                m.d.comb += start.eq(1)
+                with m.If(multicast & group_set & (workers != 0)):
+                    # one copy, to the group: the search looks at nothing
+                    m.d.comb += start_from.eq(W)
+                    m.d.sync += [entry.eq(group_entry), to_group.eq(1)]
+                    m.next = "SEND"
+                with m.Else():
+                    m.d.comb += [
+                        # an unconfigured job's multicast result searches nothing
+                        start_from.eq(Mux(multicast, Mux(workers == 0, W, 0),
+                                          Mux(tag_worker < W, tag_worker, W))),
+                        start_to.eq(Mux(multicast, workers - 1, tag_worker)),
+                    ]
+                    m.d.sync += [last_w.eq(workers - 1), to_group.eq(0)]
+                    m.next = "FIRST"
             with m.State("FIRST"):
                 with m.If(~searching):
                     with m.If(found):
@@ -178,7 +202,7 @@ class FanOut(wiring.Component):
                     self.replay.eq(found),
                 ]
                 with m.If(o.valid & o.ready & o.p.last):
-                    m.d.sync += self.sent.eq(1)
+                    m.d.sync += [self.sent.eq(1), self.group_sent.eq(to_group)]
                     with m.If(found):
                         m.d.sync += [entry.eq(found_entry), current_w.eq(found_w)]
                         m.d.comb += [start.eq(1), start_from.eq(found_w + 1),

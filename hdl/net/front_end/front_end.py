@@ -268,11 +268,13 @@ class NetworkFrontEnd(wiring.Component):
             # The jobs' configured workers, from the writes the switch's register port gets
             m.submodules.job_workers = job_workers = self._job_workers
             wiring.connect(m, fanout.jobs, job_workers.lookup)
+            wiring.connect(m, fanout.group, registers.group)
             m.d.comb += [job_workers.writes.addr.eq(self.switch_ctrl.addr),
                          job_workers.writes.wdata.eq(self.switch_ctrl.wdata),
                          job_workers.writes.we.eq(self.switch_ctrl.we),
                          job_workers.drained.eq(self.switch_drained)]
-            m.d.comb += events.switch_out.eq(fanout.sent)
+            m.d.comb += [events.switch_out.eq(fanout.sent),
+                         events.switch_group_out.eq(fanout.group_sent)]
             replies.append(fanout.o)
         else:
             m.d.comb += registers.check.en.eq(0)

@@ -21,7 +21,7 @@ from contract.network import NETWORK_REGIONS
 from contract.registers import NET_REGISTERS, RegisterArray
 from hdl.ctrl_port import RegisterPort
 from hdl.net.front_end.ctrl_service import REGISTER_ADDRESS_SETUP, RegisterBusSignature
-from hdl.net.front_end.worker_table import LookupSignature, WorkerTable
+from hdl.net.front_end.worker_table import GroupLookup, LookupSignature, WorkerTable
 from hdl.replica import replica
 
 __all__ = ["RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
@@ -134,6 +134,8 @@ class NetRegisters(wiring.Component):
     link : In(1)
     check, fanout : In(LookupSignature)
         The worker table's lookup ports.
+    group : In(GroupLookup)
+        Each job's result group (``group`` registers, flip-flops: a few jobs of 48 bits).
     counters : Out(StructLayout({name: 32 for name in NET_COUNTERS}))
         The counters' values (for the board's report and LEDs).
     """
@@ -142,12 +144,14 @@ class NetRegisters(wiring.Component):
         self._constants = {"mac_high": mac >> 32, "mac_low": mac & 0xFFFFFFFF, "ip": ip,
                            "port_base": port_base, "services": services}
         self._table = WorkerTable(jobs=jobs, max_workers=max_workers)
+        self._jobs = jobs
         super().__init__({
             "ctrl": In(RegisterPort()),
             "events": In(NetEvents),
             "link": In(1),
             "check": In(LookupSignature),
             "fanout": In(LookupSignature),
+            "group": In(GroupLookup),
             "counters": Out(data.StructLayout({name: 32 for name in NET_COUNTERS})),
         })
 
@@ -179,6 +183,26 @@ class NetRegisters(wiring.Component):
             table.reg_we.eq(self.ctrl.we & in_table),
             table.reg_wdata.eq(self.ctrl.wdata),
         ]
+        # Each job's result group: written like the worker table, read with the other
+        # registers below; the jobs beyond the switch's read 0 and ignore writes.
+        group = NET_REGISTERS["group"]
+        assert isinstance(group, RegisterArray)
+        group_ip = Array(Signal(32, name=f"group_ip_{j}") for j in range(self._jobs))
+        group_port = Array(Signal(16, name=f"group_port_{j}") for j in range(self._jobs))
+        group_span = group.field_bits + group.index_bits
+        group_index = addr[group.field_bits:group_span]
+        with m.If(self.ctrl.we & (addr[group_span:] == group.base >> group_span)
+                  & (group_index < self._jobs)):
+            with m.If(addr[:group.field_bits] == group.field("port").address):
+                m.d.sync += group_port[group_index].eq(self.ctrl.wdata)
+            with m.Else():
+                m.d.sync += group_ip[group_index].eq(self.ctrl.wdata)
+        known_job = self.group.job < self._jobs
+        m.d.comb += [
+            self.group.entry.ip_address.eq(Mux(known_job, group_ip[self.group.job], 0)),
+            self.group.entry.port.eq(Mux(known_job, group_port[self.group.job], 0)),
+        ]
+
         # A read answers two clocks after `re` (REGISTER_READ_LATENCY), in two steps
         # that run on every clock (a read has no side effect here): the address is
         # decoded into registers (which block of 32 registers, which one in it), then
@@ -189,6 +213,9 @@ class NetRegisters(wiring.Component):
             register = NET_REGISTERS[name]
             sources[register.address] = Const(constant & ((1 << register.width) - 1), 32)
         sources[NET_REGISTERS["link"].address] = self.link
+        for j in range(self._jobs):
+            sources[group.address(j, "ip")] = group_ip[j]
+            sources[group.address(j, "port")] = group_port[j]
         block_bits = 5
         blocks = sorted({address >> block_bits for address in sources})
         index = Signal(block_bits)

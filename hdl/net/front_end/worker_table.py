@@ -20,7 +20,7 @@ from amaranth.utils import ceil_log2
 
 from contract.registers import MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE
 
-__all__ = ["WorkerEntry", "LookupSignature", "WorkerTable"]
+__all__ = ["WorkerEntry", "LookupSignature", "GroupLookup", "WorkerTable"]
 
 WorkerEntry = data.StructLayout({"ip_address": 32, "port": 16})
 
@@ -33,6 +33,13 @@ LookupSignature = wiring.Signature({
     "en": Out(1),
     "entry": In(WorkerEntry),
     "valid": In(1),
+})
+
+#: A job's result group, seen from its user: ``entry`` is job ``job``'s group (address and
+#: port, 0 where none or the job is beyond the table), combinationally.
+GroupLookup = wiring.Signature({
+    "job": Out(8),
+    "entry": In(WorkerEntry),
 })
 
 

@@ -316,6 +316,23 @@ def test_a_multicast_result_goes_to_the_configured_workers_only():
     assert not replies_of(traffic, compare_counters=False)
 
 
+def test_a_job_with_a_result_group_sends_each_result_once_to_the_group():
+    """network.md section 3: one datagram to the group (its MAC, TTL 1: the harness checks
+    both) per multicast result, whatever the workers; a resend answered to its worker."""
+    key = SIMULATION_KEY
+    group = [(net("group", 0, "ip"), ip_to_int("239.77.0.9")), (net("group", 0, "port"), 47609)]
+    traffic = job_setup(key, extra=group) + [
+        (WORKER_A, Service.SWITCH, agg(0, 0, [5] * 64, slot=1, seq=10)),
+        (WORKER_B, Service.SWITCH, agg(0, 1, [6] * 64, slot=1, seq=11)),   # to the group
+        (WORKER_B, Service.SWITCH, agg(0, 1, [6] * 64, slot=1, seq=11)),   # unicast
+        (WORKER_A, Service.SWITCH, agg(0, 0, [7] * 64, slot=2, seq=12)),
+        (WORKER_B, Service.SWITCH, agg(0, 1, [8] * 64, slot=2, seq=13)),   # to the group
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [(a, 0) for a, _ in group], seq=14)),
+        (CTRL_PORT, Service.CTRL, ctrl(key, CtrlOp.READ, [
+            (net("counter", n), 0) for n in COUNTERS_COMPARED], seq=15))]
+    assert not replies_of(traffic)
+
+
 def test_a_switch_datagram_from_the_wrong_source_counts_as_switch_in():
     key = SIMULATION_KEY
     traffic = job_setup(key) + [

@@ -346,6 +346,94 @@ def test_worker_table_source_check_and_fan_out():
     run(dut, bench, background=(host.rx, host.tx))
 
 
+def test_result_group_one_datagram_per_result():
+    """A job with a result group: each multicast result leaves once, to the group, and
+    counts in ``switch_group_out``; a unicast answer still goes to the worker's entry; the
+    group reads back; a group of port 0, or on an unconfigured job, is no group; a job
+    beyond the switch's keeps none."""
+    rng = random.Random(3)
+    dut = Bench()
+    host = Host(dut, rng)
+    worker, group = NET_REGISTERS["worker"], NET_REGISTERS["group"]
+    workers = {0: (0x0A000010, 50010), 1: (0x0A000011, 50011), 2: (0x0A000012, 50012)}
+    group_ip, group_port = 0xEF4D0001, 47600          # 239.77.0.1
+    src = PORTS[Service.SWITCH]
+
+    def agg(w, completes=False):
+        header = bytearray(32)
+        header[0], header[1], header[2], header[5], header[6] = 0x47, 1, 2, 1, w
+        header[7] = 0x80 if completes else 0
+        return bytes(header) + bytes(rng.getrandbits(8) for _ in range(64))
+
+    def multicast():
+        p = agg(0, completes=True)
+        host.datagram(p, src, ip=workers[0][0], sport=workers[0][1])
+        return p[:6] + b"\xff" + p[7:]
+
+    def group_regs(job, ip, port):
+        return [(network_address("net", group.address(job, "ip")), ip),
+                (network_address("net", group.address(job, "port")), port)]
+
+    async def bench(ctx):
+        pairs = []
+        for w, (ip, port) in workers.items():
+            pairs += [(network_address("net", worker.address(1 * 32 + w, "ip")), ip),
+                      (network_address("net", worker.address(1 * 32 + w, "port")), port)]
+        pairs += group_regs(1, group_ip, group_port)
+        pairs += [(network_address("switch", SWITCH_JOB.address(1, field)), value)
+                  for field, value in dict(workers=3, slot_base=0, slot_count=4,
+                                           commit=COMMIT).items()]
+        host.ctrl(CtrlOp.WRITE, pairs)
+        await host.wait(ctx)
+        # the group reads back; job 3 is beyond the board's 2 jobs: it keeps no group (and
+        # writing one changes no other job's)
+        host.sent.clear()
+        host.ctrl(CtrlOp.WRITE, group_regs(3, group_ip + 5, group_port + 5))
+        host.ctrl(CtrlOp.READ, group_regs(1, 0, 0) + group_regs(3, 0, 0), seq=2)
+        await host.wait(ctx)
+        reply = host.sent[-1][1]
+        assert struct.unpack("<8I", reply[32:]) == (
+            group_regs(1, 0, 0)[0][0], group_ip, group_regs(1, 0, 0)[1][0], group_port,
+            group_regs(3, 0, 0)[0][0], 0, group_regs(3, 0, 0)[1][0], 0)
+
+        host.sent.clear()
+        c0 = counters(ctx, dut)
+        p1 = multicast()                       # to the group, once
+        p2 = agg(2)                            # a unicast answer: to worker 2's entry
+        host.datagram(p2, src, ip=workers[2][0], sport=workers[2][1])
+        p3 = multicast()
+        await host.wait(ctx, 1500)
+        assert host.sent == [((group_ip, src, group_port), p1),
+                             ((workers[2][0], src, workers[2][1]), p2),
+                             ((group_ip, src, group_port), p3)]
+        assert delta(c0, counters(ctx, dut)) == {"switch_in": 3, "switch_out": 3,
+                                                 "switch_group_out": 2}
+
+        # port 0 is no group: one datagram per worker again
+        for regs in (group_regs(1, group_ip, 0), group_regs(1, 0, group_port)):
+            host.ctrl(CtrlOp.WRITE, regs)
+            await host.wait(ctx)
+            host.sent.clear()
+            c1 = counters(ctx, dut)
+            p = multicast()
+            await host.wait(ctx, 800)
+            assert host.sent == [((workers[w][0], src, workers[w][1]), p) for w in (0, 1, 2)]
+            assert delta(c1, counters(ctx, dut)) == {"switch_in": 1, "switch_out": 3}
+        # an unconfigured job's results go nowhere, its group set or not
+        host.ctrl(CtrlOp.WRITE, group_regs(1, group_ip, group_port) + [
+            (network_address("switch", SWITCH_JOB.address(1, field)), value)
+            for field, value in dict(slot_count=0, commit=COMMIT).items()])
+        await host.wait(ctx)
+        host.sent.clear()
+        c2 = counters(ctx, dut)
+        multicast()
+        await host.wait(ctx, 600)
+        assert host.sent == []
+        assert delta(c2, counters(ctx, dut)) == {"switch_in": 1}
+
+    run(dut, bench, background=(host.rx, host.tx))
+
+
 def test_full_buffers_drop_whole_and_count():
     """Transmit path held: the output buffer fills and drops whole replies, the engine goes
     on. Engine stalled: its input buffer fills and drops whole requests, the other services
