@@ -400,8 +400,17 @@ def _worker_lifecycle():
     hook.close()
     out["closed"] = workers()
     out["after-close-call"] = _bits(hook(None, _Bucket(torch.ones(10))).wait()).tolist()
+    thread = hook._worker._thread
     del hook
-    gc.collect()
+    # The worker thread lets go of its last job (which holds the hook) only after the job
+    # has completed the future that wait() returned on: collect until that thread has
+    # ended, within a bound, rather than sampling it once.
+    deadline = time.monotonic() + 60.0
+    while True:
+        gc.collect()
+        thread.join(timeout=0.05)
+        if not thread.is_alive() or time.monotonic() > deadline:
+            break
     out["collected"] = workers()
     return out
 
