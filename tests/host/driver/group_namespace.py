@@ -18,7 +18,9 @@ against a fresh :class:`~host.board.VirtualBoard` and records what it saw in ``O
 - ``shared``: two jobs with the same group address and port: each job's workers see the
   other's results on the group and count them as foreign, never take them;
 - ``transport``, ``transport_unicast``: :class:`~host.driver.udp.UdpTransport` carrying
-  every worker of a job (``SwitchInterface.allreduce``), with and without a group.
+  every worker of a job (``SwitchInterface.allreduce``), with and without a group;
+- ``hook``: the DDP hooks' switch backend (``host.ddp.hardware.UdpSwitch``, one rank) with
+  a group.
 
 Every wait is bounded (the workers' timeouts, joined threads); the caller bounds the whole
 run and kills it if it hangs.
@@ -271,8 +273,34 @@ def scenario_transport(out):
     out["transport"] = run_transport(GROUP)
 
 
+def scenario_hook(out):
+    """The DDP hooks' switch backend (``host.ddp.hardware.UdpSwitch``, one rank: no process
+    group needed) with a group: rank 0 writes it, the layout carries it, the rank joins."""
+    from host.board import VirtualBoard
+    from host.ddp.hardware import UdpSwitch
+    board = VirtualBoard("golden", port_base=None, slots=SLOTS, lanes=LANES).start()
+    try:
+        settings = {"host": board.host, "port_base": board.port_base, "key": board.key,
+                    "mtu": 1500}
+        switch = UdpSwitch("test", settings, job=1, group=GROUP, timeout=20)
+        try:
+            switch.start(None, 0, 1, lambda r: r)
+            values = np.arange(-500, 500, dtype=np.int32)
+            total = switch.add(values, "values")
+            stats = switch.stats()
+            group = list(board.backend.groups.get(1, (0, 0)))
+        finally:
+            switch.close()
+        out["hook"] = {"exact": bool(np.array_equal(total, values)), "stats": stats,
+                       "board_group": group, "cleared": board.backend.aggregator.job_config(1)
+                       is None}
+    finally:
+        board.stop()
+
+
 SCENARIOS = {"unicast": scenario_unicast, "group": scenario_group, "resend": scenario_resend,
-             "shared": scenario_shared, "transport": scenario_transport}
+             "shared": scenario_shared, "transport": scenario_transport,
+             "hook": scenario_hook}
 
 
 def main(argv):

@@ -226,3 +226,22 @@ def test_udp_transport_receives_a_jobs_group_for_every_local_worker(multicast):
     assert u["counters"]["switch_out"] == WORKERS * results
     assert g["counters"]["switch_out"] == g["counters"]["switch_group_out"] == results
     assert g["switch"]["foreign"] == g["switch"]["rebuilt"] == 0
+
+
+def test_the_hooks_switch_backend_writes_the_group_and_its_rank_joins_it(multicast):
+    _ran(multicast, "hook")
+    h = multicast["hook"]
+    assert h["exact"] and h["board_group"] == [ip_to_int(GROUP[0]), GROUP[1]]
+    s = h["stats"]
+    assert s["layout"]["group"] == list(GROUP)
+    assert s["group"] == s["results"] == s["packets"] > 0
+    assert h["cleared"]                    # closing released the job
+
+
+def test_the_hooks_switch_backend_checks_its_group_when_made():
+    from host.ddp.hardware import UdpSwitch
+    settings = {"host": "127.0.0.1", "port_base": 1, "key": 1, "mtu": 1500}
+    assert UdpSwitch("t", settings, group="239.1.2.3:4").group == ("239.1.2.3", 4)
+    assert UdpSwitch("t", settings).group is None
+    with pytest.raises(ValueError, match="not IPv4 multicast"):
+        UdpSwitch("t", settings, group=("10.0.0.1", 4))
