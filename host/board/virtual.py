@@ -17,11 +17,9 @@ other destination is counted as ``undeliverable`` and not sent), and results to 
 result group (``../shared/spec/network.md`` section 3) to its IPv4 multicast address: the
 switch socket sends those with ``IP_MULTICAST_TTL`` 1 (``GROUP_TTL``: the group stays on
 the segment), ``IP_MULTICAST_LOOP`` on and ``IP_MULTICAST_IF`` the board's address, so that
-they reach the group's members on the same host (or network namespace) over loopback, which
-needs a loopback with multicast and a route for 224.0.0.0/4 through it (``ip link set lo
-multicast on; ip route add 224.0.0.0/4 dev lo``, in a namespace of one's own: the machine's
-own routes are not the board's business). Where the route is missing the datagram is lost
-(``send_errors``), and the workers' resends bring its lanes back as unicast answers.
+the kernel sends them on loopback (not along the route for 224.0.0.0/4, out of the host)
+and loops them back to the group's members on the same host (or network namespace), which
+join it on 127.0.0.1.
 """
 from __future__ import annotations
 
