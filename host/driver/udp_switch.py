@@ -16,8 +16,8 @@ that one datagram is every local worker's copy (unicast answers to resends still
 worker's own socket; a result of another job sharing the group's address and port is
 counted as foreign). A worker keeps one outstanding packet per (slot, version); a worker
 still waiting for a result on its timeout resends its outstanding packet, and the switch
-answers a resend of a complete round with a unicast result (a multicast whose every copy was lost comes back as
-unicasts, and is returned as the multicast the engine emitted). The transport must carry
+answers a resend of a complete round with a unicast result (a multicast whose every copy
+was lost comes back as unicasts, and is returned as the multicast the engine emitted). The transport must carry
 every worker of a job (one host running N workers uses N sockets). After a job's commit
 the transport discards whatever its workers' sockets still hold for that job.
 
