@@ -17,6 +17,8 @@ against a fresh :class:`~host.board.VirtualBoard` and records what it saw in ``O
   worker's resend gets a unicast answer at its own socket;
 - ``shared``: two jobs with the same group address and port: each job's workers see the
   other's results on the group and count them as foreign, never take them;
+- ``forged``: a result sent to the group from another port than the board's switch port
+  is foreign to every worker;
 - ``transport``, ``transport_unicast``: :class:`~host.driver.udp.UdpTransport` carrying
   every worker of a job (``SwitchInterface.allreduce``), with and without a group;
 - ``hook``: the DDP hooks' switch backend (``host.ddp.hardware.UdpSwitch``, one rank) with
@@ -244,6 +246,41 @@ def scenario_shared(out):
         board.stop()
 
 
+def scenario_forged(out):
+    """A result for the job's first chunk sent to the group from another port than the
+    board's switch port (before the round): every worker counts it as foreign and takes the
+    board's."""
+    from contract.header import Header
+    from host.board import VirtualBoard
+    board = VirtualBoard("golden", port_base=None, slots=SLOTS, lanes=LANES).start()
+    forger = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        workers, _ = make_workers(board, WORKERS, group=GROUP)
+        try:
+            forger.bind(("127.0.0.1", 0))
+            forger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF,
+                              socket.inet_aton("127.0.0.1"))
+            forger.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, 1)
+            fake = Header(type=PacketType.AGG_ADD_I32, flags=2, job=0, worker=0xFF,
+                          count=LANES, slot=0, seq=0).pack() + b"\xff" * (4 * LANES)
+            forger.sendto(fake, GROUP)
+            time.sleep(0.05)
+            per_worker = [[(np.full(LANES, w + 1, np.uint32), PacketType.AGG_ADD_I32, 0)]
+                          for w in range(WORKERS)]
+            results = in_threads(workers, per_worker)
+            out["forged"] = {
+                "exact": all(np.array_equal(r[0][0], np.full(LANES, WORKERS * (WORKERS + 1)
+                                                             // 2, np.uint32))
+                             for r in results),
+                "stats": [w.stats.as_dict() for w in workers]}
+        finally:
+            for w in workers:
+                w.close()
+    finally:
+        forger.close()
+        board.stop()
+
+
 def run_transport(group, seed=21):
     from host.board import VirtualBoard
     from host.driver.switch import SwitchInterface
@@ -300,7 +337,7 @@ def scenario_hook(out):
 
 SCENARIOS = {"unicast": scenario_unicast, "group": scenario_group, "resend": scenario_resend,
              "shared": scenario_shared, "transport": scenario_transport,
-             "hook": scenario_hook}
+             "forged": scenario_forged, "hook": scenario_hook}
 
 
 def main(argv):

@@ -245,3 +245,11 @@ def test_the_hooks_switch_backend_checks_its_group_when_made():
     assert UdpSwitch("t", settings).group is None
     with pytest.raises(ValueError, match="not IPv4 multicast"):
         UdpSwitch("t", settings, group=("10.0.0.1", 4))
+
+
+def test_a_result_sent_to_the_group_from_elsewhere_is_foreign(multicast):
+    _ran(multicast, "forged")
+    f = multicast["forged"]
+    assert f["exact"]
+    for s in f["stats"]:
+        assert s["foreign"] == 1 and s["group"] == s["results"] == 1
