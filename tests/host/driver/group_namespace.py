@@ -22,7 +22,8 @@ against a fresh :class:`~host.board.VirtualBoard` and records what it saw in ``O
 - ``transport``, ``transport_unicast``: :class:`~host.driver.udp.UdpTransport` carrying
   every worker of a job (``SwitchInterface.allreduce``), with and without a group;
 - ``hook``: the DDP hooks' switch backend (``host.ddp.hardware.UdpSwitch``, one rank) with
-  a group.
+  a group; ``ranks``: the same in three processes of a gloo group, as training runs it
+  (skipped without torch).
 
 Every wait is bounded (the workers' timeouts, joined threads); the caller bounds the whole
 run and kills it if it hangs.
@@ -281,6 +282,51 @@ def scenario_forged(out):
         board.stop()
 
 
+def rank_entry(rank, world, settings):
+    """One rank of ``scenario_ranks``: the hooks' switch backend on a job with a group."""
+    import torch.distributed as dist
+    from host.ddp.hardware import UdpSwitch
+    switch = UdpSwitch("ranks", settings, job=0, group=GROUP, timeout=20)
+    try:
+        switch.start(dist.group.WORLD, rank, world, lambda r: r)
+        values = np.arange(4000, dtype=np.int32) * (rank + 1)
+        total = switch.add(values, "values")
+        return {"total": hashlib.sha256(total.tobytes()).hexdigest(),
+                "stats": switch.stats()}
+    finally:
+        switch.close()
+
+
+def scenario_ranks(out):
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        out["ranks"] = {"skipped": "no torch"}
+        return
+    _scenario_ranks(out)
+
+
+def _scenario_ranks(out):
+    """Three processes (a gloo group), one worker each, as a training job runs them: each
+    binds the group's port in its own process and joins the group."""
+    from host.board import VirtualBoard
+    from host.ddp.hooks import run_local_group
+    board = VirtualBoard("golden", port_base=None, slots=SLOTS, lanes=LANES).start()
+    try:
+        settings = {"host": board.host, "port_base": board.port_base, "key": board.key,
+                    "mtu": 1500}
+        before = read_counters(board)
+        ranks = run_local_group(rank_entry, 3, settings, timeout=120)
+        after = read_counters(board)
+        want = np.arange(4000, dtype=np.int32) * 6
+        out["ranks"] = {"totals": [r["total"] for r in ranks],
+                        "want": hashlib.sha256(want.tobytes()).hexdigest(),
+                        "stats": [r["stats"] for r in ranks],
+                        "counters": {k: after[k] - before[k] for k in COUNTERS}}
+    finally:
+        board.stop()
+
+
 def run_transport(group, seed=21):
     from host.board import VirtualBoard
     from host.driver.switch import SwitchInterface
@@ -337,7 +383,7 @@ def scenario_hook(out):
 
 SCENARIOS = {"unicast": scenario_unicast, "group": scenario_group, "resend": scenario_resend,
              "shared": scenario_shared, "transport": scenario_transport,
-             "forged": scenario_forged, "hook": scenario_hook}
+             "forged": scenario_forged, "hook": scenario_hook, "ranks": scenario_ranks}
 
 
 def main(argv):
