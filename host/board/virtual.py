@@ -13,7 +13,13 @@ backend at ``backend.port_base + i``, and a datagram the backend sends from
 ``backend.port_base + i`` leaves from socket ``port_base + i`` (the gateware's ports are
 fixed when it is built; the golden backend is simply built with the sockets' ports). The
 board's own address is the backend's ``ip``; replies go to loopback addresses only (any
-other destination is counted as ``undeliverable`` and not sent).
+other destination is counted as ``undeliverable`` and not sent), and results to a job's
+result group (``../shared/spec/network.md`` section 3) to its IPv4 multicast address: the
+switch socket sends those with ``IP_MULTICAST_TTL`` 1 (``GROUP_TTL``: the group stays on
+the segment), ``IP_MULTICAST_LOOP`` on and ``IP_MULTICAST_IF`` the board's address, so that
+the kernel sends them on loopback (not along the route for 224.0.0.0/4, out of the host)
+and loops them back to the group's members on the same host (or network namespace), which
+join it on 127.0.0.1.
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ import threading
 import time
 import traceback
 
-from contract.network import PORT_BASE, SERVICE_OFFSETS, Service
+from contract.network import GROUP_TTL, PORT_BASE, SERVICE_OFFSETS, Service
 
 from .backend import BoardBackend, Datagram, open_board_backend
 from .wire import INBOUND, OUTBOUND, WireFaults
@@ -100,7 +106,8 @@ class VirtualBoard:
         self._heap = []
         self._order = itertools.count()
         self.stats = dict.fromkeys(("received", "delivered", "sent", "undeliverable",
-                                    "send_errors", "backend_errors", "bad_source_port"), 0)
+                                    "send_errors", "backend_errors", "bad_source_port",
+                                    "multicast"), 0)
 
     # -- life cycle ----------------------------------------------------------------------
 
@@ -222,11 +229,19 @@ class VirtualBoard:
                                              f"{exc.strerror} (another board serving there? "
                                              f"choose another port base)") from None
                 s.setblocking(False)
+            self._multicast_from(sockets[_SWITCH])
         except BaseException:
             for s in sockets:
                 s.close()
             raise
         return sockets
+
+    def _multicast_from(self, s):
+        """The switch socket sends results to a job's result group: TTL 1, looped back to
+        this host's members, out of the interface of the board's address."""
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_TTL, GROUP_TTL)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_IF, socket.inet_aton(self.host))
 
     def _close_sockets(self):
         for s in self._sockets + [self._wake_r, self._wake_w]:
@@ -321,7 +336,10 @@ class VirtualBoard:
                 self.stats["bad_source_port"] += 1
                 continue
             try:
-                loopback = ipaddress.IPv4Address(d.dst_ip).is_loopback
+                destination = ipaddress.IPv4Address(d.dst_ip)
+                # loopback, or a result group's multicast address from the switch socket
+                loopback = destination.is_loopback or (destination.is_multicast
+                                                       and offset == _SWITCH)
             except ValueError:
                 loopback = False
             if not loopback or not 0 < d.dst_port <= 0xFFFF:
@@ -338,5 +356,7 @@ class VirtualBoard:
         try:
             self._sockets[offset].sendto(payload, address)
             self.stats["sent"] += 1
+            if 224 <= int(address[0].partition(".")[0]) <= 239:
+                self.stats["multicast"] += 1      # one datagram to a job's result group
         except OSError:     # full buffer or an unreachable port: the datagram is lost
             self.stats["send_errors"] += 1

@@ -8,6 +8,7 @@
     gradwire board wire-status [--json]
     gradwire board ping [-c COUNT]
     gradwire board configure-job JOB --workers N --slots BASE:COUNT [--worker IP:PORT ...]
+                                 [--group ADDR:PORT]
     gradwire board compress IN.npy OUT.gwz [-k K]
     gradwire board decompress IN.gwz OUT.npy
 
@@ -21,7 +22,10 @@ base, control key and MTU come from the options or from the environment variable
 ``GRADWIRE_KEY`` (hex digits) and ``GRADWIRE_MTU``. Data commands (compress, decompress)
 need no key; control ones (status, wire-status, ping, configure-job) do. ``wire-status`` is
 for a board built with the wire top (the NIC in the wire, ``network.md`` section 6), from
-the host behind its port 0.
+the host behind its port 0. ``configure-job --group ADDR:PORT`` gives the job a result group
+(``network.md`` section 3: each multicast result leaves the board once, to that IPv4
+multicast address and UDP port, for the workers that joined it); ``--group 0`` or no
+``--group`` configures the job without one.
 """
 from __future__ import annotations
 
@@ -39,7 +43,7 @@ from contract.counters import (AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_
 from contract.header import Header, PacketType
 from contract.network import (MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
                               PORT_BASE, SERVICE_OFFSETS, SWITCH_REGISTERS, Service,
-                              network_address, service_ports)
+                              group_active, network_address, service_ports)
 from contract.packet import Packet
 from contract.registers import WIRE_REGISTERS, JobStatus, decode_switch_params
 
@@ -52,6 +56,7 @@ _SERVICE_NAMES = {Service.NIC_TX: "NIC transmit path", Service.NIC_RX: "NIC rece
                   Service.SWITCH: "switch", Service.CTRL: "control"}
 _JOB_REGS = SWITCH_REGISTERS["job"]
 _TABLE = NET_REGISTERS["worker"]
+_GROUPS = NET_REGISTERS["group"]
 #: values per progress step of compress / decompress
 
 
@@ -188,6 +193,11 @@ def add_arguments(p):
                     help="the job's slots (default: the whole pool)")
     cj.add_argument("--worker", type=_address, action="append", default=[], metavar="IP:PORT",
                     help="worker w's result address, in worker order (give all or none)")
+    cj.add_argument("--group", metavar="ADDR:PORT",
+                    help="the job's result group: each multicast result leaves the board once, "
+                         "to this IPv4 multicast address and UDP port (use 239.0.0.0/8; the "
+                         "workers join it), instead of once per worker; 0 or absent: no "
+                         "group")
     cj.add_argument("--clear", action="store_true", help="unconfigure the job instead")
     cj.set_defaults(board_run=_configure_job)
 
@@ -491,9 +501,15 @@ def _read_status(transport):
                    for w in range(min(f["workers"], MAX_WORKERS_IN_TABLE))]
         addresses = [network_address("net", _TABLE.address(j * MAX_WORKERS_IN_TABLE + w, field))
                      for j, w in entries for field in ("ip", "port")]
+        # each job's result group, in the same requests
+        addresses += [network_address("net", _GROUPS.address(j, field))
+                      for j in jobs for field in ("ip", "port")]
         words = transport.read_many(addresses, full=True)
+        groups = words[2 * len(entries):]
         for (j, w), ip, port in zip(entries, words[0::2], words[1::2]):
             table.setdefault(j, {})[w] = (ip, port)
+        for j, ip, port in zip(jobs, groups[0::2], groups[1::2]):
+            jobs[j]["group"] = (ip, port)
     return values, jobs, table
 
 
@@ -523,6 +539,8 @@ def _status(args):
             job: {"workers": f["workers"], "slot_base": f["slot_base"],
                   "slot_count": f["slot_count"],
                   "status": str(JobStatus(f["commit"] & (JobStatus.BUSY | JobStatus.REJECTED))),
+                  "group": (f"{_ip_text(f['group'][0])}:{f['group'][1]}"
+                            if group_active(*f["group"]) else None),
                   "worker_table": {w: f"{_ip_text(ip)}:{port}" if port else None
                                    for w, (ip, port) in table.get(job, {}).items()}}
             for job, f in jobs.items()}},
@@ -546,6 +564,8 @@ def _status(args):
         for job, j in status["switch"]["jobs"].items():
             print(f"  job {job:<7} {j['workers']} workers, slots {j['slot_base']}.."
                   f"{j['slot_base'] + j['slot_count'] - 1}, status {j['status']}")
+            if j["group"]:
+                print(f"    result group {j['group']} (each multicast result once)")
             for w, address in j["worker_table"].items():
                 print(f"    worker {w:<3} {address or '(no entry)'}")
     for group, counters in status["counters"].items():
@@ -627,13 +647,18 @@ def _configure_job(args):
     from ..driver.switch import SwitchInterface
     if not 0 <= args.job < _JOB_REGS.count:
         raise CliError(f"job must be in 0..{_JOB_REGS.count - 1}, not {args.job}")
-    if args.clear and (args.workers or args.slots or args.worker):
-        raise CliError("--clear takes no --workers, --slots or --worker")
+    if args.clear and (args.workers or args.slots or args.worker or args.group is not None):
+        raise CliError("--clear takes no --workers, --slots, --worker or --group")
     if not args.clear and args.workers is None:
         raise CliError("give --workers N (or --clear)")
     if args.worker and len(args.worker) != args.workers:
         raise CliError(f"give one --worker address per worker ({args.workers}), or none; got "
                        f"{len(args.worker)}")
+    from ..driver.sockets import parse_group
+    try:
+        group = parse_group(args.group)
+    except ValueError as exc:
+        raise CliError(f"--group: {exc}") from None
     transport, settings = _open(args, region="switch")
     try:
         switch = _control(args, settings, lambda: SwitchInterface(transport))
@@ -650,6 +675,9 @@ def _configure_job(args):
                 pairs += [(network_address("net", _TABLE.address(entry, "ip")), ip_to_int(ip)),
                           (network_address("net", _TABLE.address(entry, "port")), port)]
             _control(args, settings, lambda: transport.write_many(pairs, full=True))
+        from ..driver.udp_worker import write_group
+        # before the commit, always: without --group a job configured again loses its group
+        _control(args, settings, lambda: write_group(transport, args.job, group))
         try:
             _control(args, settings,
                      lambda: switch.configure_job(args.job, args.workers, base, count))
@@ -660,7 +688,8 @@ def _configure_job(args):
         transport.close()
     print(f"job {args.job}: {args.workers} workers, slots {base}..{base + count - 1}"
           + (", worker table " + " ".join(f"{ip}:{port}" for ip, port in args.worker)
-             if args.worker else ""))
+             if args.worker else "")
+          + (f", result group {group[0]}:{group[1]}" if group else ""))
     return 0
 
 

@@ -531,13 +531,17 @@ class UdpSwitch(_Backend):
     """
 
     def __init__(self, who: str, settings, *, job=0, slot_base=0, slot_count=None,
-                 timeout=None):
+                 timeout=None, group=None):
+        from ..driver.sockets import parse_group
         from ..driver.udp_worker import DEFAULT_TIMEOUT
 
         super().__init__(who)
         self.backend = "udp"
         self.settings = settings
         self.job, self.slot_base, self.slot_count = job, slot_base, slot_count
+        # the job's result group ((ip, port) or None): rank 0 writes it with the worker
+        # table, the layout it broadcasts carries it, and every rank joins it
+        self.group = parse_group(group)
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         self.worker = None
         self.layout = None
@@ -579,13 +583,25 @@ class UdpSwitch(_Backend):
                                    f"switch failed (rank {to_global(0)}: {value}); every rank "
                                    f"of the group raises this error")
         self.layout = value
-        self.worker.set_layout(value)
         if rank == 0:
             # The job is this hook's until it closes: then group rank 0 releases its slots
             # (after a completed call every rank has every result, so nobody needs them).
             self._finalizer.detach()
             self._finalizer = weakref.finalize(self, _release_job, self.worker, self.settings,
                                                self.job)
+        if value.group is None:
+            self.worker.set_layout(value)
+        else:
+            # joining the group may fail on one rank (no multicast on its interface):
+            # every rank learns it, none waits for a worker that will not hear results
+            error = None
+            try:
+                self.worker.set_layout(value)
+            except Exception as exc:          # noqa: BLE001 (every rank raises it)
+                error = _describe(exc)
+            agree(self.who, f"joining job {self.job}'s result group {value.group[0]}:"
+                            f"{value.group[1]} failed", error, group, world, to_global,
+                  status_first=True)
 
     def _configure(self, addresses):
         from ..driver.transport import NoReplyError
@@ -598,7 +614,7 @@ class UdpSwitch(_Backend):
                                retries=4)
         try:
             return configure_job(control, self.job, addresses, slot_base=self.slot_base,
-                                 slot_count=self.slot_count)
+                                 slot_count=self.slot_count, group=self.group)
         except NoReplyError:
             raise HookBackendError(_diagnose(s)) from None
         finally:

@@ -9,10 +9,15 @@ its worker's socket and returns what the engine emits for them, as an engine tra
 does: it knows which packets complete a round because it runs the reference aggregator on
 the same packets (``host.golden.aggregator.AggregatorModel``, configured from the board's job
 registers) and waits until every worker that the board sends a result to has received its
-copy. A worker keeps one outstanding packet per (slot, version); a worker still waiting for
-a result on its timeout resends its outstanding packet, and the switch answers a resend of
-a complete round with a unicast result (a multicast whose every copy was lost comes back as
-unicasts, and is returned as the multicast the engine emitted). The transport must carry
+copy. A job with a result group (``network.md`` section 3, read from the board with its job
+registers) gets one more socket, bound to the group and joined on the interface that
+reaches the board: the board sends each multicast result of the job once, to the group, and
+that one datagram is every local worker's copy (unicast answers to resends still come to the
+worker's own socket; a result of another job sharing the group's address and port is
+counted as foreign). A worker keeps one outstanding packet per (slot, version); a worker
+still waiting for a result on its timeout resends its outstanding packet, and the switch
+answers a resend of a complete round with a unicast result (a multicast whose every copy
+was lost comes back as unicasts, and is returned as the multicast the engine emitted). The transport must carry
 every worker of a job (one host running N workers uses N sockets). After a job's commit
 the transport discards whatever its workers' sockets still hold for that job.
 
@@ -32,13 +37,14 @@ from contract.packet import Packet
 from contract.registers import SWITCH_REGISTERS, JobStatus, decode_switch_params
 
 from .rtt import ResendTimer
-from .sockets import drain
+from .sockets import drain, open_group_socket, parse_group
 from .transport import NoReplyError, TransportError
 
 __all__ = ["SwitchWorkerSockets"]
 
 _JOB_REGS = SWITCH_REGISTERS["job"]
 _WORKER_TABLE = NET_REGISTERS["worker"]
+_GROUP_TABLE = NET_REGISTERS["group"]
 #: status reads while a commit is busy, before the job's state is read anyway
 _BUSY_POLLS = 1024
 
@@ -63,11 +69,37 @@ class SwitchWorkerSockets:
         self._endpoints: dict[tuple[int, int], _WorkerSocket] = {}
         self._shadow = None                 # reference aggregator (knows what completes)
         self._synced_jobs: set[int] = set()
+        #: job -> (its result group (ip, port), the socket joined to it)
+        self._groups: dict[int, tuple[tuple[str, int], object]] = {}
 
     def _close_switch_workers(self) -> None:
         for endpoint in self._endpoints.values():
             endpoint.sock.close()
         self._endpoints.clear()
+        for _, sock in self._groups.values():
+            sock.close()
+        self._groups.clear()
+
+    def _sync_group(self, job: int) -> None:
+        """Receive ``job``'s result group as the board holds it (join it, or leave the old
+        one)."""
+        ip, port = self._ctrl(CtrlOp.READ, [(network_address("net", _GROUP_TABLE.address(
+            job, field)), 0) for field in ("ip", "port")], window=self.window)
+        group = None
+        if ip and port:
+            dotted = ".".join(str(ip >> shift & 0xFF) for shift in (24, 16, 8, 0))
+            try:
+                group = parse_group((dotted, port))
+            except ValueError as exc:
+                raise TransportError(f"job {job}'s result group on the board: {exc}") from None
+        old = self._groups.get(job)
+        if old is not None and old[0] == group:
+            return
+        if old is not None:
+            old[1].close()
+            del self._groups[job]
+        if group is not None:
+            self._groups[job] = (group, open_group_socket(group, self._local_ip))
 
     def _switch_read(self, locals_):
         return self._ctrl(CtrlOp.READ, [(network_address("switch", a), 0) for a in locals_],
@@ -110,6 +142,7 @@ class SwitchWorkerSockets:
                 self._synced_jobs.clear()
                 shadow.configure_job(job, values["workers"], values["slot_base"],
                                      values["slot_count"])
+        self._sync_group(job)
         self._synced_jobs.add(job)
 
     def _after_commit(self, job: int) -> None:
@@ -121,6 +154,8 @@ class SwitchWorkerSockets:
             if j == job:
                 endpoint.outstanding.clear()
                 self.network[Service.SWITCH].discarded += len(drain(endpoint.sock))
+        if job in self._groups:
+            self.network[Service.SWITCH].discarded += len(drain(self._groups[job][1]))
 
     def worker_address(self, job: int, worker: int) -> tuple[str, int]:
         """The address of (job, worker)'s socket, registered in the board's worker table
@@ -236,11 +271,45 @@ class SwitchWorkerSockets:
         copies = {}
         by_socket = {e.sock: e for e in self._endpoints.values()
                      if any(k[0] == e.job for k in rounds)}
+        # a job's result group: one socket, each datagram every local worker's copy
+        group_jobs = {sock: job for job, (_, sock) in self._groups.items()
+                      if any(k[0] == job for k in rounds)}
+        group_members = {job: [e for e in by_socket.values() if e.job == job]
+                         for job in group_jobs.values()}
+
+        def take(endpoint, data, rh):
+            version = rh.slot_version & 1
+            round_key = (endpoint.job, rh.slot, version, rh.seq)
+            if (not rh.flags & Flags.RESULT or rh.job != endpoint.job
+                    or rh.worker not in (WORKER_MULTICAST, endpoint.worker)):
+                stats.discarded += 1
+                return
+            kind = "m" if rh.worker == WORKER_MULTICAST else rh.worker
+            if round_key in rounds:
+                first = copies.setdefault(round_key + (kind,), data)
+                if first != data:
+                    raise TransportError(f"the board sent two different results for "
+                                         f"job {rh.job} slot {rh.slot} version "
+                                         f"{version} seq {rh.seq}")
+            key = (endpoint.job, endpoint.worker, rh.slot, version, rh.seq)
+            entry = waiting.get(key)
+            if entry is None:
+                stats.discarded += 1
+                return
+            stats.bytes_in += len(data)
+            self._heard[Service.SWITCH] = time.monotonic()
+            if entry.attempt == 0:
+                est.sample(self._heard[Service.SWITCH] - entry.sent)
+            entry.need -= 1
+            if entry.need == 0:
+                del waiting[key]
+                endpoint.outstanding.pop((rh.slot, version), None)
+
         while waiting:
             wait = min(e.deadline for e in waiting.values()) - time.monotonic()
-            ready, _, _ = select.select(list(by_socket), [], [], max(wait, 0.0))
+            ready, _, _ = select.select([*by_socket, *group_jobs], [], [], max(wait, 0.0))
             for sock in ready:
-                endpoint = by_socket[sock]
+                group_job = group_jobs.get(sock)
                 for data, source in drain(sock):
                     if source != address:
                         stats.foreign += 1
@@ -249,32 +318,14 @@ class SwitchWorkerSockets:
                         stats.discarded += 1
                         continue
                     rh = Header.parse(data)
-                    version = rh.slot_version & 1
-                    round_key = (endpoint.job, rh.slot, version, rh.seq)
-                    if (not rh.flags & Flags.RESULT or rh.job != endpoint.job
-                            or rh.worker not in (WORKER_MULTICAST, endpoint.worker)):
-                        stats.discarded += 1
-                        continue
-                    kind = "m" if rh.worker == WORKER_MULTICAST else rh.worker
-                    if round_key in rounds:
-                        first = copies.setdefault(round_key + (kind,), data)
-                        if first != data:
-                            raise TransportError(f"the board sent two different results for "
-                                                 f"job {rh.job} slot {rh.slot} version "
-                                                 f"{version} seq {rh.seq}")
-                    key = (endpoint.job, endpoint.worker, rh.slot, version, rh.seq)
-                    entry = waiting.get(key)
-                    if entry is None:
-                        stats.discarded += 1
-                        continue
-                    stats.bytes_in += len(data)
-                    self._heard[Service.SWITCH] = time.monotonic()
-                    if entry.attempt == 0:
-                        est.sample(self._heard[Service.SWITCH] - entry.sent)
-                    entry.need -= 1
-                    if entry.need == 0:
-                        del waiting[key]
-                        endpoint.outstanding.pop((rh.slot, version), None)
+                    if group_job is None:
+                        take(by_socket[sock], data, rh)
+                    elif (rh.flags & Flags.RESULT and rh.job == group_job
+                          and rh.worker == WORKER_MULTICAST):
+                        for endpoint in group_members[group_job]:
+                            take(endpoint, data, rh)
+                    else:                 # another job's result on a shared group
+                        stats.foreign += 1
             for key, entry in self._expired(Service.SWITCH, waiting):
                 job, worker, slot, version, seq = key
                 if entry.attempt >= self.retries:

@@ -25,6 +25,13 @@ that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` 
   expired one;
 - results are matched by ``seq`` and checked against the packet they answer; duplicates and
   results of earlier messages are discarded and counted;
+- a job with a result group (``network.md`` section 3; :func:`configure_job`'s ``group``,
+  carried by :attr:`JobLayout.group`): the board sends each multicast result once, to the
+  group, and the worker receives on a second socket bound to the group that joins it on the
+  interface that reaches the board (``IP_ADD_MEMBERSHIP``); unicast answers to resends still
+  come to its own socket. Both sockets take results from the board's switch port only, and
+  the group socket multicast results of the worker's own job only (a job sharing the group
+  address and port is counted as foreign);
 - a message that makes no progress (no new result) for ``timeout`` seconds raises
   :class:`~host.driver.transport.NoReplyError`: a stopped board, a job that is not
   configured, or a worker of the job that does not send.
@@ -37,32 +44,37 @@ import time
 
 import numpy as np
 
-from contract.header import HEADER_BYTES, WORKER_MULTICAST, Header, PacketType
+from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, PacketType
 from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE,
                               Service, ip_to_int, network_address, service_ports)
 from contract.packet import Packet
 
 from ..switchml.window import ProtocolError, SwitchWorkerWindow
 from .rtt import ResendTimer, RttEstimator
-from .sockets import drain, local_address_towards, open_udp_socket
+from .sockets import (drain, local_address_towards, open_group_socket, open_udp_socket,
+                      parse_group)
 from .transport import NoReplyError, TransportError
 
-__all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "DEFAULT_TIMEOUT"]
+__all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "write_group",
+           "read_group", "DEFAULT_TIMEOUT"]
 
 #: seconds a message may go without any new result before the worker gives up
 DEFAULT_TIMEOUT = 30.0
 _WORKER_TABLE = NET_REGISTERS["worker"]
+_GROUP_TABLE = NET_REGISTERS["group"]
 _OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
 
 
 @dataclasses.dataclass(frozen=True)
 class JobLayout:
-    """Where a job's rounds go on the switch (the same on every worker of the job)."""
+    """Where a job's rounds go on the switch (the same on every worker of the job), and
+    its result group: ``(ip, port)`` or None (results come one datagram per worker)."""
     job: int
     workers: int
     slot_base: int
     slot_count: int
     lanes: int
+    group: tuple[str, int] | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -78,10 +90,12 @@ class WorkerStats:
     multicast: int = 0         # ... of them multicast copies
     unicast: int = 0           # ... of them unicast answers to resends
     discarded: int = 0         # duplicates, results of earlier messages
-    foreign: int = 0           # datagrams from another address than the switch port
+    foreign: int = 0           # datagrams from another address than the switch port (or,
+                               # on the group, not a multicast result of this job)
     bytes_out: int = 0
     bytes_in: int = 0
     seconds: float = 0.0       # wall time inside aggregate()
+    group: int = 0             # results taken from the job's result group (multicast ones)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -112,7 +126,8 @@ class UdpSwitchWorker:
 
     The socket is bound when the worker is made (:attr:`address` is what the worker table
     must hold); :meth:`set_layout` tells it the job's slots and lanes before the first
-    :meth:`aggregate`. One worker serves one thread.
+    :meth:`aggregate`, and its result group if it has one (then it joins the group). One
+    worker serves one thread.
     """
 
     def __init__(self, host: str = "127.0.0.1", *, port_base: int = PORT_BASE, job: int = 0,
@@ -135,6 +150,8 @@ class UdpSwitchWorker:
         self.sock = open_udp_socket(local_address_towards(self.switch_address))
         self.stats = WorkerStats()
         self.layout: JobLayout | None = None
+        #: the socket that receives the job's result group (None: the job has none)
+        self.group_sock = None
         self.next_chunk = 0
         self._rtt = RttEstimator(rto, min_rto, max_rto)
         self._heard = float("-inf")
@@ -147,11 +164,23 @@ class UdpSwitchWorker:
 
     def set_layout(self, layout: JobLayout, first_chunk: int = 0) -> None:
         """The job's slots and lanes (after its commit: chunk numbers start at
-        ``first_chunk``)."""
+        ``first_chunk``), and its result group: with one, the worker joins it on the
+        interface of its own socket (the one that reaches the board)."""
         if layout.job != self.job or not 0 <= self.worker < layout.workers:
             raise ValueError(f"job {self.job} worker {self.worker} is not a worker of {layout}")
+        group = parse_group(layout.group)
+        if self._closed:
+            raise TransportError("the switch worker is closed")
+        self._leave_group()
+        if group is not None:
+            self.group_sock = open_group_socket(group, self.address[0])
         self.layout = layout
         self.next_chunk = int(first_chunk)
+
+    def _leave_group(self) -> None:
+        if self.group_sock is not None:
+            self.group_sock.close()          # the kernel leaves the group with it
+            self.group_sock = None
 
     # -- one message ---------------------------------------------------------------------
 
@@ -208,10 +237,12 @@ class UdpSwitchWorker:
                       self._heard + self._rtt.rto)
             wait = min(max(due - time.monotonic(), 0.0),
                        max(progress + self.timeout - time.monotonic(), 0.0))
-            ready, _, _ = select.select([self.sock], [], [], wait)
-            if ready:
-                for data, source in drain(self.sock):
-                    packet = self._datagram_packet(data, source)
+            sockets = [self.sock] if self.group_sock is None else [self.sock, self.group_sock]
+            ready, _, _ = select.select(sockets, [], [], wait)
+            for sock in ready:
+                on_group = sock is self.group_sock
+                for data, source in drain(sock):
+                    packet = self._datagram_packet(data, source, on_group)
                     if packet is None:
                         continue
                     seq = packet.header.seq
@@ -226,7 +257,7 @@ class UdpSwitchWorker:
                     self._heard = progress = time.monotonic()
                     if timer.attempt == 0:           # Karn: first attempts only
                         self._rtt.sample(self._heard - timer.sent)
-                    self._count_result(packet, len(data))
+                    self._count_result(packet, len(data), on_group)
                     send_new(following, progress)
             now = time.monotonic()
             if not window.done and now - progress >= self.timeout:
@@ -262,20 +293,27 @@ class UdpSwitchWorker:
                 self.stats.resends += 1
                 self._send(timer.item)
 
-    def _datagram_packet(self, data: bytes, source) -> Packet | None:
+    def _datagram_packet(self, data: bytes, source, on_group: bool = False) -> Packet | None:
         """``data`` as a packet if it came from the switch and parses, else None (counted
-        as foreign or discarded)."""
+        as foreign or discarded). On the result group only a multicast result of this
+        worker's job counts: the group's address and port may be another job's too."""
         if source != self.switch_address:
             self.stats.foreign += 1
             return None
         if len(data) < HEADER_BYTES or (len(data) - HEADER_BYTES) % 4:
             self.stats.discarded += 1
             return None
-        return Packet(Header.parse(data), data[HEADER_BYTES:])
+        header = Header.parse(data)
+        if on_group and not (header.flags & Flags.RESULT and header.job == self.job
+                             and header.worker == WORKER_MULTICAST):
+            self.stats.foreign += 1
+            return None
+        return Packet(header, data[HEADER_BYTES:])
 
-    def _count_result(self, packet: Packet, size: int) -> None:
+    def _count_result(self, packet: Packet, size: int, on_group: bool = False) -> None:
         self.stats.results += 1
         self.stats.bytes_in += size
+        self.stats.group += on_group
         if packet.header.worker == WORKER_MULTICAST:
             self.stats.multicast += 1
         else:
@@ -299,6 +337,7 @@ class UdpSwitchWorker:
     def close(self) -> None:
         if not self._closed:
             self._closed = True
+            self._leave_group()
             self.sock.close()
 
     def __enter__(self):
@@ -309,18 +348,26 @@ class UdpSwitchWorker:
 
 
 def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
-                  slot_count: int | None = None) -> JobLayout:
+                  slot_count: int | None = None, group=None) -> JobLayout:
     """Write ``addresses`` (worker w's ``(ip, port)``, in worker order) into the board's
     worker table for ``layout_job`` and (re)configure the job for that many workers over
     ``[slot_base, slot_base + slot_count)`` (default: the rest of the switch's pool), which
     clears its slots. ``transport`` is a :class:`~host.driver.udp.UdpTransport` with the
     board's key and ``region="switch"``. Returns the job's :class:`JobLayout`.
+
+    ``group`` is the job's result group (``network.md`` section 3): ``(ip, port)`` or
+    ``"IP:PORT"`` with an IPv4 multicast address (239.0.0.0/8, administratively scoped, is
+    the one to use) and a port in 1..65535; None or 0: no group. It is written with the
+    worker table, before the commit, either way (no group writes 0, so a job configured
+    again without one loses its old group). The layout carries it to the workers
+    (:meth:`UdpSwitchWorker.set_layout` joins it).
     """
     from .switch import SwitchInterface
 
     workers = len(addresses)
     job = _check_int("job", layout_job, 0, MAX_JOBS_IN_TABLE - 1)
     _check_int("workers", workers, 1, MAX_WORKERS_IN_TABLE)
+    group = parse_group(group)
     switch = SwitchInterface(transport)
     if slot_count is None:
         slot_count = switch.slots - slot_base
@@ -333,6 +380,38 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
         writes += [(network_address("net", _WORKER_TABLE.address(entry, "ip")), ip_to_int(ip)),
                    (network_address("net", _WORKER_TABLE.address(entry, "port")), int(port))]
     transport.write_many(writes, full=True)
+    write_group(transport, job, group)
     switch.configure_job(job, workers, slot_base, slot_count)
     return JobLayout(job=job, workers=workers, slot_base=slot_base, slot_count=slot_count,
-                     lanes=switch.lanes)
+                     lanes=switch.lanes, group=group)
+
+
+def write_group(transport, job: int, group) -> tuple[str, int] | None:
+    """Write ``job``'s result group registers (``group`` as :func:`configure_job` takes it;
+    None or 0 writes 0/0: no group) and check the read-back; the group as ``(ip, port)``
+    or None. Before the job's commit, as the worker table."""
+    group = parse_group(group)
+    ip, port = (ip_to_int(group[0]), group[1]) if group is not None else (0, 0)
+    pairs = [(network_address("net", _GROUP_TABLE.address(job, "ip")), ip),
+             (network_address("net", _GROUP_TABLE.address(job, "port")), port)]
+    try:
+        transport.write_many(pairs, full=True)
+    except TransportError as exc:
+        if group is None or "reads back" not in str(exc):
+            raise
+        raise TransportError(f"the board does not hold a result group for job {job} (its "
+                             f"network front end predates result groups, or job {job} is "
+                             f"beyond its switch's jobs): {exc}") from None
+    return group
+
+
+def read_group(transport, job: int) -> tuple[str, int] | None:
+    """``job``'s result group as the board holds it: ``(ip, port)``, or None (no group)."""
+    from contract.network import group_active
+
+    ip, port = transport.read_many(
+        [network_address("net", _GROUP_TABLE.address(job, field)) for field in ("ip", "port")],
+        full=True)
+    if not group_active(ip, port):
+        return None
+    return ".".join(str(ip >> shift & 0xFF) for shift in (24, 16, 8, 0)), port
