@@ -52,7 +52,7 @@ AGG_COUNTERS = (
     "retransmit_dropped", # retransmission while the slot is still incomplete: dropped
 ) + tuple(f"drop_{cause}" for cause in AGG_DROP_CAUSES)
 
-#: Network front end (``../shared/spec/network.md``): frames and datagrams the Ethernet/IP/UDP
+#: Network front end (``docs/protocol/network.md``): frames and datagrams the Ethernet/IP/UDP
 #: core drops before the front end sees them (each counted by exactly one cause).
 NET_CORE_DROPS = (
     "rx_fcs",             # bad frame check sequence
@@ -88,7 +88,7 @@ NET_COUNTERS = (
     "switch_group_out",   # results sent once to the job's result group (each also a switch_out)
 )
 
-#: The NIC in the wire (``../shared/spec/network.md`` section 6): drop causes of a frame
+#: The NIC in the wire (``docs/protocol/network.md`` section 6): drop causes of a frame
 #: arriving on one port, in priority order.
 WIRE_DROP_CAUSES = (
     "full",               # frame store full: the frame arrived while the store held no

@@ -1,7 +1,7 @@
 """The 32-byte packet header shared by every AXI-Stream packet (NIC and switch traffic).
 
 This module is the single source of truth for the header layout of
-``../shared/spec/aggregator-protocol.md`` section 1. :data:`HEADER_FIELDS` lists every field
+``docs/protocol/packet-header.md`` section 2. :data:`HEADER_FIELDS` lists every field
 with its byte offset, size and signedness; :class:`Header` packs and parses it, and
 ``hdl/header.py`` builds the Amaranth ``data.StructLayout`` from the same list, so the two
 cannot drift (``tests/contract/test_header.py`` checks the equivalence bit for bit).
@@ -34,7 +34,7 @@ K_MIN, K_MAX = 1, 15
 #: Worker number of a multicast result.
 WORKER_MULTICAST = 0xFF
 #: Largest ``count`` of a packet the NIC compresses or decompresses
-#: (``../shared/spec/inceptionn-format.md`` section 4: 8 KiB of fp32 and the header fit one
+#: (``docs/protocol/inceptionn-format.md`` section 4: 8 KiB of fp32 and the header fit one
 #: 9000-byte jumbo frame).
 NIC_MAX_COUNT = 2048
 
@@ -44,7 +44,7 @@ class PacketType(enum.IntEnum):
     INC_F32 = 1
     AGG_ADD_I32 = 2
     AGG_OR32 = 3
-    CTRL = 4          # control over the network (``../shared/spec/network.md`` section 4)
+    CTRL = 4          # control over the network (``docs/protocol/network.md`` section 4)
 
 
 class Flags(enum.IntFlag):

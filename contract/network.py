@@ -1,4 +1,4 @@
-"""The network contract (``../shared/spec/network.md``): addresses, one UDP port per service,
+"""The network contract (``docs/protocol/network.md``): addresses, one UDP port per service,
 the ``CTRL`` packet, and the one address map that ``CTRL`` packets read and write.
 
 Everything the board's network front end (``hdl/net/``), the host's UDP transport, the

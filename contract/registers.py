@@ -337,7 +337,7 @@ NET_REGISTERS = RegisterMap("net", [
     ), f"the aggregator's worker table, entry job * {MAX_WORKERS_IN_TABLE} + worker"),
 ])
 
-#: The NIC in the wire (``hdl.wire.engine.WireEngine``, ``../shared/spec/network.md``
+#: The NIC in the wire (``hdl.wire.engine.WireEngine``, ``docs/protocol/network.md``
 #: section 6): the shared NIC engine's counters where ``NIC_REGISTERS`` has them, then the
 #: counters of each port of the wire.
 WIRE_REGISTERS = RegisterMap("wire", [

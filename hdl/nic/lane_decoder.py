@@ -1,6 +1,6 @@
 """INCEPTIONN value decoder: (tag, payload) -> fp32 lane, and the 3-stage block decoder.
 
-Decoding (section 2 of ``../shared/spec/inceptionn-format.md``): tag 00 gives +0.0; tag 01
+Decoding (section 2 of ``docs/protocol/inceptionn-format.md``): tag 00 gives +0.0; tag 01
 gives ``±P8 * 2^-k``; tag 10 gives ``±P16 * 2^-15``; tag 11 gives the raw word. The two
 scaled classes are exact in fp32: with ``L`` the index of ``P``'s leading one, the result
 has biased exponent ``127 - k + L`` (resp. ``112 + L``) and the bits of ``P`` below its

@@ -1,6 +1,6 @@
 """INCEPTIONN value encoder: one fp32 lane -> (tag, payload, width), and the 8-lane stage.
 
-Implements section 2 of ``../shared/spec/inceptionn-format.md`` in gateware. The
+Implements section 2 of ``docs/protocol/inceptionn-format.md`` in gateware. The
 classification only looks at the biased exponent ``e`` (all thresholds are powers of two),
 so it is a few small compares; the payload is the 24-bit significand shifted right by an
 amount that takes only 7 (``P8``) or 8 (``P16``) values, i.e. a narrow mux, not a barrel

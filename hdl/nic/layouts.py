@@ -1,6 +1,6 @@
 """The INCEPTIONN block format in gateware terms, shared by the transmit and receive paths.
 
-Tag codes, payload widths and block sizes of ``../shared/spec/inceptionn-format.md``
+Tag codes, payload widths and block sizes of ``docs/protocol/inceptionn-format.md``
 sections 2 and 3, and the one piece of block arithmetic both paths compute: the byte offset
 of every lane's payload inside a block (a prefix sum of the lanes' payload widths; the
 packer places payloads there, the block decoder extracts them from there).

@@ -3,7 +3,7 @@
 :class:`GradientGenerator` emits an endless stream of packets, one beat per clock whenever
 its output is ready: a header beat (``contract/header.py`` layout), then ``ceil(count/8)``
 payload beats of eight fp32 lanes. Values follow the value classes of
-``../shared/spec/inceptionn-format.md`` section 2 for the packet's ``k``: mostly below the
+``docs/protocol/inceptionn-format.md`` section 2 for the packet's ``k``: mostly below the
 error bound (tag 00, zeros and denormals included), some in each of the 8-bit, 16-bit and
 raw classes, exact class boundaries and their 1-ulp neighbours, ±Inf, NaNs with payloads,
 the largest finite value. Packets are mostly ``RAW_F32`` + ``COMPRESS`` with a good ``k``,

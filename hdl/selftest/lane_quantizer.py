@@ -1,6 +1,6 @@
 """What every fp32 value must become after compress -> decompress: an independent quantiser.
 
-Written from ``../shared/spec/inceptionn-format.md`` section 2 alone (it shares no code with
+Written from ``docs/protocol/inceptionn-format.md`` section 2 alone (it shares no code with
 the compressor's lane encoder or the decompressor): classify by exponent, compute ``F``
 (the significand with its hidden one shifted to exponent 127, truncated), ``P8 = F >> (23 -
 k)`` or ``P16 = F >> 8``, then decode ``±P8 * 2^-k`` / ``±P16 * 2^-15`` back to fp32 by

@@ -2,7 +2,7 @@
 
 A stage holds one beat in ``dst``'s payload register. It takes a beat from ``src`` when its
 register is empty or its beat leaves this clock, so back-pressure propagates one stage per
-clock and no beat is lost or duplicated (the idiom of ``../shared/style/lane_stage.py``).
+clock and no beat is lost or duplicated (the idiom of the house-style example ``lane_stage.py``).
 """
 from contextlib import contextmanager
 

@@ -1,6 +1,6 @@
 """The switch aggregator: a SwitchML-style streaming engine for LHC's ADD and OR merges.
 
-Behaviour: ``../shared/spec/aggregator-protocol.md`` section 2 and ``docs/switch-contract.md``
+Behaviour: ``docs/protocol/aggregator-protocol.md`` section 2 and ``docs/switch-contract.md``
 (the reference model is ``host/golden/aggregator.py``; the cocotb suite checks the two agree on
 every output byte and every counter).
 

@@ -1,4 +1,4 @@
-"""The NIC in the wire (``../shared/spec/network.md`` section 6): a two-port board, port 0
+"""The NIC in the wire (``docs/protocol/network.md`` section 6): a two-port board, port 0
 facing the host and port 1 the network, that forwards frames and runs gradient datagrams
 through the NIC engines on the way (golden model: ``host/board/wire_golden.py``).
 

@@ -1,4 +1,4 @@
-"""The frame classifier of the NIC in the wire (``../shared/spec/network.md`` section 6).
+"""The frame classifier of the NIC in the wire (``docs/protocol/network.md`` section 6).
 
 :class:`FrameClassifier` watches the frames one port of the wire receives, as they leave
 that port's LiteEth MAC, and at the end of each frame says what the wire does with it

@@ -1,4 +1,4 @@
-"""The NIC in the wire (``../shared/spec/network.md`` section 6), whole, below the MACs.
+"""The NIC in the wire (``docs/protocol/network.md`` section 6), whole, below the MACs.
 
 :class:`WireEngine` is a two-port board's gateware between its two LiteEth MACs, in one
 clock domain: port 0 faces the host, port 1 the network.

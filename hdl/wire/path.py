@@ -1,4 +1,4 @@
-"""One direction of the NIC in the wire (``../shared/spec/network.md`` section 6): the frames
+"""One direction of the NIC in the wire (``docs/protocol/network.md`` section 6): the frames
 one port's MAC receives, classified, stored, and sent on to the other port's MAC, gradient
 datagrams through the NIC path of the direction on the way.
 

@@ -3,7 +3,7 @@
 - :mod:`host.board.backend`: :class:`Datagram`, :class:`BoardBackend` (what sits behind a
   board's Ethernet port, datagrams in and out) and the named backends;
 - :mod:`host.board.golden`: :class:`GoldenBoard`, the network front end of
-  ``../shared/spec/network.md`` with the golden engines behind it (the reference the
+  ``docs/protocol/network.md`` with the golden engines behind it (the reference the
   gateware's network top is compared against);
 - :mod:`host.board.wire_golden`: :class:`GoldenWire`, the two-port board with the NIC in
   the wire (``network.md`` section 6), frame by frame;

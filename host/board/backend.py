@@ -1,7 +1,7 @@
 """What a board is to the sockets in front of it: datagrams in, datagrams out.
 
 A **board backend** is everything behind the board's Ethernet port: the network front end
-(``../shared/spec/network.md``: one UDP port per service, the control service, the worker
+(``docs/protocol/network.md``: one UDP port per service, the control service, the worker
 table) and the engines behind it. The virtual board (:mod:`host.board.virtual`) puts real
 UDP sockets in front of a backend; the backend never sees a socket, only
 :class:`Datagram` values, so the golden model (:class:`host.board.golden.GoldenBoard`) and

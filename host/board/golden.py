@@ -1,4 +1,4 @@
-"""The golden model of a board's network side: ``../shared/spec/network.md`` sections 2-4.
+"""The golden model of a board's network side: ``docs/protocol/network.md`` sections 2-4.
 
 :class:`GoldenBoard` is the network front end as the gateware implements it, written as
 executable Python over datagrams: the four services, the aggregator's worker table and

@@ -7,7 +7,7 @@ arrival times of every datagram it receives and every datagram its backend sends
 the delayed copies until their time.
 
 The network it models keeps three rules, which are what the protocols of
-``../shared/spec/network.md`` section 5 need from a network (a real one keeps them by having
+``docs/protocol/network.md`` section 5 need from a network (a real one keeps them by having
 delays far below a round's time):
 
 1. **Window order** (the aggregator protocol, ``aggregator-protocol.md`` section 3): every

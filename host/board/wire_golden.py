@@ -1,4 +1,4 @@
-"""The golden model of the NIC in the wire: ``../shared/spec/network.md`` section 6.
+"""The golden model of the NIC in the wire: ``docs/protocol/network.md`` section 6.
 
 :class:`GoldenWire` is a two-port board frame by frame: port 0 faces the host, port 1 the
 network. :meth:`GoldenWire.receive` takes one Ethernet frame as it arrives on a port,

@@ -2,7 +2,7 @@
 
 :class:`UdpTransport` talks to a board (a real one, or a virtual one:
 ``host.board.VirtualBoard``) at an IPv4 address, one UDP port per service
-(``../shared/spec/network.md`` section 2). Streams map to services: ``tx`` to the NIC
+(``docs/protocol/network.md`` section 2). Streams map to services: ``tx`` to the NIC
 transmit port, ``rx`` to the NIC receive port, ``agg`` to the switch port; ``read`` and
 ``write`` are ``CTRL`` packets to the control port. It recovers from loss, duplication and
 reordering as spec section 5 says:

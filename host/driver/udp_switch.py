@@ -1,5 +1,5 @@
 """The switch side of :class:`~host.driver.udp.UdpTransport`: every worker of a job on a
-socket of its own (``../shared/spec/aggregator-protocol.md`` section 3, ``network.md``
+socket of its own (``docs/protocol/aggregator-protocol.md`` section 3, ``network.md``
 sections 3 and 5).
 
 Every worker of a job is a socket of its own, registered in the board's worker table (the

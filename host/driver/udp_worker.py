@@ -4,7 +4,7 @@
 runs the reference aggregator beside the board to know which packet completes a round).
 A training job has one process per worker instead, and each process only knows its own
 packets: it sends them, and waits for the switch's results. :class:`UdpSwitchWorker` is
-that side of the aggregator protocol (``../shared/spec/aggregator-protocol.md`` section 3,
+that side of the aggregator protocol (``docs/protocol/aggregator-protocol.md`` section 3,
 ``network.md`` sections 3 and 5):
 
 - the socket is the worker's entry in the board's worker table (:func:`configure_job`

@@ -1,7 +1,7 @@
 """Reference model of the switch aggregator (SwitchML-style slots with ADD / OR / MAX).
 
 This is the behaviour contract of ``docs/switch-contract.md`` (spec:
-``../shared/spec/aggregator-protocol.md`` section 2) written as executable Python: the gateware
+``docs/protocol/aggregator-protocol.md`` section 2) written as executable Python: the gateware
 aggregator is compared against :class:`AggregatorModel` packet for packet and counter for
 counter. Everything below is normative for the comparison.
 

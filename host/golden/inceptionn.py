@@ -1,4 +1,4 @@
-"""INCEPTIONN golden model: the bit-exact reference of ``../shared/spec/inceptionn-format.md``.
+"""INCEPTIONN golden model: the bit-exact reference of ``docs/protocol/inceptionn-format.md``.
 
 Vectorised NumPy: no Python loop runs per value; the only loops run per pass of about
 2^18 values, and, when finding block starts, over block indices with all streams (packets)

@@ -1,6 +1,6 @@
 """Golden model of Lossless Homomorphic Compression (the in-network all-reduce path).
 
-Implements ``../shared/spec/lhc-sketch.md`` in vectorised NumPy. Every worker
+Implements ``docs/protocol/lhc-sketch.md`` in vectorised NumPy. Every worker
 
 1. sends a non-zero **index bitmap** (merged by the switch with bitwise OR) together with
    its **exponent** (merged with signed MAX)                                   -- phase A,
@@ -46,7 +46,7 @@ over a real (or simulated) network (``host/switchml/network.py``).
 
 Points the spec fixes that are easy to get wrong (all deterministic, shared by every worker):
 
-- **The index marks ``x != 0``, not ``q != 0``** (``../shared/spec/lhc-sketch.md`` section 3,
+- **The index marks ``x != 0``, not ``q != 0``** (``docs/protocol/lhc-sketch.md`` section 3,
   step 1): ``q`` needs the scale, which needs ``e_max``, which the switch only delivers at
   the end of phase A, the phase that carries the bitmap. So the bitmap is built from the
   float values (``-0.0`` counts as zero). Elements that quantise to 0 sit in ``U`` with
@@ -177,7 +177,7 @@ def _unclamped_scale(exponent: int, n_workers: int) -> np.float32:
 @functools.lru_cache(maxsize=None)
 def scale_exponent_floor(n_workers: int) -> int:
     """Smallest exponent for which ``float32((2**31-1) / (n * 2**e))`` is finite: the clamp
-    of ``../shared/spec/lhc-sketch.md`` section 2 for tensors of denormals only."""
+    of ``docs/protocol/lhc-sketch.md`` section 2 for tensors of denormals only."""
     _check_workers(n_workers)
     exponent = -128
     while not np.isfinite(_unclamped_scale(exponent, n_workers)):

@@ -1,6 +1,6 @@
 """MurmurHash3_x86_32: a scalar reference for any key and a vectorised form for 4-byte keys.
 
-The Lossless Homomorphic Compression sketch (``../shared/spec/lhc-sketch.md`` section 1) hashes
+The Lossless Homomorphic Compression sketch (``docs/protocol/lhc-sketch.md`` section 1) hashes
 block numbers with ``MurmurHash3_x86_32(key = b as 4 little-endian bytes, seed = j)``.
 :func:`murmur3_32_u32` computes that for a whole array of block numbers at once in uint32
 NumPy arithmetic (which wraps modulo 2**32 exactly like the C code); :func:`murmur3_32` is

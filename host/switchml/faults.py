@@ -11,7 +11,7 @@ own seeded generator:
 - each copy arrives after the base ``latency``, plus, with probability ``reorder``, an
   extra delay (so later transmissions overtake it).
 
-**Window order** (``../shared/spec/aggregator-protocol.md`` section 3): every copy of a
+**Window order** (``docs/protocol/aggregator-protocol.md`` section 3): every copy of a
 worker's packet for a slot arrives before that worker's packet of the next round on the
 slot; a stale copy arriving later would be folded into the next round as a new
 contribution. :meth:`NetworkFaults.hold_in_window_order` holds a next-round packet back

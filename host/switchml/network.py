@@ -2,7 +2,7 @@
 
 Each worker's vector of 32-bit words (an index bitmap for ``AGG_OR32``, an int32 sketch or
 fallback vector for ``AGG_ADD_I32``) goes through the switch as the aggregator protocol
-says (``../shared/spec/aggregator-protocol.md`` section 3), one
+says (``docs/protocol/aggregator-protocol.md`` section 3), one
 :class:`~host.switchml.window.SwitchWorkerWindow` per worker and phase: chunks of P lanes
 over the job's slot pool, one outstanding packet per slot, resends on timeouts, results
 matched by ``seq``. A worker's chunk numbers count on over its phases, so versions keep
@@ -10,7 +10,7 @@ alternating.
 
 The network is a simulated clock (an event loop in integer ticks) with an optional
 :class:`TickFaults` (the fault model of :mod:`host.switchml.faults`) that loses,
-duplicates and delays (reorders) packets both ways. Its one rule, which SwitchML's scheme needs (``../shared/spec/aggregator-protocol.md``
+duplicates and delays (reorders) packets both ways. Its one rule, which SwitchML's scheme needs (``docs/protocol/aggregator-protocol.md``
 section 3: a worker reuses a slot with the other version only after it has the result of
 that slot's previous round, one round back, not two): **every copy of a worker's packet for
 a slot reaches the switch before that worker's next-round packet for the same slot does.** A

@@ -1,7 +1,7 @@
 """One SwitchML worker's side of the aggregator protocol, without I/O: packetisation and
 the window of outstanding slots.
 
-``../shared/spec/aggregator-protocol.md`` section 3:
+``docs/protocol/aggregator-protocol.md`` section 3:
 
 - a worker's vector of 32-bit words is cut into chunks of ``lanes`` words (the last one
   padded with zeros); chunk ``g`` goes to slot ``slot_base + g % slot_count``, version

@@ -1,4 +1,4 @@
-"""The ring through NICs in the wire (``../shared/spec/network.md`` sections 5 and 6):
+"""The ring through NICs in the wire (``docs/protocol/network.md`` sections 5 and 6):
 INCEPTIONN's ring all-reduce by hosts that each sit behind a two-port wire board, the
 boards' network ports joined by a learning switch, on a simulated clock.
 

@@ -7,7 +7,7 @@ and ``k`` (at most :func:`contract.network.nic_values_for_mtu` values each: 360 
 1500-byte MTU) to its right neighbour's addresses and UDP port
 :data:`~contract.network.WIRE_GRADIENT_PORT`; its board compresses them on the way out and
 the neighbour's board decompresses them on the way in
-(``../shared/spec/network.md`` section 6), so the neighbour reads ``RAW_F32`` datagrams.
+(``docs/protocol/network.md`` section 6), so the neighbour reads ``RAW_F32`` datagrams.
 Message ``seq`` of the ring (0 .. 2N-3: N-1 reduce-scatter steps, then N-1 all-gather
 steps) travels as :mod:`host.wire_ring.reliable` says.
 

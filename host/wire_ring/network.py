@@ -1,7 +1,7 @@
 """The ring through NICs in the wire: N hosts, N wire boards, one learning switch, one
 simulated clock.
 
-Topology (``../shared/spec/network.md`` section 6)::
+Topology (``docs/protocol/network.md`` section 6)::
 
     host r --host link r-- board r (GoldenWire) port 0 | port 1 --network link r-- switch port r
 

@@ -1,5 +1,5 @@
 """Messages of gradient datagrams over a lossy network, without I/O: spec section 5 for
-hosts that talk through NICs in the wire (``../shared/spec/network.md`` section 6).
+hosts that talk through NICs in the wire (``docs/protocol/network.md`` section 6).
 
 The wire boards keep no state from one datagram to the next, so the hosts recover losses
 themselves. A **message** is one ring step's chunk from one host to its neighbour, cut

@@ -3,7 +3,7 @@
 Everything here is a **model** built on counted numbers, and says so where it is used:
 
 - a link of ``L`` Gb/s per worker, full duplex, carries one datagram per packet
-  (``../shared/spec/network.md`` section 2): the packet's bytes as counted (32-byte header
+  (``docs/protocol/network.md`` section 2): the packet's bytes as counted (32-byte header
   plus payload) plus :data:`FRAMING_BYTES` of UDP, IPv4 and Ethernet framing, preamble and
   inter-frame gap; its time is those bytes / ``L``;
 - a phase whose packets stream through an engine while they cross the links takes the

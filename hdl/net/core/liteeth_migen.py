@@ -41,7 +41,7 @@ ICMP, UDP TX), the way ``LiteEthUDPIPCore`` does, with these changes that
   also caches the sender of an ARP request for the board (RFC 826's merge; LiteEth learns
   only from replies to its own requests), so a host that asked for the board is no miss,
   and its request period is ``arp_timeout_s`` (LiteEth's 0.1 s; simulations shorten it).
-  A datagram to an IPv4 multicast address (a job's result group, ``../shared/spec/network.md``
+  A datagram to an IPv4 multicast address (a job's result group, ``docs/protocol/network.md``
   section 3) needs no ARP: it leaves to ``01:00:5e`` and the address's low 23 bits, as
   LiteEth sends it, with TTL ``GROUP_TTL`` (1) instead of LiteEth's 128.
 

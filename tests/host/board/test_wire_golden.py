@@ -1,5 +1,5 @@
 """The golden NIC in the wire (``host/board/wire_golden.py``) against
-``../shared/spec/network.md`` section 6: frames built and parsed with scapy, the packets
+``docs/protocol/network.md`` section 6: frames built and parsed with scapy, the packets
 compared bit for bit with the golden codec (no sockets, no gateware)."""
 import struct
 import zlib
