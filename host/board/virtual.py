@@ -14,7 +14,7 @@ backend at ``backend.port_base + i``, and a datagram the backend sends from
 fixed when it is built; the golden backend is simply built with the sockets' ports). The
 board's own address is the backend's ``ip``; replies go to loopback addresses only (any
 other destination is counted as ``undeliverable`` and not sent), and results to a job's
-result group (``../shared/spec/network.md`` section 3) to its IPv4 multicast address: the
+result group (``docs/protocol/network.md`` section 3) to its IPv4 multicast address: the
 switch socket sends those with ``IP_MULTICAST_TTL`` 1 (``GROUP_TTL``: the group stays on
 the segment), ``IP_MULTICAST_LOOP`` on and ``IP_MULTICAST_IF`` the board's address, so that
 the kernel sends them on loopback (not along the route for 224.0.0.0/4, out of the host)

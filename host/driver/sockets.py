@@ -1,6 +1,6 @@
 """The UDP socket plumbing every sender to a board shares: non-blocking sockets with large
 buffers, draining what arrived, the local address a board sees a host at, and the socket
-that receives a job's result group (``../shared/spec/network.md`` section 3)."""
+that receives a job's result group (``docs/protocol/network.md`` section 3)."""
 from __future__ import annotations
 
 import socket

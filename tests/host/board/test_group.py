@@ -1,4 +1,4 @@
-"""Result groups (``../shared/spec/network.md`` section 3) on the board side: the golden board
+"""Result groups (``docs/protocol/network.md`` section 3) on the board side: the golden board
 datagram by datagram (no sockets), and the virtual board's switch socket (its multicast
 options; what it refuses to send). Multicast over real sockets is
 ``tests/host/driver/test_udp_group.py``'s, in a network namespace of its own."""

@@ -1,4 +1,4 @@
-"""Result groups on the host side (``../shared/spec/network.md`` section 3): ``configure_job``
+"""Result groups on the host side (``docs/protocol/network.md`` section 3): ``configure_job``
 writes and checks a job's group, ``JobLayout`` carries it, and real multicast over UDP.
 
 The multicast tests run ``group_namespace.py`` once under ``unshare -n``: a network
