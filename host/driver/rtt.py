@@ -56,6 +56,7 @@ class ResendTimer:
     timeout: float
     attempt: int = 0
     need: int = 1             # copies still to come (a worker may await two results)
+    strikes: int = 0          # timeouts in a row with nothing at all from the board between
 
     @property
     def deadline(self) -> float:
