@@ -294,6 +294,7 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                         if len(data) >= HEADER_BYTES else (None, None, None)
                     if ticket is not None:
                         budget.answered(ticket)    # in order: earlier attempts are done
+                        self._heard[service] = time.monotonic()   # the board answers
                     if index not in pending:
                         stats.discarded += 1       # a duplicate, or a late attempt's reply
                         continue
@@ -304,6 +305,7 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     stats.bytes_in += len(data)
                     replies[index] = data
                     remaining -= 1
+            probed = False
             for index, entry in self._expired(service, pending):
                 now = time.monotonic()
                 if allow_missing:
@@ -311,9 +313,11 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     # unanswered after its resends is taken as dropped
                     give_up = entry.attempt >= self.retries
                 else:
-                    quiet = now - max(entry.sent, self._heard[service])
+                    # silence from the whole board (its services share one transmit
+                    # path), against the round trip measured on any of its services
+                    quiet = now - max(entry.sent, *self._heard.values())
                     give_up = entry.strikes >= self.retries and \
-                        quiet >= give_up_after(est.srtt, self.give_up)
+                        quiet >= give_up_after(self._board_srtt(), self.give_up)
                 if give_up:
                     if allow_missing:
                         del pending[index]
@@ -327,13 +331,24 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                         f"{address[0]}:{address[1]} to {what} after {entry.attempt + 1} "
                         f"attempts in {now - entry.sent:.1f} s"
                         f"{self._hint(service)}")
-                # The board's buffer may be full of replies still to come: the resend waits
-                # for room, unless the board stayed silent through a timeout already (then
-                # what it held is gone, and one probe must go to learn anything).
-                if not budget.fits(beats[index]) and not entry.strikes:
+                # The board's buffer may be full of replies still to come: a resend waits for
+                # room. While the service is silent one probe goes at a time (a flood of
+                # resends would only queue behind a slow board's replies), even without
+                # room once the service stayed silent through a timeout already and for
+                # longer than a round trip measured on the board, or ``give_up`` before
+                # any (what it held is gone then, and only a probe can tell).
+                silent = self._heard[service] <= entry.last_sent
+                if silent:
+                    gone = entry.strikes and \
+                        now - max(self._heard[service], entry.sent) >= self._board_measured()
+                    may_send = not probed and (gone or budget.fits(beats[index]))
+                else:
+                    may_send = budget.fits(beats[index])
+                if not may_send:
                     self._resend_timer(service, entry, send=False)
                     stats.deferred += 1
                     continue
+                probed = probed or silent
                 self._resend_timer(service, entry)
                 # every attempt has a seq of its own, so a reply says which one it answers
                 seq = self._fresh_seq()
@@ -343,6 +358,17 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         self._note_budget(stats, budget)
         self._update_rtt_stats(service)
         return replies
+
+    def _board_srtt(self):
+        """The largest smoothed round trip measured on any of the board's services."""
+        measured = [est.srtt for est in self._rtt.values() if est.srtt is not None]
+        return max(measured) if measured else None
+
+    def _board_measured(self):
+        """The longest a reply from the board may take and be merely slow: the largest
+        measured RTT plus four deviations of its services (``give_up`` before any)."""
+        measured = [est.measured for est in self._rtt.values() if est.measured is not None]
+        return max(measured) if measured else self.give_up
 
     @staticmethod
     def _note_budget(stats, budget):
