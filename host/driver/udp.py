@@ -316,8 +316,10 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     # silence from the whole board (its services share one transmit
                     # path), against the round trip measured on any of its services
                     quiet = now - max(entry.sent, *self._heard.values())
-                    give_up = entry.strikes >= self.retries and \
-                        quiet >= give_up_after(self._board_srtt(), self.give_up)
+                    # (no retries: one attempt, and its timeout is all there is)
+                    give_up = entry.strikes >= self.retries and (
+                        not self.retries
+                        or quiet >= give_up_after(self._board_srtt(), self.give_up))
                 if give_up:
                     if allow_missing:
                         del pending[index]

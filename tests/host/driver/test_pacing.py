@@ -292,3 +292,25 @@ def test_a_slow_board_is_slow_not_failed_with_short_timeouts():
                               for k, v in stats.items()}, board.backend.stats)
     assert stats["nic_tx"]["resends"] > 0
     assert board.backend.counters["drop_reply_full"] == 0
+
+
+def test_a_reply_from_the_board_starts_the_strikes_again():
+    import time
+    from host.driver.rtt import ResendTimer
+    from host.driver.udp import UdpTransport
+    with UdpTransport("127.0.0.1", port_base=40000, timeout=0.1, min_timeout=0.01,
+                      max_timeout=1.0) as t:
+        now = time.monotonic()
+        entry = ResendTimer(0, now - 1.0, now - 0.5, 0.1)
+        t._resend_timer(Service.NIC_TX, entry)            # silent: a strike
+        t._resend_timer(Service.NIC_TX, entry)
+        assert (entry.attempt, entry.strikes) == (2, 2)
+        t._heard[Service.NIC_TX] = entry.last_sent + 1.0  # the board answered something
+        t._resend_timer(Service.NIC_TX, entry)
+        assert (entry.attempt, entry.strikes) == (3, 0)
+        t._heard[Service.NIC_TX] = entry.last_sent - 1.0  # and nothing since
+        t._resend_timer(Service.NIC_TX, entry, send=False)   # held back, not sent
+        assert (entry.attempt, entry.strikes) == (3, 1)
+        assert t.network[Service.NIC_TX].resends == 3
+        with pytest.raises(ValueError, match="share"):
+            UdpTransport("127.0.0.1", port_base=40000, share=0)
