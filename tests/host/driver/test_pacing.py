@@ -22,7 +22,6 @@ from contract.packet import Packet
 from host.board import GoldenBoard
 from host.board.backend import Datagram
 from host.board.slow import SlowBoard, slow_virtual_board
-from host.driver import pacing
 from host.driver.nic import NicInterface
 from host.driver.pacing import (GIVE_UP_RTTS, ReplyBudget, ServiceBuffer, board_buffers,
                                 give_up_after, known_boards, reply_beats)
