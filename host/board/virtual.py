@@ -263,6 +263,10 @@ class VirtualBoard:
                 timeout = _IDLE
                 if self._heap:
                     timeout = min(_IDLE, max(0.0, self._heap[0][0] - time.monotonic()))
+                # a backend that holds replies (host.board.slow.SlowBoard) says when
+                due = getattr(self.backend, "next_due", None)
+                if due is not None:
+                    timeout = min(timeout, max(0.0, due - time.monotonic()))
                 for key, _ in selector.select(timeout):
                     if key.data is None:
                         self._drain_wake()

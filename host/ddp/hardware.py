@@ -339,7 +339,9 @@ class NicRingCodec(_Backend):
             if len(self.settings) not in (1, world):
                 raise ValueError(f"{len(self.settings)} boards for {world} ranks: give one "
                                  f"board, or one per rank")
-            transport = _open_board_nic(settings)
+            # the ranks that share one board share its reply buffers
+            transport = _open_board_nic(settings, share=world if len(self.settings) == 1
+                                        else 1)
         self.transport = transport
         self._finalizer = weakref.finalize(self, transport.close)
         self.nic = NicInterface(transport)
@@ -480,9 +482,10 @@ class NicRingCodec(_Backend):
         self.transport = self.nic = None
 
 
-def _open_board_nic(settings):
+def _open_board_nic(settings, share=1):
     """A UdpTransport to a board's NIC, checked with one packet (and, with a key, one control
-    read), each given up after about three seconds of silence."""
+    read), each given up after about three seconds of silence. ``share`` ranks use the
+    board at once: each keeps to its part of the board's reply buffers."""
     from ..driver.transport import NoReplyError
     from ..driver.udp import UdpTransport
 
@@ -492,7 +495,7 @@ def _open_board_nic(settings):
     # 16 % of their packets for nothing (and ran 25 % slower); with 100 ms, none.
     transport = UdpTransport(settings["host"], port_base=settings["port_base"],
                              key=settings["key"], mtu=settings["mtu"], region="nic",
-                             min_timeout=0.1)
+                             min_timeout=0.1, share=share)
     retries = transport.retries
     try:
         transport.retries = 4                 # 0.1 + 0.2 + 0.4 + 0.8 + 1 + ... about 2.5 s

@@ -30,6 +30,12 @@ class RttEstimator:
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
         self.rto = min(max(self.srtt + 4 * self.rttvar, self.minimum), self.maximum)
 
+    @property
+    def measured(self) -> float | None:
+        """Smoothed RTT plus four deviations, without the bounds or any backoff (None before
+        the first sample): how long a reply may take that is merely slow."""
+        return None if self.srtt is None else self.srtt + 4 * self.rttvar
+
     def backoff(self) -> None:
         """Double the timeout (up to the maximum): nothing came back at all."""
         self.rto = min(self.rto * 2, self.maximum)
@@ -56,6 +62,7 @@ class ResendTimer:
     timeout: float
     attempt: int = 0
     need: int = 1             # copies still to come (a worker may await two results)
+    strikes: int = 0          # timeouts in a row with nothing at all from the board between
 
     @property
     def deadline(self) -> float:

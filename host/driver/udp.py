@@ -10,13 +10,19 @@ reordering as spec section 5 says:
 - **NIC** (request/reply): every request carries a fresh ``seq``, and so does every resend
   of it, so that a reply says which attempt it answers (the caller's ``seq`` is put back
   into the reply: the packets returned are the engine's); at most ``window`` requests are
-  outstanding; a request unanswered for its timeout is resent, up to ``retries`` times,
-  then :class:`NoReplyError`; replies nobody waits for any more (duplicates, late ones) are
-  discarded. Timeouts follow the measured round trip (RFC 6298: smoothed RTT plus four
-  deviations; every reply is a sample, since it names its attempt) and back off
-  exponentially while the board is silent (nothing at all came back since the request was
-  sent: a slow or gone board); a board that answers other requests meanwhile is losing
-  datagrams, and the request is resent on the measured timeout.
+  outstanding, and never more replies than the board's output buffer for the service holds
+  (:mod:`host.driver.pacing`: every attempt, resends included, is charged the beats of its
+  largest possible reply until a reply to it or to a later attempt comes; ``share``
+  transports at once split the buffer); a request unanswered for its timeout is resent;
+  replies nobody waits for any more (duplicates, late ones) are discarded. Timeouts follow
+  the measured round trip (RFC 6298: smoothed RTT plus four deviations; every reply is a
+  sample, since it names its attempt) and back off exponentially while the board is silent
+  (nothing at all came back since the request was sent: a slow or gone board); a board
+  that answers other requests meanwhile is losing datagrams, and the request is resent on
+  the measured timeout. A request is given up (:class:`NoReplyError`) only after
+  ``retries`` timeouts in a row with nothing at all from the service between them, and at
+  least ``give_up`` seconds and :data:`~host.driver.pacing.GIVE_UP_RTTS` smoothed round
+  trips without a reply: a slow board that answers is waited for, never failed.
 - **Switch**: every worker of a job on a socket of its own
   (:class:`~host.driver.udp_switch.SwitchWorkerSockets`).
 - **Control**: ``CTRL`` packets with the board's key, up to 64 (address, value) pairs each
@@ -48,6 +54,7 @@ from contract.network import (CTRL_KEY_BYTES, CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, C
                               network_address, service_ports)
 from contract.registers import COMMIT, DATA_BITS, SWITCH_REGISTERS
 
+from .pacing import ReplyBudget, board_buffers, give_up_after, reply_beats
 from .rtt import ResendTimer, RttEstimator
 from .settings import ENV_KEY, MTU_MIN, inc_max_bytes, nic_packet_values
 from .sockets import drain, local_address_towards, open_udp_socket
@@ -77,6 +84,9 @@ class ServiceStats:
     discarded: int = 0         # duplicates, late or stale replies
     foreign: int = 0           # datagrams from another address than the board's service
     unanswered: int = 0        # requests given up as dropped by the engine (allow_drops)
+    deferred: int = 0          # sends held back because the board's reply buffer was full
+    peak_outstanding: int = 0  # most attempts whose replies could still come, at once
+    peak_beats: int = 0        # ... and the most reply-buffer beats they could take
     rebuilt: int = 0           # multicast results whose every copy was lost (unicasts had them)
     bytes_out: int = 0
     bytes_in: int = 0
@@ -119,7 +129,17 @@ class UdpTransport(SwitchWorkerSockets, Transport):
     min_timeout, max_timeout : float
         Bounds of every timeout in seconds.
     retries : int
-        Resends of one request (or one awaited result) before a TransportError.
+        Timeouts in a row, with nothing from the board between them, before a request is
+        given up (NIC and CTRL; the resends of one awaited switch result).
+    board : str or None
+        The board (``constraints/network.toml``) whose reply buffers bound the window
+        (:func:`host.driver.pacing.board_buffers`; default: every board's common sizes).
+    share : int
+        Transports that use the board's services at once (ranks on one board): each keeps
+        to its ``1/share`` part of every reply buffer.
+    give_up : float
+        Seconds without any reply from a service before a request to it may be given up
+        (at least; :func:`host.driver.pacing.give_up_after` adds the measured round trip).
     owns : object with ``stop()``, optional
         Stopped when the transport closes (a virtual board started for it).
 
@@ -137,7 +157,8 @@ class UdpTransport(SwitchWorkerSockets, Transport):
     def __init__(self, host: str = "127.0.0.1", *, port_base: int = PORT_BASE,
                  key: int | None = None, mtu: int = MTU_DEFAULT, region: str | None = None,
                  window: int = 16, timeout: float = 0.1, min_timeout: float = 0.02,
-                 max_timeout: float = 1.0, retries: int = 8, owns=None):
+                 max_timeout: float = 1.0, retries: int = 8, board: str | None = None,
+                 share: int = 1, give_up: float = 0.0, owns=None):
         super().__init__()
         if not MTU_MIN <= mtu <= MTU_JUMBO:
             raise ValueError(f"the MTU must be in {MTU_MIN}..{MTU_JUMBO} bytes, not {mtu!r}")
@@ -148,6 +169,10 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         if not 0 < min_timeout <= max_timeout or timeout <= 0:
             raise ValueError(f"timeouts must be positive with min_timeout <= max_timeout, got "
                              f"{timeout}, {min_timeout}, {max_timeout}")
+        if not isinstance(share, int) or not 1 <= share <= 1024:
+            raise ValueError(f"share must be an integer in 1..1024, not {share!r}")
+        if not give_up >= 0:
+            raise ValueError(f"give_up must be a time in seconds >= 0, not {give_up!r}")
         if region is not None:
             network_address(region, 0)          # a KeyError names the regions
         if key is not None and (isinstance(key, bool) or not isinstance(key, int)
@@ -166,6 +191,10 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         self.max_packet_values = nic_packet_values(mtu)
         self.region = region
         self.window, self.retries = window, retries
+        self.board, self.share, self.give_up = board, share, float(give_up)
+        self._buffers = board_buffers(board)
+        self._budgets = {service: ReplyBudget(self._buffers[service], share)
+                         for service in Service}
         self.timeout, self.min_timeout, self.max_timeout = timeout, min_timeout, max_timeout
         self.network = {service: ServiceStats() for service in Service}
         self._rtt = {service: RttEstimator(timeout, min_timeout, max_timeout)
@@ -227,24 +256,33 @@ class UdpTransport(SwitchWorkerSockets, Transport):
     # -- request / reply (NIC and CTRL) ----------------------------------------------------
 
     def _transact(self, service: Service, requests, *, window: int, allow_missing=False,
-                  describe=None):
+                  describe=None, reply_bytes=None):
         """Send ``requests`` (datagrams with their ``seq``) to ``service`` with at most
-        ``window`` outstanding; return the reply bytes per request (None: given up, with
-        ``allow_missing``)."""
+        ``window`` outstanding, and never more replies coming than the board's reply buffer
+        holds (``reply_bytes``: each request's largest reply, default its own size); return
+        the reply bytes per request (None: given up, with ``allow_missing``)."""
         sock = self._socket(service)
         address = self._address(service)
         est, stats = self._rtt[service], self.network[service]
+        budget = self._budgets[service]
+        beats = [reply_beats(n) for n in (reply_bytes if reply_bytes is not None
+                                          else map(len, requests))]
         replies = [None] * len(requests)
         pending: dict[int, ResendTimer] = {}     # by request index
-        attempts: dict[int, tuple[int, float]] = {}   # seq of every attempt -> (index, sent)
+        # seq of every attempt -> (index, sent, its ticket in the reply budget)
+        attempts: dict[int, tuple[int, float, int]] = {}
         next_index, remaining = 0, len(requests)
         while remaining:
             now = time.monotonic()
             while next_index < len(requests) and len(pending) < window:
+                if not budget.fits(beats[next_index]) and pending:
+                    break             # the board holds no more: wait for a reply
                 self._send(sock, requests[next_index], service)
-                attempts[_seq_of(requests[next_index])] = (next_index, now)
+                attempts[_seq_of(requests[next_index])] = \
+                    (next_index, now, budget.charge(beats[next_index]))
                 pending[next_index] = ResendTimer(next_index, now, now, est.rto)
                 next_index += 1
+            self._note_budget(stats, budget)
             wait = min(entry.deadline for entry in pending.values()) - time.monotonic()
             ready, _, _ = select.select([sock], [], [], max(wait, 0.0))
             if ready:
@@ -252,8 +290,11 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     if source != address:
                         stats.foreign += 1
                         continue
-                    index, sent = attempts.get(_seq_of(data), (None, None)) \
-                        if len(data) >= HEADER_BYTES else (None, None)
+                    index, sent, ticket = attempts.get(_seq_of(data), (None, None, None)) \
+                        if len(data) >= HEADER_BYTES else (None, None, None)
+                    if ticket is not None:
+                        budget.answered(ticket)    # in order: earlier attempts are done
+                        self._heard[service] = time.monotonic()   # the board answers
                     if index not in pending:
                         stats.discarded += 1       # a duplicate, or a late attempt's reply
                         continue
@@ -264,8 +305,22 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     stats.bytes_in += len(data)
                     replies[index] = data
                     remaining -= 1
+            probed = False
             for index, entry in self._expired(service, pending):
-                if entry.attempt >= self.retries:
+                now = time.monotonic()
+                if allow_missing:
+                    # the engine drops what it cannot take, and says nothing: a request
+                    # unanswered after its resends is taken as dropped
+                    give_up = entry.attempt >= self.retries
+                else:
+                    # silence from the whole board (its services share one transmit
+                    # path), against the round trip measured on any of its services
+                    quiet = now - max(entry.sent, *self._heard.values())
+                    # (no retries: one attempt, and its timeout is all there is)
+                    give_up = entry.strikes >= self.retries and (
+                        not self.retries
+                        or quiet >= give_up_after(self._board_srtt(), self.give_up))
+                if give_up:
                     if allow_missing:
                         del pending[index]
                         stats.unanswered += 1
@@ -276,16 +331,57 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     raise NoReplyError(service,
                         f"no reply from the board's {service.value} service at "
                         f"{address[0]}:{address[1]} to {what} after {entry.attempt + 1} "
-                        f"attempts in {time.monotonic() - entry.sent:.1f} s"
+                        f"attempts in {now - entry.sent:.1f} s"
                         f"{self._hint(service)}")
+                # The board's buffer may be full of replies still to come: a resend waits for
+                # room. While the service is silent one probe goes at a time (a flood of
+                # resends would only queue behind a slow board's replies), even without
+                # room once the service stayed silent through a timeout already and for
+                # longer than a round trip measured on the board, or ``give_up`` before
+                # any (what it held is gone then, and only a probe can tell).
+                silent = self._heard[service] <= entry.last_sent
+                if silent:
+                    gone = entry.strikes and \
+                        now - max(self._heard[service], entry.sent) >= self._board_measured()
+                    may_send = not probed and (gone or budget.fits(beats[index]))
+                else:
+                    may_send = budget.fits(beats[index])
+                if not may_send:
+                    self._resend_timer(service, entry, send=False)
+                    stats.deferred += 1
+                    continue
+                probed = probed or silent
                 self._resend_timer(service, entry)
                 # every attempt has a seq of its own, so a reply says which one it answers
                 seq = self._fresh_seq()
                 requests[index] = _with_seq(requests[index], seq)
-                attempts[seq] = (index, entry.last_sent)
+                attempts[seq] = (index, entry.last_sent, budget.charge(beats[index]))
                 self._send(sock, requests[index], service)
+        self._note_budget(stats, budget)
         self._update_rtt_stats(service)
         return replies
+
+    def _board_srtt(self):
+        """The largest smoothed round trip measured on any of the board's services."""
+        measured = [est.srtt for est in self._rtt.values() if est.srtt is not None]
+        return max(measured) if measured else None
+
+    def _board_measured(self):
+        """The longest a reply from the board may take and be merely slow: the largest
+        measured RTT plus four deviations of its services (``give_up`` before any)."""
+        measured = [est.measured for est in self._rtt.values() if est.measured is not None]
+        return max(measured) if measured else self.give_up
+
+    @staticmethod
+    def _note_budget(stats, budget):
+        stats.peak_outstanding = max(stats.peak_outstanding, budget.peak_packets)
+        stats.peak_beats = max(stats.peak_beats, budget.peak_beats)
+
+    def reply_window(self, service: Service, reply_bytes: int) -> int:
+        """Requests with replies of ``reply_bytes`` each that may be outstanding at once to
+        ``service`` (the smaller of ``window`` and this transport's part of the board's
+        reply buffer)."""
+        return min(self.window, self._buffers[service].replies(reply_bytes, self.share))
 
     def _expired(self, service, pending):
         """The entries whose timeout has passed. When nothing at all came back from the
@@ -297,18 +393,23 @@ class UdpTransport(SwitchWorkerSockets, Transport):
             self._rtt[service].backoff()
         return expired
 
-    def _resend_timer(self, service, entry):
-        """Count a resend and set its timeout: doubled while the service is silent (a slow
-        or busy board), the measured timeout again if it answered anything since the last
-        attempt (it is losing datagrams, and waiting longer would not help)."""
+    def _resend_timer(self, service, entry, send=True):
+        """Count a resend (``send``; else a resend held back) and set its timeout: doubled
+        while the service is silent (a slow or busy board: one more strike against the
+        request), the measured timeout again if it answered anything since the last attempt
+        (it is losing datagrams, and waiting longer would not help; the strikes start
+        again)."""
         now = time.monotonic()
         if self._heard[service] > entry.last_sent:
             entry.timeout = self._rtt[service].rto
+            entry.strikes = 0
         else:
             entry.timeout = min(entry.timeout * 2, self.max_timeout)
-        entry.attempt += 1
+            entry.strikes += 1
         entry.last_sent = now
-        self.network[service].resends += 1
+        if send:
+            entry.attempt += 1
+            self.network[service].resends += 1
 
     def _hint(self, service):
         if service is Service.CTRL:
@@ -341,7 +442,7 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                 "first_in": None, "first_out": None, "last_out": None}
 
     def _exchange_nic(self, service, packets, allow_drops):
-        requests, caller_seqs = [], []
+        requests, caller_seqs, reply_bytes = [], [], []
         compress, raw, inc = int(Flags.COMPRESS), int(PacketType.RAW_F32), \
             int(PacketType.INC_F32)
         for i, packet in enumerate(packets):
@@ -357,9 +458,10 @@ class UdpTransport(SwitchWorkerSockets, Transport):
             self._check_size(reply, lambda: f"the reply to packet {i} ({packet.header})")
             requests.append(_with_seq(data, self._fresh_seq()))
             caller_seqs.append(h.seq)
+            reply_bytes.append(reply)
         self.network[service].requests += len(packets)
         replies = self._transact(service, requests, window=self.window,
-                                 allow_missing=allow_drops,
+                                 allow_missing=allow_drops, reply_bytes=reply_bytes,
                                  describe=lambda i: f"packet {i} ({packets[i].header})")
         return [_with_seq(reply, seq) for reply, seq in zip(replies, caller_seqs)
                 if reply is not None]

@@ -32,12 +32,18 @@ that side of the aggregator protocol (``docs/protocol/aggregator-protocol.md`` s
   come to its own socket. Both sockets take results from the board's switch port only, and
   the group socket multicast results of the worker's own job only (a job sharing the group
   address and port is counted as foreign);
-- a message that makes no progress (no new result) for ``timeout`` seconds raises
+- at most as many packets are outstanding as the switch's result buffer holds results
+  (:mod:`host.driver.pacing`; every worker of a job sends the same rounds, and a round's
+  result is stored once whatever its workers, so the job's results never overflow it;
+  ``share`` jobs at once split it): the window's other packets wait for results;
+- a message that makes no progress (no new result) for ``timeout`` seconds, and at least
+  :data:`~host.driver.pacing.GIVE_UP_RTTS` measured round trips, raises
   :class:`~host.driver.transport.NoReplyError`: a stopped board, a job that is not
   configured, or a worker of the job that does not send.
 """
 from __future__ import annotations
 
+import collections
 import dataclasses
 import select
 import time
@@ -50,6 +56,7 @@ from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGIS
 from contract.packet import Packet
 
 from ..switchml.window import ProtocolError, SwitchWorkerWindow
+from .pacing import board_buffers, give_up_after
 from .rtt import ResendTimer, RttEstimator
 from .sockets import (drain, local_address_towards, open_group_socket, open_udp_socket,
                       parse_group)
@@ -123,6 +130,11 @@ class UdpSwitchWorker:
         Seconds a message may go without a new result before :class:`NoReplyError`.
     rto, min_rto, max_rto : float
         First packet timeout, and the bounds of every timeout (seconds).
+    board : str or None
+        The board whose switch result buffer bounds the packets outstanding
+        (:func:`host.driver.pacing.board_buffers`; default every board's).
+    share : int
+        Jobs that use the switch at once: each keeps to its ``1/share`` part of the buffer.
 
     The socket is bound when the worker is made (:attr:`address` is what the worker table
     must hold); :meth:`set_layout` tells it the job's slots and lanes before the first
@@ -132,7 +144,8 @@ class UdpSwitchWorker:
 
     def __init__(self, host: str = "127.0.0.1", *, port_base: int = PORT_BASE, job: int = 0,
                  worker: int = 0, timeout: float = DEFAULT_TIMEOUT, rto: float = 0.2,
-                 min_rto: float = 0.02, max_rto: float = 1.0):
+                 min_rto: float = 0.02, max_rto: float = 1.0, board: str | None = None,
+                 share: int = 1):
         import socket
 
         self.job = _check_int("job", job, 0, MAX_JOBS_IN_TABLE - 1)
@@ -141,6 +154,8 @@ class UdpSwitchWorker:
             raise ValueError(f"timeouts must be positive with min_rto <= max_rto, got "
                              f"timeout={timeout}, rto={rto}, min_rto={min_rto}, max_rto={max_rto}")
         self.timeout = float(timeout)
+        self.share = _check_int("share", share, 1, 1024)
+        self._result_buffer = board_buffers(board)[Service.SWITCH]
         try:
             self.host = socket.gethostbyname(host)
         except OSError as exc:
@@ -156,6 +171,11 @@ class UdpSwitchWorker:
         self._rtt = RttEstimator(rto, min_rto, max_rto)
         self._heard = float("-inf")
         self._closed = False
+
+    def result_window(self, lanes: int) -> int:
+        """Packets of ``lanes`` words this worker keeps outstanding at most: its part of the
+        switch's result buffer, in results of that size."""
+        return self._result_buffer.replies(HEADER_BYTES + 4 * lanes, self.share)
 
     @property
     def address(self) -> tuple[str, int]:
@@ -219,9 +239,14 @@ class UdpSwitchWorker:
         to send; this loop owns the clock (a resend timer per outstanding ``seq``)."""
         timers: dict[int, ResendTimer] = {}          # by seq; item: the datagram
         progress = time.monotonic()
+        # the window's packets beyond what the switch's result buffer holds wait here
+        limit = self.result_window(window.lanes)
+        held: collections.deque = collections.deque()
 
         def send_new(packets, now):
-            for packet in packets:
+            held.extend(packets)
+            while held and len(timers) < limit:
+                packet = held.popleft()
                 data = packet.to_bytes()
                 timers[packet.header.seq] = ResendTimer(data, now, now, self._rtt.rto)
                 self.stats.packets += 1
@@ -233,10 +258,11 @@ class UdpSwitchWorker:
             # busy switch answers a window of packets one after the other, and the last of
             # them waits its turn (a lost packet stalls only its slot, and shows when the
             # other slots are done).
+            patience = give_up_after(self._rtt.srtt, self.timeout)
             due = max(min(timer.deadline for timer in timers.values()),
                       self._heard + self._rtt.rto)
             wait = min(max(due - time.monotonic(), 0.0),
-                       max(progress + self.timeout - time.monotonic(), 0.0))
+                       max(progress + patience - time.monotonic(), 0.0))
             sockets = [self.sock] if self.group_sock is None else [self.sock, self.group_sock]
             ready, _, _ = select.select(sockets, [], [], wait)
             for sock in ready:
@@ -260,13 +286,13 @@ class UdpSwitchWorker:
                     self._count_result(packet, len(data), on_group)
                     send_new(following, progress)
             now = time.monotonic()
-            if not window.done and now - progress >= self.timeout:
+            if not window.done and now - progress >= patience:
                 missing = sorted(timers)[:8]
                 raise NoReplyError(Service.SWITCH,
                     f"no result from the board's switch at {self.switch_address[0]}:"
                     f"{self.switch_address[1]} for {len(timers)} packet(s) of "
                     f"{name} (job {self.job} worker {self.worker}, seq {missing}) within "
-                    f"{self.timeout:g} s: is the board running, is job {self.job} configured "
+                    f"{patience:g} s: is the board running, is job {self.job} configured "
                     f"with this worker's address, and do all {self.layout.workers} workers "
                     f"of the job send?")
             if now < self._heard + self._rtt.rto:
