@@ -21,7 +21,7 @@ __all__ = [
     "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int", "WIRE_GRADIENT_PORT", "WIRE_PORTS", "MAX_FRAME_BYTES",
-    "MIN_FRAME_BYTES", "GROUP_TTL", "is_multicast", "multicast_mac", "group_active",
+    "MIN_FRAME_BYTES", "BufferSizes", "GROUP_TTL", "is_multicast", "multicast_mac", "group_active",
 ]
 
 #: The board's addresses unless the bitstream is built with others (spec section 1).
@@ -179,3 +179,22 @@ def group_active(ip: int, port: int) -> bool:
     """Whether a job's ``group`` registers name a group: both fields non-zero (the board
     sends to whatever address is written; the host writes only multicast ones)."""
     return ip != 0 and port != 0
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferSizes:
+    """Beats (32 bytes) of each service's input and output buffer in the board's network
+    front end, and datagrams queued (``hdl.net.front_end.front_end.NetworkFrontEnd``).
+
+    The defaults, which every board's network top is built with, take a jumbo datagram
+    (8972 bytes, 281 beats) whole into every data service and hold several standard ones;
+    the control service's requests are at most 544 bytes (17 beats). The host keeps what it
+    has in flight within the output buffers (``host.driver.pacing``).
+    """
+    nic_in: int = 512
+    nic_out: int = 512
+    switch_in: int = 512
+    switch_out: int = 64
+    ctrl_in: int = 64
+    ctrl_out: int = 32
+    queue: int = 32

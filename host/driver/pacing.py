@@ -5,10 +5,10 @@ The board's network front end stores each service's replies whole in an output b
 fit (the transmit path is slow, or held up) is dropped whole and counted as
 ``drop_reply_full``. The engine never stalls on its output, so the input side drains at the
 engine's speed: what limits the host is the output buffer. Its size per service is chosen in
-one place, ``hdl.net.front_end.front_end.BufferSizes``, and every board's network top
+one place, ``contract.network.BufferSizes``, and every board's network top
 (``hdl.net.top.NetworkTop``, built by ``hdl/board/network.py``, the Verilated harness and
-the TAP board) takes the sizes that ``NetworkTop``'s ``sizes`` argument defaults to.
-:func:`board_buffers` reads them from there (nothing here copies a number), per board.
+the TAP board) takes its defaults. :func:`board_buffers` reads them from there (nothing
+here copies a number), per board.
 
 A sender keeps the replies it may still get within what the buffer holds
 (:func:`reply_beats`, :class:`ReplyBudget`): each outstanding attempt is charged the beats
@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import inspect
 import tomllib
 from pathlib import Path
 
 from contract.header import BEAT_BYTES
-from contract.network import Service
+from contract.network import BufferSizes, Service
 
 __all__ = ["ServiceBuffer", "board_buffers", "known_boards", "reply_beats", "ReplyBudget",
            "give_up_after", "GIVE_UP_RTTS", "DEFAULT_BOARD"]
@@ -68,21 +67,14 @@ def known_boards() -> tuple[str, ...]:
 
 
 @functools.lru_cache(maxsize=None)
-def _network_top_sizes():
-    # Imported here: the gateware's modules (Amaranth) load only when a sender asks.
-    from hdl.net.top import NetworkTop
-    return inspect.signature(NetworkTop).parameters["sizes"].default
-
-
-@functools.lru_cache(maxsize=None)
 def board_buffers(board: str | None = None) -> dict[Service, ServiceBuffer]:
     """Each service's reply buffer on ``board`` (default :data:`DEFAULT_BOARD`), from the
-    gateware's own sizes (``NetworkTop``'s default ``BufferSizes``: no board passes others)."""
+    gateware's own sizes (the default ``BufferSizes``: no board's top is built with others)."""
     board = DEFAULT_BOARD if board is None else board
     if board not in known_boards():
         raise ValueError(f"no network configuration for board {board!r}; known: "
                          f"{', '.join(known_boards())}")
-    sizes = _network_top_sizes()
+    sizes = BufferSizes()
     return {service: ServiceBuffer(getattr(sizes, field), sizes.queue)
             for service, field in _OUT_FIELD.items()}
 

@@ -27,7 +27,6 @@ Which counter counts what is ``docs/network-contract.md``.
 """
 from __future__ import annotations
 
-import dataclasses
 
 from amaranth import Cat, Module, Mux
 from amaranth.lib import stream, wiring
@@ -35,7 +34,7 @@ from amaranth.lib.wiring import In, Out
 
 from contract.counters import NET_CORE_DROPS, NET_COUNTERS
 from contract.header import HEADER_FIELDS
-from contract.network import SERVICE_OFFSETS, Service, service_ports
+from contract.network import SERVICE_OFFSETS, BufferSizes, Service, service_ports
 from hdl.ctrl_port import RegisterPort
 from hdl.net.core.eth_core import CoreEvents, RxBeat, TxBeat
 from hdl.net.front_end.ctrl_service import PAIR_BYTES, CtrlService
@@ -57,23 +56,6 @@ __all__ = ["BufferSizes", "FrontEndStatus", "NetworkFrontEnd"]
 
 _FIELDS = {f.name: f for f in HEADER_FIELDS}
 CTRL_MAX_LENGTH = 32 + 64 * PAIR_BYTES
-
-
-@dataclasses.dataclass(frozen=True)
-class BufferSizes:
-    """Beats (32 bytes) of each service's input and output buffer, and datagrams queued.
-
-    The defaults take a jumbo datagram (8972 bytes, 281 beats) whole into every data
-    service and hold several standard ones; the control service's requests are at most
-    544 bytes (17 beats).
-    """
-    nic_in: int = 512
-    nic_out: int = 512
-    switch_in: int = 512
-    switch_out: int = 64
-    ctrl_in: int = 64
-    ctrl_out: int = 32
-    queue: int = 32
 
 
 FrontEndStatus = wiring.Signature({

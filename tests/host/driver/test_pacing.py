@@ -45,7 +45,7 @@ def _unbounded(board=None):
 # -- the capacity: from the gateware's sizes ------------------------------------------------
 
 def test_every_board_builds_the_network_top_with_its_default_buffer_sizes():
-    """board_buffers reads NetworkTop's default BufferSizes: that is what every board gets
+    """board_buffers reads the default BufferSizes (contract), NetworkTop's: what every board gets
     only while no builder of the top passes sizes of its own."""
     for path in ("hdl/board/network.py", "sim/harness/network.py", "sim/network_top.py"):
         tree = ast.parse((ROOT / path).read_text())
