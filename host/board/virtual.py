@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 
-from contract.network import GROUP_TTL, PORT_BASE, SERVICE_OFFSETS, Service
+from contract.network import GROUP_TTL, PORT_BASE, SERVICE_OFFSETS, Service, is_multicast
 
 from .backend import BoardBackend, Datagram, open_board_backend
 from .wire import INBOUND, OUTBOUND, WireFaults
@@ -360,7 +360,7 @@ class VirtualBoard:
         try:
             self._sockets[offset].sendto(payload, address)
             self.stats["sent"] += 1
-            if 224 <= int(address[0].partition(".")[0]) <= 239:
+            if is_multicast(address[0]):
                 self.stats["multicast"] += 1      # one datagram to a job's result group
         except OSError:     # full buffer or an unreachable port: the datagram is lost
             self.stats["send_errors"] += 1
