@@ -437,6 +437,28 @@ def run(quick: bool, out_dir="build/bench") -> dict:
                     "board_out_datagrams_per_result": sample["board_out_datagrams_per_result"],
                     "board_in_bytes_per_chunk": sample["board_in_bytes_per_chunk"],
                     "board_in_peak_queue_bytes": sample["board_in_peak_queue_bytes"]}
+
+    # how many boards (with a group) LHC through the aggregator needs to beat LHC summed by
+    # the hosts in a ring: while the boards' links bind, its time falls as 1/B; the guess
+    # is then simulated
+    beat_ring = {}
+    for n in workers_list:
+        beat_ring[n] = {}
+        for d in DENSITIES:
+            chunks = _agg_chunks(phases[d], "lhc_agg")
+            ring_s = rings[n]["lhc_ring"][d]
+            guess = sum(fits[(n, 1, True)].seconds(k) for k in chunks.values()) / ring_s
+            b = int(np.ceil(guess - 1e-9))
+            entry = {"boards": None, "estimate": guess}
+            while b <= n:
+                if (n, b, True) not in fits:
+                    fits[(n, b, True)] = StreamFit(n, b, True, engine_s)
+                s = sum(fits[(n, b, True)].seconds(k) for k in chunks.values())
+                if s < ring_s:
+                    entry.update(boards=b, seconds=s, vs_lhc_ring=ring_s / s)
+                    break
+                b += 1
+            beat_ring[n][d] = entry
     seconds = time.perf_counter() - started
 
     def gbps_ring(n, method, d):
@@ -474,6 +496,18 @@ def run(quick: bool, out_dir="build/bench") -> dict:
               f"{u['board_out_bytes_per_result']:.0f} B ({u['board_out_datagrams_per_result']:.0f}"
               f" datagrams); in {g['board_in_bytes_per_chunk']:.0f} B; peak queue at the "
               f"board's port {g['board_in_peak_queue_bytes'] / 1024:.0f} KiB")
+    print("\nLHC through the aggregator (B = 1, group) against LHC summed by the hosts in a "
+          "ring, and the boards it needs to beat that ring (- : more boards than workers):")
+    for d in DENSITIES:
+        print(f"  density {d:g}: " + "; ".join(
+            f"N={n} {agg[n][1][True]['densities'][d]['lhc_agg']['gbps'] / gbps_ring(n, 'lhc_ring', d):.2f}x, "
+            f"B>={beat_ring[n][d]['boards'] or '-'}" for n in workers_list))
+    diff = max(abs(agg[n][b][True]["densities"][d][m]["seconds"]
+                   / agg[n][b][False]["densities"][d][m]["seconds"] - 1)
+               for n in workers_list for b in boards_for(n) for d in DENSITIES
+               for m in ("lhc_agg", "dense_agg"))
+    print(f"with against without a result group: all-reduce times differ by at most "
+          f"{diff:.3%} (the board's ingress carries N datagrams per chunk either way)")
     worst = max(f.deviation for f in fits.values())
     print(f"largest deviation of a simulated round from its line: {worst:.4%}")
 
@@ -501,6 +535,9 @@ def run(quick: bool, out_dir="build/bench") -> dict:
             "densities": {f"{d:g}": x for d, x in cfg["densities"].items()}}
             for g, cfg in by_g.items()} for b, by_g in by_b.items()}
             for n, by_b in agg.items()},
+        "boards_to_beat_lhc_ring": {str(n): {f"{d:g}": e for d, e in by_d.items()}
+                                    for n, by_d in beat_ring.items()},
+        "group_vs_no_group_max_rel_diff": diff,
         "max_fit_deviation": worst, "targets": targets, "plot": str(png),
         "seconds": seconds,
     }
@@ -540,7 +577,8 @@ def _plot(agg, rings, workers_list, bits, out_path, values):
     x = list(workers_list)
     for ax, d in zip(axes[0], DENSITIES):
         ax.plot(x, [bits / rings[n]["ring_fp32"] / 1e9 for n in x], "k-o", label=METHODS["ring_fp32"])
-        ax.plot(x, [bits / rings[n]["ring_inc_wire"] / 1e9 for n in x], "-s", color="tab:purple",
+        ax.plot(x, [bits / rings[n]["ring_inc_wire"] / 1e9 for n in x], "--s", color="tab:purple",
+                markersize=4,
                 label=METHODS["ring_inc_wire"])
         ax.plot(x, [bits / rings[n]["ring_inc_nic"] / 1e9 for n in x], ":s", color="tab:purple",
                 label=METHODS["ring_inc_nic"])

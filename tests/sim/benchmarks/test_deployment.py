@@ -71,7 +71,9 @@ def test_boards_divide_the_board_link_load(boards):
     assert r["board_in_bytes_per_chunk"] == workers * dep.AGG_FRAME
 
 
-def test_as_many_boards_as_workers_leaves_the_worker_link_the_limit():
+def test_as_many_boards_as_workers_loads_every_link_with_one_frame_per_chunk():
+    # each board receives N packets every B = N chunks, each worker sends and receives one
+    # packet per chunk: no link is the bottleneck alone, one frame time per chunk
     fit = dep.StreamFit(4, 4, True, E, k1=512)
     assert fit.b == pytest.approx(T, rel=1e-9)
 
