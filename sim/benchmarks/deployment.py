@@ -141,14 +141,19 @@ class Link:
 
 
 def aggregation_stream(workers, boards, chunks, *, group, engine_s, slots=SLOTS, gbps=GBPS,
-                       latency_s=FORWARD_LATENCY_S, frame=AGG_FRAME):
+                       latency_s=FORWARD_LATENCY_S, frame=AGG_FRAME, ports=1):
     """One aggregator round of ``chunks`` chunks, every worker sending every chunk, through
     one store-and-forward switch to ``boards`` boards; returns a dict: ``seconds`` (from the
-    first send to the last worker holding the last result) and the boards' link counters."""
+    first send to the last worker holding the last result) and the boards' link counters.
+
+    ``ports``: switch ports per board (2: a Versa serving on both, which no top does yet);
+    chunk ``c`` goes to port ``c mod (B ports)``, of board ``(c mod (B ports)) div ports``,
+    whose one engine serves both."""
     up = [Link(gbps) for _ in range(workers)]          # worker -> switch
     down = [Link(gbps) for _ in range(workers)]        # switch -> worker
-    b_in = [Link(gbps) for _ in range(boards)]         # switch -> board
-    b_out = [Link(gbps) for _ in range(boards)]        # board -> switch
+    links_ = boards * ports
+    b_in = [Link(gbps) for _ in range(links_)]         # switch -> board port
+    b_out = [Link(gbps) for _ in range(links_)]        # board port -> switch
     engine_free = [0.0] * boards
     arrived = [0] * chunks
     window = slots * boards
@@ -168,18 +173,20 @@ def aggregation_stream(workers, boards, chunks, *, group, engine_s, slots=SLOTS,
     while heap:
         t, _, kind, a, c = heapq.heappop(heap)
         if kind == AT_SWITCH:                       # a worker's packet, into the board's queue
-            push(b_in[c % boards].send(t, frame), AT_BOARD, a, c)
+            push(b_in[c % links_].send(t, frame), AT_BOARD, a, c)
         elif kind == AT_BOARD:                      # fully received: through the engine
-            b = c % boards
+            port = c % links_
+            b = port // ports
             done = max(t, engine_free[b]) + engine_s
             engine_free[b] = done
             arrived[c] += 1
             if arrived[c] == workers:
                 if group:
-                    push(b_out[b].send(done, frame) + latency_s, GROUP_AT_SWITCH, 0, c)
+                    push(b_out[port].send(done, frame) + latency_s, GROUP_AT_SWITCH, 0, c)
                 else:
                     for w in range(workers):
-                        push(b_out[b].send(done, frame) + latency_s, RESULT_AT_SWITCH, w, c)
+                        push(b_out[port].send(done, frame) + latency_s, RESULT_AT_SWITCH, w,
+                             c)
         elif kind == GROUP_AT_SWITCH:               # the switch copies it to every member
             for w in range(workers):
                 push(down[w].send(t, frame), AT_WORKER, w, c)
@@ -256,8 +263,9 @@ class StreamFit:
     """Aggregator round times for one (N, B, group): exact up to ``3 K1`` chunks, the fitted
     line beyond (module docstring); caches every simulated round."""
 
-    def __init__(self, workers, boards, group, engine_s, k1=None):
+    def __init__(self, workers, boards, group, engine_s, k1=None, ports=1):
         self.workers, self.boards, self.group, self.engine_s = workers, boards, group, engine_s
+        self.ports = ports
         self.k1 = k1 or max(STREAM_K1, 2 * SLOTS * boards)
         self._cache = {}
         points = [(k, self.simulate(k)["seconds"]) for k in (self.k1, 2 * self.k1, 3 * self.k1)]
@@ -269,7 +277,8 @@ class StreamFit:
     def simulate(self, chunks):
         if chunks not in self._cache:
             self._cache[chunks] = aggregation_stream(self.workers, self.boards, chunks,
-                                                     group=self.group, engine_s=self.engine_s)
+                                                     group=self.group, engine_s=self.engine_s,
+                                                     ports=self.ports)
         return self._cache[chunks]
 
     def seconds(self, chunks):
@@ -283,8 +292,8 @@ class StreamFit:
 def _ring_seconds(workers, words, frame_of, wire_of=None):
     """A ring all-reduce of ``words`` 4-byte words: ``2 (N - 1)`` steps of the largest chunk
     in packets of at most :data:`links.RING_PACKET_VALUES` words; each step simulated at
-    ``RING_P1`` and ``2 RING_P1`` packets of the step's average size and scaled (linear);
-    returns (seconds, deviation placeholder 0)."""
+    ``RING_P1`` and ``2 RING_P1`` packets of the step's average size and scaled (linear:
+    every packet of a step costs the same on every link); returns seconds."""
     if words <= 0:
         return 0.0
     chunk = -(-words // workers)
@@ -459,6 +468,15 @@ def run(quick: bool, out_dir="build/bench") -> dict:
                     break
                 b += 1
             beat_ring[n][d] = entry
+    # a board with two ports (the Versa has two; its network top serves one today)
+    two_ports = {}
+    for n in workers_list:
+        two_ports[n] = {}
+        for b in sorted({1, max(1, n // 8)}):
+            fit = StreamFit(n, b, True, engine_s, ports=2)
+            two_ports[n][b] = {f"{d:g}": bits / sum(fit.seconds(k) for k in
+                                                  _agg_chunks(phases[d], "lhc_agg").values()) / 1e9
+                               for d in DENSITIES}
     seconds = time.perf_counter() - started
 
     def gbps_ring(n, method, d):
@@ -508,6 +526,9 @@ def run(quick: bool, out_dir="build/bench") -> dict:
                for m in ("lhc_agg", "dense_agg"))
     print(f"with against without a result group: all-reduce times differ by at most "
           f"{diff:.3%} (the board's ingress carries N datagrams per chunk either way)")
+    print("LHC through B boards of two ports each (group), Gb/s per worker at 1 % / 5 %: " + "; ".join(
+        f"N={n} B={b} {g['0.01']:.3f} / {g['0.05']:.3f}" for n in workers_list
+        for b, g in two_ports[n].items()))
     worst = max(f.deviation for f in fits.values())
     print(f"largest deviation of a simulated round from its line: {worst:.4%}")
 
@@ -538,6 +559,8 @@ def run(quick: bool, out_dir="build/bench") -> dict:
         "boards_to_beat_lhc_ring": {str(n): {f"{d:g}": e for d, e in by_d.items()}
                                     for n, by_d in beat_ring.items()},
         "group_vs_no_group_max_rel_diff": diff,
+        "two_port_boards_lhc_agg_gbps": {str(n): {str(b): g for b, g in by_b.items()}
+                                         for n, by_b in two_ports.items()},
         "max_fit_deviation": worst, "targets": targets, "plot": str(png),
         "seconds": seconds,
     }

@@ -114,3 +114,32 @@ def test_boards_for():
 def test_registered_section():
     assert bench.SECTIONS["deployment"] == "sim.benchmarks.deployment"
     assert links.FRAMING_BYTES == 66
+
+
+def test_a_board_with_two_ports_carries_as_much_as_two_boards_through_one_engine():
+    one = dep.StreamFit(8, 1, True, E, k1=256, ports=2)
+    two = dep.StreamFit(8, 2, True, E, k1=256)
+    assert one.b == pytest.approx(two.b, rel=1e-9) == pytest.approx(4 * T, rel=1e-9)
+    # an engine slower than the ports: two ports share it, two boards do not
+    slow = 4 * T
+    assert dep.StreamFit(1, 1, True, slow, k1=256, ports=2).b == pytest.approx(slow, rel=1e-9)
+    assert dep.StreamFit(1, 2, True, slow, k1=256).b == pytest.approx(slow / 2, rel=1e-9)
+
+
+def test_phase_words_are_the_golden_plans():
+    import numpy as np
+    from host.golden import lhc
+    from sim.benchmarks.aggregation import phase_words
+
+    values = 1 << 16
+    p = phase_words(values, 0.05, np.random.default_rng(3))
+    assert p["words"]["index"] == values // 32
+    assert p["words"]["sketch"] == p["rows"] * lhc.B
+    assert p["words"]["fallback"] == p["unpeeled"]
+    assert p["words"]["dense"] == values
+    assert p["chosen"] == "sketch"
+    # a full union is not planned: the golden choice for it is dense, as the shortcut says
+    full = phase_words(values, 1.0, None)
+    union = lhc._index_of_mask(np.ones(values, dtype=bool))
+    assert lhc.make_plan(union, 0, 8, values, path="auto").path == full["chosen"] == "dense"
+    assert full["words"]["index"] == union.size
