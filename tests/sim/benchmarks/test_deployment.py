@@ -143,3 +143,26 @@ def test_phase_words_are_the_golden_plans():
     union = lhc._index_of_mask(np.ones(values, dtype=bool))
     assert lhc.make_plan(union, 0, 8, values, path="auto").path == full["chosen"] == "dense"
     assert full["words"]["index"] == union.size
+
+
+@pytest.mark.cocotb
+def test_quick_section_reports_every_figure(tmp_path):
+    r = dep.run(quick=True, out_dir=tmp_path)
+    assert (tmp_path / "deployment.png").is_file()
+    assert r["engine"]["cycles_per_packet"] == pytest.approx(9.0, abs=0.05)  # 1 + 64/8 beats
+    bits = 32 * r["values"]
+    for n, by_b in r["aggregator"].items():
+        assert set(by_b) == {str(b) for b in dep.boards_for(int(n))}
+        for b, by_group in by_b.items():
+            g, u = by_group["group"], by_group["no_group"]
+            assert g["board_out_datagrams_per_result"] == 1
+            assert u["board_out_datagrams_per_result"] == int(n)
+            assert u["board_out_bytes_per_result"] == int(n) * g["board_out_bytes_per_result"]
+            for d, methods in g["densities"].items():
+                for m in methods.values():
+                    assert m["gbps"] == pytest.approx(bits / m["seconds"] / 1e9)
+        rings = r["rings"][n]
+        # the wire board's host side carries raw fp32: no faster than the fp32 ring
+        assert rings["ring_inc_wire"]["seconds"] >= rings["ring_fp32"]["seconds"]
+        assert rings["ring_inc_nic"]["seconds"] < rings["ring_fp32"]["seconds"]
+    assert [t["what"] for t in r["targets"]] and r["max_fit_deviation"] < 1e-6
