@@ -161,6 +161,11 @@ def test_quick_section_reports_every_figure(tmp_path):
             for d, methods in g["densities"].items():
                 for m in methods.values():
                     assert m["gbps"] == pytest.approx(bits / m["seconds"] / 1e9)
+                    # the boards' ports bind: N / B frames per chunk (one when B = N), plus
+                    # each round's fill, a few frames (under 1 % here)
+                    per_chunk = max(int(n) / int(b), 1) * T
+                    assert m["seconds"] == pytest.approx(
+                        per_chunk * sum(m["chunks"].values()), rel=0.01)
         rings = r["rings"][n]
         # the wire board's host side carries raw fp32: no faster than the fp32 ring
         assert rings["ring_inc_wire"]["seconds"] >= rings["ring_fp32"]["seconds"]
