@@ -405,13 +405,17 @@ def run(quick: bool, out_dir="build/bench") -> dict:
     bits = 32 * values
 
     # rings (no boards): per N and density
-    wire_engine_s = lambda v: -(-(links.HEADER_BYTES + 4 * v) // BEAT_BYTES) / (WIRE_MHZ * 1e6)
-    small = lambda v: inc["ring_wire_vs_fp32"] * (links.HEADER_BYTES + 4 * v) + links.FRAMING_BYTES
+    def small(v):               # a compressed packet of v values on the wire
+        return inc["ring_wire_vs_fp32"] * (links.HEADER_BYTES + 4 * v) + links.FRAMING_BYTES
+
+    def wire_board(v):          # (compressed frame, the wire engine's time per packet)
+        beats = -(-(links.HEADER_BYTES + 4 * v) // BEAT_BYTES)
+        return small(v), beats / (WIRE_MHZ * 1e6)
+
     rings = {}
     for n in workers_list:
         fp32 = _ring_seconds(n, values, _raw_frame)
-        inc_wire = _ring_seconds(n, values, _raw_frame,
-                                 lambda v: (small(v), wire_engine_s(v)))
+        inc_wire = _ring_seconds(n, values, _raw_frame, wire_board)
         inc_nic = _ring_seconds(n, values, small)
         rings[n] = {"ring_fp32": fp32, "ring_inc_wire": inc_wire, "ring_inc_nic": inc_nic,
                     "lhc_ring": {d: sum(_ring_seconds(n, w, _raw_frame)
