@@ -31,6 +31,7 @@ SECTIONS = {
     "sim_speed": "sim.benchmarks.sim_speed",
     "aggregation": "sim.benchmarks.aggregation",
     "inceptionn_comm": "sim.benchmarks.inceptionn_comm",
+    "deployment": "sim.benchmarks.deployment",
     "ddp_hardware": "host.benchmarks.ddp_hardware",
     "ddp_overlap": "host.benchmarks.ddp_overlap",
 }

@@ -49,7 +49,7 @@ from sim.switch_traffic import EngineParams
 
 from . import links
 
-__all__ = ["run", "phase_frames", "DENSITIES", "WORKERS", "VALUES", "PAPER"]
+__all__ = ["run", "phase_frames", "phase_words", "DENSITIES", "WORKERS", "VALUES", "PAPER"]
 
 DENSITIES = (0.01, 0.05, 0.1, 0.3, 0.5, 0.7, 0.9)
 WORKERS = (4, 8, 16, 32)
@@ -277,11 +277,20 @@ def _fit(points):
     return float(a), float(b), deviation
 
 
-def _paper_row(fit, values, workers, density, mhz, rng):
-    """The paper's benchmark size: exact packet counts from the golden model's plan and
-    peeling schedule at ``values`` values; cycles from the 8-worker fit (scaled)."""
+def phase_words(values, density, rng, workers=8):
+    """Words of every round of one LHC all-reduce of ``values`` values at union density
+    ``density`` (a random union drawn from ``rng``), exact from the golden model's plan and
+    peeling schedule: ``{"words": {round: words}, "rows", "unpeeled", "chosen",
+    "union_density", "plan_seconds"}``. A full union (``density >= 1``) is not planned: its
+    sketch has at least as many words as the tensor, so the choice is dense."""
     from host.golden import lhc
 
+    if density >= 1:
+        blocks = lhc.n_blocks(values)
+        return {"words": {"index": blocks * lhc.B // 32, "sketch": None, "fallback": None,
+                          "exponent": 1, "dense": values},
+                "rows": None, "unpeeled": None, "chosen": "dense", "union_density": 1.0,
+                "plan_seconds": 0.0}
     step = 1 << 22
     mask = np.zeros(values, dtype=bool)
     for start in range(0, values, step):
@@ -295,16 +304,25 @@ def _paper_row(fit, values, workers, density, mhz, rng):
     peeled, _ = lhc.peel_schedule(plan.elements, plan.rows, plan.blocks)
     unpeeled = int(peeled.size - np.count_nonzero(peeled))
     seconds = time.perf_counter() - started
-    lanes = ENGINE.lanes
     words = {"index": union_words.size, "sketch": plan.rows * lhc.B, "fallback": unpeeled,
              "exponent": 1, "dense": values}
+    return {"words": words, "rows": plan.rows, "unpeeled": unpeeled, "chosen": auto.path,
+            "union_density": plan.elements.size / values, "plan_seconds": seconds}
+
+
+def _paper_row(fit, values, workers, density, mhz, rng):
+    """The paper's benchmark size: exact packet counts from the golden model's plan and
+    peeling schedule at ``values`` values; cycles from the 8-worker fit (scaled)."""
+    p = phase_words(values, density, rng, workers)
+    lanes = ENGINE.lanes
     a, b, _ = fit
     rounds = {name: {"chunks": -(-w // lanes),
-                     "cycles": (a + b * -(-w // lanes)) if w else 0.0} for name, w in words.items()}
-    return {"values": values, "workers": workers, "union_density": plan.elements.size / values,
-            "rows": plan.rows, "unpeeled": unpeeled, "chosen": auto.path,
-            "plan_seconds": seconds, "rounds": rounds,
-            "gbps": _throughputs(rounds, auto.path, values, workers, mhz),
+                     "cycles": (a + b * -(-w // lanes)) if w else 0.0}
+              for name, w in p["words"].items()}
+    return {"values": values, "workers": workers, "union_density": p["union_density"],
+            "rows": p["rows"], "unpeeled": p["unpeeled"], "chosen": p["chosen"],
+            "plan_seconds": p["plan_seconds"], "rounds": rounds,
+            "gbps": _throughputs(rounds, p["chosen"], values, workers, mhz),
             "scaled": True}
 
 
