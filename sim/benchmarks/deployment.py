@@ -3,7 +3,7 @@
 The tables of ``aggregation`` model "a link of L Gb/s per worker" (``links.py``): a switch
 with a port per worker, as SwitchML's Tofino has (the ideal switch). No board of this
 project is that. Here the network is what a user plugs together
-(``../shared/spec/network.md`` section 3):
+(``docs/protocol/network.md`` section 3):
 
 - ``N`` workers, each on its own 1 GbE port of one **store-and-forward Ethernet switch**:
   full duplex, one FIFO output queue per port served at line rate, a frame forwarded
