@@ -1,15 +1,23 @@
 """Helpers the tests share: a fresh random generator (its seed printed, so a failure can be
-replayed), the raw bits of fp32 values, and a ``gradwire board serve`` process."""
+replayed), the raw bits of fp32 values, a ``gradwire board serve`` process, and a script run
+in a network namespace of its own."""
 from __future__ import annotations
 
+import json
+import os
 import secrets
+import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 
 from host.board.process import start_module
 
-__all__ = ["REPO", "fresh_rng", "bits", "serve_board"]
+__all__ = ["REPO", "fresh_rng", "bits", "serve_board", "namespace_command",
+           "run_in_namespace"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,3 +39,42 @@ def serve_board(*args, timeout=60.0):
     line (:func:`host.board.process.start_module`: killed, with what it printed, when no
     ``ready`` comes within ``timeout`` s)."""
     return start_module(["host.cli", "board", "serve", *args], timeout=timeout, cwd=REPO)
+
+
+def namespace_command(setup: str, what: str):
+    """``(command, None)``: ``unshare -n`` (root) or ``unshare -rn`` (a user namespace),
+    checked by running the shell commands ``setup`` in a new namespace; or ``(None, why)``
+    where that cannot be done here (``what``: what the namespace must hold, for the reason)."""
+    if not sys.platform.startswith("linux"):
+        return None, "network namespaces are Linux's"
+    for tool in ("unshare", "ip"):
+        if shutil.which(tool) is None:
+            return None, f"no {tool} command"
+    command = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
+    r = subprocess.run([*command, "sh", "-c", setup], capture_output=True, text=True,
+                       timeout=30)
+    if r.returncode:
+        return None, (f"this machine allows no network namespace with {what} in it "
+                      f"({' '.join(command)}: {r.stderr.strip() or r.returncode}; needs "
+                      f"CAP_SYS_ADMIN or unprivileged user namespaces)")
+    return command, None
+
+
+def run_in_namespace(command, script, target: Path, timeout: float) -> dict:
+    """Run ``python script target`` under ``command`` (:func:`namespace_command`), without
+    the caller's ``GRADWIRE_*`` settings, in a session of its own (killed whole after
+    ``timeout`` s, with what it printed); returns the JSON it wrote to ``target``."""
+    import pytest
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADWIRE_")}
+    process = subprocess.Popen([*command, sys.executable, str(script), str(target)],
+                               cwd=REPO, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)     # the script's own session: its children too
+        out, err = process.communicate()
+        pytest.fail(f"{Path(script).name} took over {timeout} s: {out[-2000:]} {err[-3000:]}")
+    assert process.returncode == 0, f"{out[-2000:]} {err[-3000:]}"
+    return json.loads(Path(target).read_text())

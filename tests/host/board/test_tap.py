@@ -9,13 +9,8 @@ refusals; they are skipped, saying why, where the machine allows no namespace or
 TUN/TAP.
 The loop's idle ticks, the batch classification and the option checks are tested here
 directly, without a namespace."""
-import json
 import os
-import shutil
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -29,6 +24,7 @@ from scapy.packet import Raw
 from contract.network import PORT_BASE, SERVICE_OFFSETS, Service
 from host.board import tap as tapmod
 from host.cli import main
+from tests.helpers import namespace_command, run_in_namespace
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -40,21 +36,9 @@ DRIVER_TIMEOUT = 900
 
 def _namespace_command():
     """``unshare -n`` (root) or ``unshare -rn`` (a user namespace), or why neither works."""
-    if not sys.platform.startswith("linux"):
-        return None, "TAP interfaces are Linux's"
     if not os.path.exists("/dev/net/tun"):
         return None, "no /dev/net/tun (TUN/TAP driver not loaded, or not in this container)"
-    for tool in ("unshare", "ip"):
-        if shutil.which(tool) is None:
-            return None, f"no {tool} command"
-    command = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
-    r = subprocess.run([*command, "ip", "tuntap", "add", "dev", "probe0", "mode", "tap"],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode:
-        return None, (f"this machine allows no network namespace with a TAP in it "
-                      f"({' '.join(command)}: {r.stderr.strip() or r.returncode}; needs "
-                      f"CAP_SYS_ADMIN or unprivileged user namespaces)")
-    return command, None
+    return namespace_command("ip tuntap add dev probe0 mode tap", "a TAP")
 
 
 @pytest.fixture(scope="module")
@@ -62,19 +46,8 @@ def rehearsal(tmp_path_factory):
     command, why = _namespace_command()
     if command is None:
         pytest.skip(why)
-    target = tmp_path_factory.mktemp("tap") / "rehearsal.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADWIRE_")}
-    process = subprocess.Popen([*command, sys.executable, str(DRIVER), str(target)],
-                               cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=DRIVER_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)     # the driver's own session: serve too
-        out, err = process.communicate()
-        pytest.fail(f"the rehearsal took over {DRIVER_TIMEOUT} s: {out[-2000:]} {err[-2000:]}")
-    assert process.returncode == 0, f"{out[-2000:]} {err[-3000:]}"
-    result = json.loads(target.read_text())
+    result = run_in_namespace(command, DRIVER, tmp_path_factory.mktemp("tap") /
+                              "rehearsal.json", DRIVER_TIMEOUT)
     result["as_root"] = os.geteuid() == 0
     return result
 

@@ -8,12 +8,6 @@ board (golden backend), its workers (:class:`UdpSwitchWorker`, and :class:`UdpTr
 carrying a whole job) and their group sockets. They are skipped, saying why, where the
 machine allows no network namespace. Everything here without a namespace writes registers
 only: nothing joins a group or sends multicast in the machine's namespace."""
-import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +17,7 @@ from host.board import VirtualBoard
 from host.driver.sockets import parse_group
 from host.driver.transport import TransportError
 from host.driver.udp_worker import JobLayout, configure_job, read_group, write_group
+from tests.helpers import namespace_command, run_in_namespace
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -113,43 +108,14 @@ def test_a_board_without_group_registers_is_a_clear_error(board):
 
 # ---- real multicast, in a network namespace of its own -------------------------------
 
-def _namespace_command():
-    """``unshare -n`` (root) or ``unshare -rn`` (a user namespace), or why neither works."""
-    if not sys.platform.startswith("linux"):
-        return None, "network namespaces are Linux's"
-    for tool in ("unshare", "ip"):
-        if shutil.which(tool) is None:
-            return None, f"no {tool} command"
-    command = ["unshare", "-n"] if os.geteuid() == 0 else ["unshare", "-rn"]
-    r = subprocess.run([*command, "sh", "-c", "ip link set lo up && ip link set lo multicast on "
-                        "&& ip route add 224.0.0.0/4 dev lo"],
-                       capture_output=True, text=True, timeout=30)
-    if r.returncode:
-        return None, (f"this machine allows no network namespace with a multicast route in "
-                      f"it ({' '.join(command)}: {r.stderr.strip() or r.returncode}; needs "
-                      f"CAP_SYS_ADMIN or unprivileged user namespaces)")
-    return command, None
-
-
 @pytest.fixture(scope="module")
 def multicast(tmp_path_factory):
-    command, why = _namespace_command()
+    command, why = namespace_command("ip link set lo up && ip link set lo multicast on && "
+                                     "ip route add 224.0.0.0/4 dev lo", "a multicast route")
     if command is None:
         pytest.skip(why)
-    target = tmp_path_factory.mktemp("group") / "group.json"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRADWIRE_")}
-    process = subprocess.Popen([*command, sys.executable, str(DRIVER), str(target)],
-                               cwd=REPO, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = process.communicate(timeout=DRIVER_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        pytest.fail(f"the namespace run took over {DRIVER_TIMEOUT} s: {out[-2000:]} "
-                    f"{err[-3000:]}")
-    assert process.returncode == 0, f"{out[-2000:]} {err[-3000:]}"
-    return json.loads(target.read_text())
+    return run_in_namespace(command, DRIVER, tmp_path_factory.mktemp("group") / "group.json",
+                            DRIVER_TIMEOUT)
 
 
 def _ran(r, *scenarios):
