@@ -10,13 +10,14 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
 
 from host.board.process import start_module
 
-__all__ = ["REPO", "fresh_rng", "bits", "serve_board", "namespace_command",
+__all__ = ["REPO", "fresh_rng", "bits", "serve_board", "in_threads", "namespace_command",
            "run_in_namespace"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +40,30 @@ def serve_board(*args, timeout=60.0):
     line (:func:`host.board.process.start_module`: killed, with what it printed, when no
     ``ready`` comes within ``timeout`` s)."""
     return start_module(["host.cli", "board", "serve", *args], timeout=timeout, cwd=REPO)
+
+
+def in_threads(calls, timeout: float = 120.0) -> list:
+    """Call each of ``calls`` (no arguments) in a thread of its own; their return values, in
+    order, once every thread has ended (each waited for ``timeout`` s at most: one still
+    running fails the test), or the first error raised in one of them."""
+    results = [None] * len(calls)
+    errors = []
+
+    def run(i):
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:       # noqa: BLE001 (re-raised below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=timeout)
+    assert not any(t.is_alive() for t in threads), "a thread did not finish"
+    if errors:
+        raise errors[0]
+    return results
 
 
 def namespace_command(setup: str, what: str):

@@ -10,7 +10,6 @@ Every run is bounded (a few seconds); nothing asserts a wall-clock time."""
 import ast
 import inspect
 import secrets
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,7 @@ from host.driver.pacing import (GIVE_UP_RTTS, ReplyBudget, ServiceBuffer, board_
 from host.driver.settings import inc_max_bytes, nic_packet_values
 from host.driver.udp_worker import UdpSwitchWorker, configure_job
 from host.golden import inceptionn
-from tests.helpers import bits
+from tests.helpers import bits, in_threads
 
 ROOT = Path(__file__).resolve().parents[3]
 SLOW = (0.003, 0.015)            # seconds per reply on the slow board's transmit path
@@ -179,22 +178,8 @@ def _two_ranks(board, share):
     """Two ranks on one board at once (the bring-up rehearsal's run), each with its own
     transport; the tensors and what came back."""
     xs = [_tensor(10 + r) for r in range(2)]
-    out, errors = [None, None], []
-
-    def rank(r):
-        try:
-            out[r] = _nic_round_trip(board, xs[r], share=share)[0]
-        except BaseException as exc:          # noqa: BLE001 (raised below)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads)
-    if errors:
-        raise errors[0]
+    out = [r[0] for r in in_threads([lambda r=r: _nic_round_trip(board, xs[r], share=share)
+                                     for r in range(2)], timeout=60)]
     for x, got in zip(xs, out):
         assert np.array_equal(bits(got), bits(inceptionn.quantize(x, 12)))
 
@@ -230,22 +215,9 @@ def _aggregate_two_workers(board, seed, chunks=40):
         rng = np.random.default_rng(seed)
         vectors = [rng.integers(0, 2**32, layout.lanes * chunks, dtype=np.uint64)
                    .astype(np.uint32) for _ in workers]
-        results, errors = [None, None], []
-
-        def run(i):
-            try:
-                results[i] = workers[i].aggregate(vectors[i], PacketType.AGG_ADD_I32)[0]
-            except BaseException as exc:      # noqa: BLE001 (raised below)
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=60)
-        assert not any(t.is_alive() for t in threads)
-        if errors:
-            raise errors[0]
+        results = [r[0] for r in in_threads(
+            [lambda i=i: workers[i].aggregate(vectors[i], PacketType.AGG_ADD_I32)
+             for i in range(2)], timeout=60)]
         expected = ((vectors[0].astype(np.uint64) + vectors[1]) % 2**32).astype(np.uint32)
         for got in results:
             assert np.array_equal(got, expected)

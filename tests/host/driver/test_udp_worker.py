@@ -4,7 +4,6 @@ here (each with its own socket, as separate processes would); loss, duplication 
 reordering on the board's wire; a job that never completes; a board that is gone. Every
 wait is bounded by the worker's timeout."""
 import socket
-import threading
 import time
 
 import numpy as np
@@ -17,7 +16,7 @@ from host.driver.transport import TransportError
 from host.driver.transport import NoReplyError
 from host.driver.udp import UdpTransport
 from host.driver.udp_worker import JobLayout, UdpSwitchWorker, configure_job
-from tests.helpers import fresh_rng
+from tests.helpers import fresh_rng, in_threads
 
 SLOTS = 8
 FAST = dict(rto=0.05, min_rto=0.01, max_rto=0.2)
@@ -43,25 +42,10 @@ def _workers(board, n, job=0, slot_base=0, slot_count=None, **options):
 def _in_threads(workers, messages):
     """Each worker aggregates its own list of ``(words, op, exponent)`` in a thread of its
     own; returns every worker's results (or raises the first worker's error)."""
-    results = [None] * len(workers)
-    errors = []
-
     def run(w):
-        try:
-            results[w] = [workers[w].aggregate(words, op, exponent=e, name=f"message {i}")
-                          for i, (words, op, e) in enumerate(messages[w])]
-        except BaseException as exc:       # noqa: BLE001 (re-raised below)
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(w,)) for w in range(len(workers))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a worker thread did not finish"
-    if errors:
-        raise errors[0]
-    return results
+        return [workers[w].aggregate(words, op, exponent=e, name=f"message {i}")
+                for i, (words, op, e) in enumerate(messages[w])]
+    return in_threads([lambda w=w: run(w) for w in range(len(workers))])
 
 
 def _messages(rng, n_workers, sizes):
