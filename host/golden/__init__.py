@@ -5,4 +5,6 @@
   peeling.
 - :mod:`~host.golden.aggregator`: the switch's slot pool; :mod:`~host.golden.ring`: the ring
   all-reduce through the NIC.
+- :mod:`~host.golden.siphash`: SipHash-2-4 and the tags, job keys and wrapped words of
+  ``network.md`` section 7.
 """
