@@ -18,7 +18,7 @@
 #                    with openFPGALoader, FLASH=1 into its SPI flash, CABLE=<name> to override
 #                    the board's cable
 #   make bench-timing  Fmax of each engine alone (compressor, decompressor, aggregator, front
-#                    end) at 125 and 156.25 MHz: a measurement, about 40 minutes
+#                    end, SipHash) at 125 and 156.25 MHz: a measurement, about 50 minutes
 #   make setup       just create/refresh the virtualenv
 #   make clean       remove build outputs (keeps the virtualenv; `make distclean` removes it too)
 

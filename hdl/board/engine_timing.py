@@ -2,7 +2,7 @@
 
 ::
 
-    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end|all
+    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end|siphash|all
                                 [--freq MHZ[,MHZ...]] [--seed N]
                                 [--router router1|router2] [--build-dir DIR]
 
@@ -72,10 +72,16 @@ def _network_front_end():
                            switch=True, jobs=4, max_workers=32, slots=64)
 
 
+def _siphash():
+    from hdl.crypto.siphash import SipHash24
+    return SipHash24()
+
+
 #: Engine name -> constructor (the configurations the board top builds; ``front_end`` is
-#: the network top's engine-clock part between the clock crossing and the engines).
+#: the network top's engine-clock part between the clock crossing and the engines;
+#: ``siphash`` is the tag function of ``docs/protocol/network.md`` section 7, in no top yet).
 ENGINES = {"compressor": _compressor, "decompressor": _decompressor, "aggregator": _aggregator,
-           "front_end": _network_front_end}
+           "front_end": _network_front_end, "siphash": _siphash}
 
 
 class EngineHarness(wiring.Component):

@@ -63,7 +63,8 @@ def test_harness_checks_its_argument():
 
 
 def test_engine_names():
-    assert sorted(ENGINES) == ["aggregator", "compressor", "decompressor", "front_end"]
+    assert sorted(ENGINES) == ["aggregator", "compressor", "decompressor", "front_end",
+                               "siphash"]
     # every entry builds the component the harness wraps
     front_end = ENGINES["front_end"]()
     assert isinstance(front_end, wiring.Component) and "switch_ctrl" in front_end.signature.members
