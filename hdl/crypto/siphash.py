@@ -18,15 +18,17 @@ alone), and the engine spends exactly one clock per SipRound on it::
     clocks per 8-byte word = c                               (2: a word every 2 clocks)
     input words          = max(1, ceil(n / 8))               (the empty message is one
                                                               word of 0 bytes)
-    latency              = clocks per message + 1             (first word taken -> tag valid)
+    latency              = clocks per message + 1             (first word taken -> tag
+                                                              valid, engine idle, key there)
 
 Rounds never wait for each other: the next message's first block starts the clock after
 the previous one's last finalization round, and a word is taken the same clock its
 predecessor's last round runs, so with words and keys always there and the tag always
-taken, the engine runs a round every clock. At 75 MHz that is 300 MB/s of message, about
-2.4 times what one 1000BASE-T port delivers. A tag that is not taken holds the engine in
-its last finalization round (nothing is lost); the word buffer and the key stream hold
-the rest.
+taken, the engine runs a round every clock. At 75 MHz that is 300 MB/s of message, 2.4
+times the 125 MB/s of a 1 Gb/s port: a datagram's tag takes at most 42 % of the datagram's
+time on the wire (a 32-byte datagram: 14 clocks, 187 ns, against 784 ns with its
+Ethernet, IP and UDP overhead). A tag that is not taken holds the engine in its last
+finalization round (nothing is lost); the word buffer and the key stream hold the rest.
 
 One SipRound is combinational between the state registers (two 64-bit additions in
 series on each path, carry chains on the ECP5), so the clock is what that allows.
