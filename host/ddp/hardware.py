@@ -20,6 +20,11 @@ training sees the gateware's bits:
     sketch and fallback rounds (``AGG_ADD_I32``) go as packets from every rank's own socket
     (:class:`~host.driver.udp_worker.UdpSwitchWorker`) to the board's switch, which sums
     them and multicasts the results back; gloo carries only what the switch does not do.
+``LhcHook(backend="udp", boards=[ADDR_0, ADDR_1, ...], key=KEY)``
+    The same job over ``B`` boards (``network.md`` section 3): every board holds the job,
+    every rank has a socket on each (:class:`~host.driver.striped.StripedSwitchWorker`) and
+    sends chunk ``c`` of every round to board ``c mod B``; the boards aggregate at the same
+    time and the rank puts their results back together, bit for bit one board's.
 
 What gloo still carries, and why:
 
@@ -63,7 +68,8 @@ from contract.packet import Packet
 
 
 __all__ = ["HookBackendError", "INCEPTIONN_BACKENDS", "LHC_BACKENDS", "NicRingCodec",
-           "UdpSwitch", "RING_FAILED", "frame_packets", "unframe_packets", "check_board"]
+           "UdpSwitch", "RING_FAILED", "frame_packets", "unframe_packets", "check_board",
+           "check_boards"]
 
 #: backends of InceptionnHook and LhcHook ("golden": the NumPy models and gloo)
 INCEPTIONN_BACKENDS = ("golden", "verilator", "udp")
@@ -124,6 +130,40 @@ def check_board(who: str, board, key, mtu, *, per_rank: bool, need_key: bool):
     if need_key and settings[0]["key"] is None:
         raise ValueError(f"{who}: backend 'udp' needs the board's control key (key=HEX or "
                          f"GRADWIRE_KEY) to configure the job on its switch")
+    return settings
+
+
+def check_boards(who: str, board, boards, key):
+    """The board settings of a job over several boards (``boards=[ADDR, ...]``, the forms
+    ``board=`` takes, each board with its key: ``key`` one for all, or one per board),
+    checked now. Two boards at the same address and port base are one board twice."""
+    if board is not None:
+        raise ValueError(f"{who}: give board= (one board) or boards= (a job over several "
+                         f"boards), not both")
+    if isinstance(boards, str) or not hasattr(boards, "__len__") or not len(boards):
+        raise ValueError(f"{who}: boards must be a non-empty list of board addresses "
+                         f"HOST[:PORT_BASE], not {boards!r}")
+    boards = list(boards)
+    if isinstance(key, (list, tuple)):
+        if len(key) != len(boards):
+            raise ValueError(f"{who}: {len(key)} keys for {len(boards)} boards: give one key "
+                             f"for every board, or one per board")
+        keys = list(key)
+    else:
+        keys = [key] * len(boards)
+    settings = []
+    for one, one_key in zip(boards, keys):
+        if not isinstance(one, str):
+            raise ValueError(f"{who}: a board address is HOST[:PORT_BASE], not {one!r}")
+        settings += check_board(who, one, one_key, None, per_rank=False, need_key=True)
+    seen = {}
+    for b, s in enumerate(settings):
+        where = (s["host"], s["port_base"])
+        if where in seen:
+            raise ValueError(f"{who}: boards {seen[where]} and {b} are the same board "
+                             f"({_where(s)}): every board of a job has its own address or "
+                             f"port base")
+        seen[where] = b
     return settings
 
 
@@ -540,18 +580,31 @@ class UdpSwitch(_Backend):
 
         super().__init__(who)
         self.backend = "udp"
-        self.settings = settings
+        # One board (a settings dict), or a job striped over several (a list of them).
+        self.boards = [settings] if isinstance(settings, dict) else list(settings)
+        if not self.boards:
+            raise ValueError(f"{who}: no board")
+        self.settings = self.boards[0]
         self.job, self.slot_base, self.slot_count = job, slot_base, slot_count
         # the job's result group ((ip, port) or None): rank 0 writes it with the worker
         # table, the layout it broadcasts carries it, and every rank joins it
         self.group = parse_group(group)
+        if self.group is not None and len(self.boards) > 1:
+            # each board would multicast its part to the group, and every rank's per-board
+            # sockets would have to share the group's port: not done yet
+            raise ValueError(f"{who}: a result group is for a job on one board; a job over "
+                             f"{len(self.boards)} boards gets its results per worker")
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         self.worker = None
         self.layout = None
+        self.layouts = None                   # several boards: each board's layout
         self._finalizer = None
         self._address_error = None
 
     def describe(self) -> str:
+        if len(self.boards) > 1:
+            return (f"udp (switch of {len(self.boards)} boards: "
+                    f"{'; '.join(_where(s) for s in self.boards)}, job {self.job})")
         return f"udp (switch of {_where(self.settings)}, job {self.job})"
 
     def _open(self, group, rank, world, to_global):
@@ -559,6 +612,10 @@ class UdpSwitch(_Backend):
 
         if world > 32:
             raise ValueError(f"a switch job has at most 32 workers, not {world}")
+        if len(self.boards) > 1:
+            self.worker = _open_striped_worker(self.boards, self.job, rank, self.timeout)
+            self._finalizer = weakref.finalize(self, self.worker.close)
+            return
         worker = UdpSwitchWorker(self.settings["host"], port_base=self.settings["port_base"],
                                  job=self.job, worker=rank, timeout=self.timeout)
         self.worker = worker
@@ -567,11 +624,13 @@ class UdpSwitch(_Backend):
     def _after_open(self, group, rank, world, to_global):
         """Group rank 0 writes every rank's address into the job's worker table and commits
         the job; the others wait for its broadcast of the layout (or of its error)."""
+        striped = len(self.boards) > 1
+        mine = self.worker.addresses if striped else self.worker.address
         addresses = [None] * world
         if world > 1:
-            dist.all_gather_object(addresses, self.worker.address, group=group)
+            dist.all_gather_object(addresses, mine, group=group)
         else:
-            addresses = [self.worker.address]
+            addresses = [mine]
         outcome = [None]
         if rank == 0:
             try:
@@ -582,17 +641,27 @@ class UdpSwitch(_Backend):
             dist.broadcast_object_list(outcome, src=_group_rank_zero(group), group=group)
         kind, value = outcome[0]
         if kind == "error":
-            raise HookBackendError(f"{self.who}: configuring job {self.job} on the board's "
-                                   f"switch failed (rank {to_global(0)}: {value}); every rank "
+            where = f"the {len(self.boards)} boards' switches" if striped \
+                else "the board's switch"
+            raise HookBackendError(f"{self.who}: configuring job {self.job} on {where} "
+                                   f"failed (rank {to_global(0)}: {value}); every rank "
                                    f"of the group raises this error")
-        self.layout = value
+        if striped:
+            self.layouts = value
+            self.layout = value[0]
+        else:
+            self.layout = value
         if rank == 0:
             # The job is this hook's until it closes: then group rank 0 releases its slots
             # (after a completed call every rank has every result, so nobody needs them).
             self._finalizer.detach()
-            self._finalizer = weakref.finalize(self, _release_job, self.worker, self.settings,
-                                               self.job)
-        if value.group is None:
+            if striped:
+                self._finalizer = weakref.finalize(self, _release_striped_job, self.worker,
+                                                   self.boards, self.job)
+            else:
+                self._finalizer = weakref.finalize(self, _release_job, self.worker,
+                                                   self.settings, self.job)
+        if striped or value.group is None:
             self.worker.set_layout(value)
         else:
             # joining the group may fail on one rank (no multicast on its interface):
@@ -607,11 +676,30 @@ class UdpSwitch(_Backend):
                   status_first=True)
 
     def _configure(self, addresses):
+        if len(self.boards) > 1:
+            return self._configure_boards(addresses)
+        return self._configure_board(self.settings, addresses)
+
+    def _configure_boards(self, addresses):
+        """Configure the job on every board (rank r's address on board b is
+        ``addresses[r][b]``), and check that they agree on lanes and slots."""
+        from ..driver.striped import check_layouts
+
+        layouts = []
+        for b, settings in enumerate(self.boards):
+            try:
+                layouts.append(self._configure_board(settings, [a[b] for a in addresses]))
+            except Exception as exc:          # noqa: BLE001 (named with its board)
+                raise HookBackendError(f"board {b} of {len(self.boards)} "
+                                       f"({_where(settings)}): {_describe(exc)}") from None
+        check_layouts(layouts)
+        return layouts
+
+    def _configure_board(self, s, addresses):
         from ..driver.transport import NoReplyError
         from ..driver.udp import UdpTransport
         from ..driver.udp_worker import configure_job
 
-        s = self.settings
         control = UdpTransport(s["host"], port_base=s["port_base"], key=s["key"], mtu=s["mtu"],
                                region="switch", timeout=0.1, min_timeout=0.02, max_timeout=1.0,
                                retries=4)
@@ -644,6 +732,12 @@ class UdpSwitch(_Backend):
             out["rto_ms"] = self.worker.rto_ms
         if self.layout is not None:
             out["layout"] = self.layout.as_dict()
+        if len(self.boards) > 1:
+            # the figures above are the boards' summed; here each board's own
+            out["boards"] = len(self.boards)
+            if self.worker is not None and hasattr(self.worker, "board_stats"):
+                out["per_board"] = [{"board": _where(s), **w.as_dict()}
+                                    for s, w in zip(self.boards, self.worker.board_stats)]
         return out
 
     def totals(self) -> dict:
@@ -655,9 +749,13 @@ class UdpSwitch(_Backend):
         if w is None:
             return {"packets_in": 0, "packets_out": 0, "bytes_in": 0, "bytes_out": 0,
                     "resends": 0, "seconds": 0.0, "startup_seconds": self.startup_seconds}
-        return {"packets_in": w.packets, "packets_out": w.results,
-                "bytes_in": w.bytes_out, "bytes_out": w.bytes_in, "resends": w.resends,
-                "seconds": w.seconds, "startup_seconds": self.startup_seconds}
+        out = {"packets_in": w.packets, "packets_out": w.results,
+               "bytes_in": w.bytes_out, "bytes_out": w.bytes_in, "resends": w.resends,
+               "seconds": w.seconds, "startup_seconds": self.startup_seconds}
+        if len(self.boards) > 1:
+            out["boards"] = len(self.boards)
+            out["bytes_in_per_board"] = [s.bytes_out for s in self.worker.board_stats]
+        return out
 
     def close(self) -> None:
         if self._finalizer is not None:
@@ -681,6 +779,30 @@ def _release_job(worker, settings, job) -> None:
             control.close()
     except Exception:                         # noqa: BLE001 (nothing to free, or no board)
         pass
+
+
+def _open_striped_worker(boards, job, rank, timeout):
+    """Rank ``rank``'s worker of ``job`` on every board, striped (one socket per board)."""
+    from ..driver.striped import StripedSwitchWorker
+    from ..driver.udp_worker import UdpSwitchWorker
+
+    workers = []
+    try:
+        for settings in boards:
+            workers.append(UdpSwitchWorker(settings["host"], port_base=settings["port_base"],
+                                           job=job, worker=rank, timeout=timeout))
+    except BaseException:
+        for worker in workers:
+            worker.close()
+        raise
+    return StripedSwitchWorker(workers)
+
+
+def _release_striped_job(striped, boards, job) -> None:
+    """:func:`_release_job` on every board of a striped job."""
+    striped.close()
+    for worker, settings in zip(striped.workers, boards):
+        _release_job(worker, settings, job)
 
 
 def _diagnose(settings) -> str:

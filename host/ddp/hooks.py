@@ -90,7 +90,8 @@ import torch.distributed as dist
 from .hook_worker import (FailedIteration, HookWorker, bucket_to_host, check_bucket, complete,
                         cpu_group, new_future, raise_carried_error, result_to_device)
 from .hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBackendError,
-                           NicRingCodec, UdpSwitch, check_backend, check_board)
+                           NicRingCodec, UdpSwitch, check_backend, check_board,
+                           check_boards)
 from ..golden import inceptionn as _inc
 from ..golden import lhc as _lhc
 from ..golden.ring import ring_chunk_bounds
@@ -949,9 +950,17 @@ class LhcHook(_CommHook):
         :mod:`host.ddp.hardware`.
     board : str
         ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``).
-    key : int or str
+    boards : list of str
+        ``"udp"``: instead of ``board``, the job over several boards (the same address
+        forms, one per board, each board its own ports: ``gradwire board serve
+        --port-base``), ``network.md`` section 3: every board holds the job with the same
+        workers and slots, chunk ``c`` of every round goes to board ``c mod B``, and each
+        rank puts the boards' results back together (bit for bit one board's; each board's
+        link carries ``1/B`` of the job).
+    key : int or str, or a list of them
         ``"udp"``: the board's control key (default: ``GRADWIRE_KEY``): group rank 0 writes
-        the job's worker table and configures the job with it at the first bucket.
+        the job's worker table and configures the job with it at the first bucket. With
+        ``boards``: one key for every board, or one per board.
     job, slot_base, slot_count : int
         ``"udp"``: the switch job and its slots (default: job 0, the whole pool). The job is
         the hook's from its first bucket (group rank 0 configures it) until :meth:`close`
@@ -979,7 +988,7 @@ class LhcHook(_CommHook):
     def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
                  history: int = DEFAULT_HISTORY, path: str = "auto", backend: str = "golden",
                  board=None, key=None, job: int = 0, slot_base: int = 0, slot_count=None,
-                 timeout=None, asynchronous: bool = True):
+                 timeout=None, asynchronous: bool = True, boards=None):
         super().__init__(history, asynchronous)
         # Reject a bad load / r_min / path now rather than in the middle of a backward pass.
         _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min, path=path)
@@ -988,9 +997,9 @@ class LhcHook(_CommHook):
         self.path = path
         check_backend("LhcHook", backend, LHC_BACKENDS)
         if backend == "golden":
-            defaults = dict(board=None, key=None, job=0, slot_base=0, slot_count=None,
-                            timeout=None)
-            given = [name for name, value in dict(board=board, key=key, job=job,
+            defaults = dict(board=None, boards=None, key=None, job=0, slot_base=0,
+                            slot_count=None, timeout=None)
+            given = [name for name, value in dict(board=board, boards=boards, key=key, job=job,
                                                   slot_base=slot_base, slot_count=slot_count,
                                                   timeout=timeout).items()
                      if value is not defaults[name] and value != defaults[name]]
@@ -1010,7 +1019,11 @@ class LhcHook(_CommHook):
         if timeout is not None and not (isinstance(timeout, numbers.Real) and timeout > 0):
             raise ValueError(f"LhcHook: timeout must be a positive number of seconds, not "
                              f"{timeout!r}")
-        settings, = check_board("LhcHook", board, key, None, per_rank=False, need_key=True)
+        if boards is not None:
+            settings = check_boards("LhcHook", board, boards, key)
+        else:
+            settings, = check_board("LhcHook", board, key, None, per_rank=False,
+                                    need_key=True)
         self._hardware = UdpSwitch("LhcHook", settings, job=int(job), slot_base=int(slot_base),
                                    slot_count=slot_count, timeout=timeout)
 
@@ -1018,6 +1031,8 @@ class LhcHook(_CommHook):
         text = f"LhcHook(load={self.load}, r_min={self.r_min}, path={self.path!r}"
         if self._hardware is not None:
             text += f", backend={self.backend!r}"
+            if len(self._hardware.boards) > 1:
+                text += f", boards={len(self._hardware.boards)}"
         return text + ")"
 
     def _allreduce_sum(self, values, group):
