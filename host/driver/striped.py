@@ -199,3 +199,117 @@ class StripedSwitchWorker:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class StripedSwitchInterface:
+    """:class:`~host.driver.switch.SwitchInterface`'s all-reduces with every job striped
+    over several boards' switches (one interface per board, in board order): what ``make
+    sim --boards N`` runs, with one gateware instance (one harness process) per board.
+
+    The boards must agree on lanes and slots (the job holds the same slots on each). Jobs
+    are configured on every board; each board keeps its own chunk count per job.
+    """
+
+    def __init__(self, interfaces):
+        self.boards = list(interfaces)
+        if not self.boards:
+            raise ValueError("no board: a job spans at least one board")
+        first = self.boards[0]
+        for b, other in enumerate(self.boards[1:], 1):
+            for field in ("lanes", "slots"):
+                if getattr(other, field) != getattr(first, field):
+                    raise ValueError(f"the boards of one job must agree on {field}: board 0 "
+                                     f"has {getattr(first, field)}, board {b} has "
+                                     f"{getattr(other, field)}")
+        self.lanes, self.slots = first.lanes, first.slots
+        self.jobs = min(i.jobs for i in self.boards)
+        self.max_workers = min(i.max_workers for i in self.boards)
+        self._next_chunk = {}
+        #: per board, what the all-reduces sent it (first transmissions, resends, bytes)
+        self.sent = [dict(packets=0, resends=0, bytes=0) for _ in self.boards]
+
+    def configure_job(self, job, workers, slot_base, slot_count):
+        for interface in self.boards:
+            interface.configure_job(job, workers, slot_base, slot_count)
+        self._next_chunk[job] = [0] * len(self.boards)
+
+    def clear_job(self, job):
+        for interface in self.boards:
+            interface.clear_job(job)
+        self._next_chunk.pop(job, None)
+
+    def counters(self) -> dict:
+        """Every board's switch counters summed (:meth:`board_counters`: each board's)."""
+        total = {}
+        for counters in self.board_counters():
+            for name, value in counters.items():
+                total[name] = total.get(name, 0) + value
+        return total
+
+    def board_counters(self) -> list[dict]:
+        return [interface.counters() for interface in self.boards]
+
+    def _exchanges(self):
+        return [lambda packets, t=interface.transport: t.exchange("agg", packets, idle=32)
+                for interface in self.boards]
+
+    def _count(self, packet_stats):
+        size = 32 + 4 * self.lanes
+        for b, sent in enumerate(self.sent):
+            sent["packets"] += packet_stats.board_packets_sent[b]
+            sent["resends"] += packet_stats.board_resends[b]
+            sent["bytes"] += size * (packet_stats.board_packets_sent[b]
+                                     + packet_stats.board_resends[b])
+
+    def allreduce(self, tensors, *, job=0, slot_base=0, slot_count=None, fault=None,
+                  configure=True, **options):
+        """As :meth:`SwitchInterface.allreduce`, striped over the boards."""
+        (result, stats), = self.allreduce_jobs([tensors], jobs=[job],
+                                               slot_counts=[slot_count or self.slots - slot_base],
+                                               slot_base=slot_base, fault=fault,
+                                               configure=configure, **options)
+        return result, stats
+
+    def allreduce_jobs(self, tensor_sets, *, jobs=None, slot_counts=None, path="sketch",
+                       fault=None, configure=True, slot_base=0, **options):
+        """As :meth:`SwitchInterface.allreduce_jobs`, every job striped over the boards.
+        The stats also hold ``board_packets_sent`` and ``board_resends`` (per board)."""
+        from ..switchml.network import allreduce_jobs_over_transport
+        from .switch import _flat_stats
+
+        tensor_sets = [list(t) for t in tensor_sets]
+        count = len(tensor_sets)
+        jobs = list(range(count)) if jobs is None else list(jobs)
+        if slot_counts is None:
+            if count > self.slots:
+                raise ValueError(f"{count} jobs need at least one slot each; the switches "
+                                 f"have {self.slots}")
+            slot_counts = [self.slots // count + (j < self.slots % count) for j in range(count)]
+        slot_counts = list(slot_counts)
+        paths = [path] * count if isinstance(path, str) else list(path)
+        if not len(jobs) == len(slot_counts) == len(paths) == count:
+            raise ValueError(f"{count} tensor sets but {len(jobs)} jobs, {len(slot_counts)} "
+                             f"slot counts and {len(paths)} paths")
+        loads = {key: options.pop(key) for key in ("load", "r_min") if key in options}
+        requests, base = [], slot_base
+        for job, tensors, slot_count, job_path in zip(jobs, tensor_sets, slot_counts, paths):
+            if configure:
+                self.configure_job(job, len(tensors), base, slot_count)
+            elif job not in self._next_chunk:
+                raise RuntimeError(f"job {job} was not configured through this interface")
+            requests.append(dict(tensors=tensors, job=job, slot_base=base,
+                                 slot_count=slot_count, first_chunk=self._next_chunk[job],
+                                 path=job_path, **loads))
+            base += slot_count
+        runs = allreduce_jobs_over_transport(requests, self._exchanges(), lanes=self.lanes,
+                                             fault=fault, **options)
+        out = []
+        for job, (result, stats) in zip(jobs, runs):
+            packet_stats = stats["packets"]
+            self._next_chunk[job] = list(packet_stats.next_chunk)
+            self._count(packet_stats)
+            flat = _flat_stats(stats)
+            flat["board_packets_sent"] = list(packet_stats.board_packets_sent)
+            flat["board_resends"] = list(packet_stats.board_resends)
+            out.append((result, flat))
+        return out

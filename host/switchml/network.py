@@ -31,6 +31,13 @@ simulated clock, their packets meet in the same exchanges, and results are route
 header's ``job``. The jobs must have distinct job numbers and disjoint slot ranges (what
 the switch's control interface enforces).
 
+One job may also span several boards (``../shared/spec/network.md`` section 3): give
+:func:`run_jobs` (or :func:`allreduce_jobs_over_transport`) one transport per board. Every
+phase's vector is then striped by chunk (:mod:`host.switchml.stripe`: chunk ``c`` to board
+``c mod B`` as that board's chunk ``c div B``), each worker keeps one window and one chunk
+count per board, and the boards' results are put back together by chunk before the
+protocol sees them: bit for bit one board's.
+
 Entry points: :func:`run_allreduce_packets` (LHC all-reduce through an
 :class:`~host.golden.aggregator.AggregatorModel`), :func:`allreduce_over_transport` (the same over
 any transport; ``path`` = "sketch", "dense" or "auto" as in
@@ -50,6 +57,7 @@ import numpy as np
 
 from ..golden import lhc
 from ..golden.aggregator import AggregatorModel, model_transport
+from . import stripe
 from .faults import NetworkFaults
 from .window import ProtocolError, SwitchWorkerWindow, as_words, check_layout
 from contract.header import PacketType
@@ -121,10 +129,12 @@ class TickFaults(NetworkFaults):
                          max_delay=int(max_delay), ticks=True,
                          keep_window_order=keep_window_order)
 
-    def to_switch(self, packet: Packet, now: int) -> list[int]:
-        """Arrival ticks at the switch of one transmission of ``packet`` (maybe none)."""
+    def to_switch(self, packet: Packet, now: int, board: int = 0) -> list[int]:
+        """Arrival ticks at the switch (of board ``board``, for a job over several) of one
+        transmission of ``packet`` (maybe none)."""
         h = packet.header
-        return self.hold_in_window_order((h.job, h.worker, h.slot), h.seq, self.arrivals(now))
+        key = (h.job, h.worker, h.slot) + ((board,) if board else ())
+        return self.hold_in_window_order(key, h.seq, self.arrivals(now))
 
     def to_worker(self, packet: Packet, worker: int, now: int) -> list[int]:
         """Arrival ticks at ``worker`` of one copy of a result (maybe none)."""
@@ -179,10 +189,17 @@ class _SimulatedWorker:
     :class:`~host.switchml.window.SwitchWorkerWindow` per phase."""
 
     def __init__(self, worker, protocol, *, job, slot_base, slot_count, lanes, first_chunk,
-                 stats):
+                 stats, boards=1):
         self.worker, self.protocol = worker, protocol
         self.job, self.slot_base, self.slot_count, self.lanes = job, slot_base, slot_count, lanes
-        self.next_chunk = first_chunk
+        self.boards = boards
+        if boards == 1:
+            self.next_chunk = first_chunk
+        else:
+            # one chunk count per board; on one board ``window`` is the only window
+            self.next_chunks = list(first_chunk)
+            self.windows: list = [None] * boards
+            self._parts = None
         self.stats = stats
         self.window: SwitchWorkerWindow | None = None
         self.finished = False
@@ -192,7 +209,14 @@ class _SimulatedWorker:
 
     @property
     def outstanding(self) -> dict:
+        if self.boards > 1:
+            return {(b, g): chunk for b, window in enumerate(self.windows)
+                    if window is not None for g, chunk in window.outstanding.items()}
         return self.window.outstanding if self.window is not None else {}
+
+    @property
+    def board_next_chunk(self) -> list:
+        return [self.next_chunk] if self.boards == 1 else list(self.next_chunks)
 
     def start(self):
         return self._advance(None, first=True)
@@ -210,6 +234,12 @@ class _SimulatedWorker:
             if not isinstance(phase, Phase):
                 raise TypeError(f"a worker protocol must yield Phase objects, got {phase!r}")
             words = as_words(phase.words)
+            if self.boards > 1:
+                if words.size == 0:
+                    self.phase_log.append((phase.name, tuple(self.next_chunks), 0))
+                    value = (words.copy(), None)
+                    continue
+                return self._start_striped(phase, words)
             if words.size == 0:
                 self.phase_log.append((phase.name, self.next_chunk, 0))
                 value = (words.copy(), None)
@@ -226,16 +256,65 @@ class _SimulatedWorker:
             self.phase, self.window = phase, window
             return window.start()
 
-    def resend(self, g, attempt):
+    def _start_striped(self, phase, words):
+        """The phase's vector striped over the boards: one window per board with chunks
+        (``(board, packet)`` pairs to send)."""
+        parts = stripe.split(words, self.lanes, self.boards)
+        self._parts = (words.size, [None] * self.boards)
+        out, chunks = [], 0
+        for b, part in enumerate(parts):
+            if not part.size:
+                self.windows[b] = None
+                self._parts[1][b] = (part.copy(), None)
+                continue
+            window = SwitchWorkerWindow(part, op=phase.op, job=self.job, worker=self.worker,
+                                        slot_base=self.slot_base, slot_count=self.slot_count,
+                                        lanes=self.lanes, first_chunk=self.next_chunks[b],
+                                        exponent=phase.exponent)
+            self.next_chunks[b] = window.end_chunk
+            self.windows[b] = window
+            chunks += window.chunks
+            out += [(b, packet) for packet in window.start()]
+        self.phase_log.append((phase.name, tuple(self.next_chunks), chunks))
+        if self.worker == 0:
+            self.stats.chunks[phase.name] = self.stats.chunks.get(phase.name, 0) + chunks
+        self.phase, self.window = phase, None
+        return out
+
+    def resend(self, g, attempt, board=0):
+        if self.boards > 1:
+            window = self.windows[board]
+            return window.resend(g, attempt) if window is not None else None
         return self.window.resend(g, attempt) if self.window is not None else None
 
-    def on_result(self, packet):
-        """Returns (accepted, packets to send next)."""
+    def on_result(self, packet, board=0):
+        """Returns (accepted, packets to send next); on several boards the packets are
+        ``(board, packet)`` pairs."""
+        if self.boards > 1:
+            return self._on_striped_result(packet, board)
         if self.window is None:
             return False, []
         accepted, out = self.window.on_result(packet)
         if accepted and self.window.done:
             out = out + self._advance(self.window.result())
+        return accepted, out
+
+    def _on_striped_result(self, packet, board):
+        window = self.windows[board]
+        if window is None:
+            return False, []
+        accepted, out = window.on_result(packet)
+        out = [(board, p) for p in out]
+        if accepted and window.done:
+            size, results = self._parts
+            results[board] = window.result()
+            self.windows[board] = None
+            if all(w is None for w in self.windows):
+                vector = stripe.join([v for v, _ in results], size, self.lanes)
+                exponents = [e for _, e in results if e is not None]
+                self._parts = None
+                out = out + self._advance((vector.astype(np.uint32, copy=False),
+                                           max(exponents) if exponents else None))
         return accepted, out
 
 
@@ -299,7 +378,18 @@ def _check_jobs(jobs, lanes):
         seen[spec.job] = spec
 
 
-def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
+def _first_chunks(first_chunk, boards):
+    """A job's first chunk number on each of ``boards`` boards (one number for all, or one
+    per board)."""
+    if np.isscalar(first_chunk):
+        return [int(first_chunk)] * boards
+    firsts = [int(c) for c in first_chunk]
+    if len(firsts) != boards:
+        raise ValueError(f"{len(firsts)} first chunks for {boards} boards")
+    return firsts
+
+
+def run_jobs(jobs: Sequence[JobSpec], transport, *, lanes: int,
              fault: TickFaults | None = None, timeout: int = DEFAULT_TIMEOUT,
              max_ticks: int = 10_000_000):
     """Run several jobs' worker protocols at once over one ``transport`` and one clock.
@@ -308,42 +398,63 @@ def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
     share the exchanges (the switch sees them interleaved); results go to the job named in
     their header. Per job as :func:`run_protocols`.
 
+    ``transport`` may also be a sequence of transports, one per board of jobs that span
+    several boards (module docstring): every phase is striped over them by chunk, and a
+    job's ``first_chunk`` is one number for every board or one per board.
+
     Returns
     -------
     list of ``(results, PacketStats)``, one per job, in the order of ``jobs``; a job's
-    ``stats.ticks`` is the tick its last worker finished.
+    ``stats.ticks`` is the tick its last worker finished. On several boards the stats'
+    ``next_chunk`` is a list (per board), and they also have ``board_packets_sent`` and
+    ``board_resends`` (lists per board; not dataclass fields).
     """
     jobs = list(jobs)
     _check_jobs(jobs, lanes)
     if int(timeout) != timeout or timeout < 1:
         raise ValueError(f"timeout must be a positive number of ticks, got {timeout!r}")
+    exchanges = [transport] if callable(transport) else list(transport)
+    boards = len(exchanges)
+    if not boards:
+        raise ValueError("no transport: a job spans at least one board")
     fault = fault if fault is not None else _NoFaults()
     by_job = {spec.job: j for j, spec in enumerate(jobs)}
     stats = [PacketStats(workers=len(spec.protocols), lanes=lanes, slot_count=spec.slot_count)
              for spec in jobs]
+    if boards > 1:
+        for s in stats:
+            s.board_packets_sent, s.board_resends = [0] * boards, [0] * boards
     endpoints = [[_SimulatedWorker(w, iter(proto), job=spec.job, slot_base=spec.slot_base,
                             slot_count=spec.slot_count, lanes=lanes,
-                            first_chunk=spec.first_chunk, stats=stats[j])
+                            first_chunk=spec.first_chunk if boards == 1
+                            else _first_chunks(spec.first_chunk, boards),
+                            stats=stats[j], boards=boards)
                   for w, proto in enumerate(spec.protocols)] for j, spec in enumerate(jobs)]
     finished = [None] * len(jobs)
     packet_bytes = 32 + 4 * lanes
     events = []
     order = itertools.count()
 
-    def transmit(j, w, packet, now, attempt):
-        for t in fault.to_switch(packet, now):
-            heapq.heappush(events, (t, next(order), _TO_SWITCH, packet))
+    def transmit(j, w, packet, now, attempt, board=0):
+        arrivals = fault.to_switch(packet, now, board) if boards > 1 \
+            else fault.to_switch(packet, now)
+        for t in arrivals:
+            heapq.heappush(events, (t, next(order), _TO_SWITCH, (board, packet)))
         heapq.heappush(events, (now + timeout, next(order), _TIMEOUT,
-                                (j, w, packet.header.seq, attempt)))
+                                (j, w, packet.header.seq, attempt, board)))
         if w == 0:
             name = endpoints[j][w].phase.name
             per_worker = stats[j].wire_bytes_per_worker
             per_worker[name] = per_worker.get(name, 0) + packet_bytes
 
     def send_new(j, w, packets, now):
-        for packet in packets:
+        # one board: packets; several: (board, packet) pairs
+        for item in packets:
+            board, packet = item if boards > 1 else (0, item)
             stats[j].packets_sent += 1
-            transmit(j, w, packet, now, 0)
+            if boards > 1:
+                stats[j].board_packets_sent[board] += 1
+            transmit(j, w, packet, now, 0, board)
 
     def note_finished(now):
         for j, job_endpoints in enumerate(endpoints):
@@ -369,8 +480,13 @@ def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
             _, _, kind, item = heapq.heappop(events)
             (batch if kind == _TO_SWITCH else deliveries if kind == _TO_WORKER
              else timeouts).append(item)
-        if batch:
-            for out in transport(batch):
+        outputs = []
+        for board, exchange in enumerate(exchanges):
+            packets = [packet for b, packet in batch if b == board]
+            if packets:
+                outputs += [(board, out) for out in exchange(packets)]
+        if outputs:
+            for board, out in outputs:
                 h = out.header
                 j = by_job.get(h.job)
                 if j is None:
@@ -386,19 +502,24 @@ def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
                     raise ProtocolError(f"result for unknown worker: {out}")
                 for w in targets:
                     for t in fault.to_worker(out, w, now):
-                        heapq.heappush(events, (t, next(order), _TO_WORKER, (j, w, out)))
-        for j, w, packet in deliveries:
-            accepted, following = endpoints[j][w].on_result(packet)
+                        heapq.heappush(events, (t, next(order), _TO_WORKER,
+                                                (j, w, board, out)))
+        for j, w, board, packet in deliveries:
+            accepted, following = endpoints[j][w].on_result(packet, board) if boards > 1 \
+                else endpoints[j][w].on_result(packet)
             if accepted:
                 stats[j].results_accepted += 1
             else:
                 stats[j].results_ignored += 1
             send_new(j, w, following, now)
-        for j, w, seq, attempt in timeouts:
-            packet = endpoints[j][w].resend(seq, attempt)
+        for j, w, seq, attempt, board in timeouts:
+            packet = endpoints[j][w].resend(seq, attempt, board) if boards > 1 \
+                else endpoints[j][w].resend(seq, attempt)
             if packet is not None:
                 stats[j].resends += 1
-                transmit(j, w, packet, now, attempt + 1)
+                if boards > 1:
+                    stats[j].board_resends[board] += 1
+                transmit(j, w, packet, now, attempt + 1, board)
         note_finished(now)
     out = []
     for j, job_endpoints in enumerate(endpoints):
@@ -408,7 +529,8 @@ def run_jobs(jobs: Sequence[JobSpec], transport: PacketExchange, *, lanes: int,
                                 f"{sorted(logs)}")
         s = stats[j]
         s.ticks = finished[j] if finished[j] is not None else now
-        s.next_chunk = job_endpoints[0].next_chunk
+        s.next_chunk = job_endpoints[0].next_chunk if boards == 1 \
+            else job_endpoints[0].board_next_chunk
         # The fault injector is shared: its totals are the whole run's.
         s.lost, s.duplicated = fault.lost, fault.duplicated
         s.delayed, s.held_back = fault.delayed, fault.held_back
