@@ -1,7 +1,8 @@
 # gradwire: every target sets up the project virtualenv by itself when it is missing.
 #
 #   make test        the whole test suite (golden models, Amaranth simulator, cocotb on Verilator)
-#   make sim         the end-to-end system simulation on Verilator (WORKERS=2..32, SIM_ARGS=...)
+#   make sim         the end-to-end system simulation on Verilator (WORKERS=2..32, BOARDS=1..8,
+#                    SIM_ARGS=...)
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
@@ -57,9 +58,11 @@ bench-timing: $(STAMP)
 verilog: $(STAMP)
 	$(PY) -m hdl.export build/verilog
 
-# `make sim WORKERS=32` (2..32); SIM_ARGS passes anything else to `gradwire sim`.
+# `make sim WORKERS=32` (2..32); `BOARDS=2`: the LHC jobs striped over two switches (one
+# gateware instance each); SIM_ARGS passes anything else to `gradwire sim`.
 sim: $(STAMP)
-	$(PY) -m host.cli sim --backend verilator $(if $(WORKERS),--workers $(WORKERS)) $(SIM_ARGS)
+	$(PY) -m host.cli sim --backend verilator $(if $(WORKERS),--workers $(WORKERS)) \
+		$(if $(BOARDS),--boards $(BOARDS)) $(SIM_ARGS)
 
 accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy

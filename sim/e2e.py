@@ -202,11 +202,16 @@ def _allreduce_tensors(switch, grads, layout, path):
 
 
 def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
-            backend_options=None, lhc_path="auto"):
+            backend_options=None, lhc_path="auto", boards=1):
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
     from sim.workloads import NcfModel
 
+    if boards > 1:
+        return _run_lhc_boards(workers=workers, steps=steps, seed=seed, backend=backend,
+                               waves=waves, progress=progress, size=size,
+                               backend_options=backend_options, lhc_path=lhc_path,
+                               boards=boards)
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
     layout = model.layout()
     transport = open_switch(backend, check=True, waves=waves, **(backend_options or {}))
@@ -248,6 +253,85 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
         return _with_transport_facts(report, transport), transport.stats
     finally:
         transport.close()
+
+
+def _run_lhc_boards(*, workers, steps, seed, backend, waves, progress, size, backend_options,
+                    lhc_path, boards):
+    """:func:`run_lhc` with every job striped over ``boards`` switches (``network.md``
+    section 3): one gateware instance per board (a harness process each with the compiled
+    harness, a virtual board each over UDP), chunk ``c`` of every phase on board
+    ``c mod boards``; the report says what each board carried."""
+    from host.driver.striped import StripedSwitchInterface
+    from host.driver.switch import SwitchInterface, open_switch
+    from host.golden import lhc
+    from sim.workloads import NcfModel
+
+    model = NcfModel(seed=seed, **SIZES[size]["ncf"])
+    layout = model.layout()
+    transports = []
+    try:
+        for _ in range(boards):
+            transports.append(open_switch(backend, check=True, waves=waves,
+                                          **(backend_options or {})))
+        switch = StripedSwitchInterface([SwitchInterface(t) for t in transports])
+        steps_out = []
+        totals = {}
+        loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        for step in range(steps):
+            grads = [model.gradient(w, step) for w in range(workers)]
+            result, per_tensor = _allreduce_tensors(switch, grads, layout, lhc_path)
+            want = np.concatenate([lhc.allreduce([g[slice(*layout[name])] for g in grads],
+                                                 path=lhc_path)[0] for name in layout])
+            tensors = {name: {k: v for k, v in stats.items()
+                              if np.isscalar(v) or v is None}
+                       for name, stats in per_tensor.items()}
+            steps_out.append({"step": step, "exact": _bits_equal(result, want),
+                              "density": float(np.mean(np.any(np.array(grads) != 0, axis=0))),
+                              "tensors": tensors,
+                              **{k: sum(t[k] or 0 for t in tensors.values()) for k in _SUMMED}})
+            for stats in per_tensor.values():
+                for key, value in stats.items():
+                    if key.endswith("bytes") and np.isscalar(value):
+                        totals[key] = totals.get(key, 0) + int(value)
+            model.apply(result / np.float32(workers), lr=5.0)
+            if progress:
+                progress("lhc", step + 1, steps)
+        loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        counters = switch.board_counters()
+        all_bytes = sum(sent["bytes"] for sent in switch.sent) or 1
+        per_board = []
+        for b, (transport, sent, board_counters) in enumerate(zip(transports, switch.sent,
+                                                                  counters)):
+            entry = {"board": b, "packets_in": sent["packets"], "resends": sent["resends"],
+                     "bytes_in": sent["bytes"], "share": sent["bytes"] / all_bytes,
+                     "counters": board_counters}
+            per_board.append(_with_transport_facts(entry, transport))
+        report = {
+            "model": f"NcfModel ({model.params.size} parameters)",
+            "workers": workers, "steps": steps, "path": lhc_path, "boards": boards,
+            "tensors": {name: b - a for name, (a, b) in layout.items()},
+            "per_step": steps_out,
+            "exact": all(s["exact"] for s in steps_out),
+            "totals": totals,
+            "loss_before": float(loss_before), "loss_after": float(loss_after),
+            "counters": switch.counters(),
+            "per_board": per_board,
+        }
+        compared = [entry.get("compared_with_golden") for entry in per_board]
+        if all(compared):
+            report["compared_with_golden"] = {key: sum(c[key] for c in compared)
+                                              for key in compared[0]}
+        build = _build_info(transports[0])
+        if build:
+            report["build"] = build
+        stats = {}
+        for b, transport in enumerate(transports):
+            for name, s in transport.stats.items():
+                stats[f"{b}_{name}"] = s
+        return report, stats
+    finally:
+        for transport in transports:
+            transport.close()
 
 
 def run_wire(*, workers, k, steps, seed, progress, size="default", fault_rate=0.0,
@@ -307,13 +391,15 @@ PATHS = ("inceptionn", "lhc", "wire")
 def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
         out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default",
         backend_options=None, lhc_path="auto", wire_steps=1, wire_fault_rate=0.01,
-        wire_fault_seed=0):
+        wire_fault_seed=0, boards=1):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
     report dict. ``report["ok"]`` is True when every path is bit-exact. ``backend_options``
     go to the backend (``"udp"``: ``host.board.udp_backend.open_top``); ``lhc_path`` ("auto",
     "sketch" or "dense") is how each of the LHC model's tensors travels; ``wire_steps``,
     ``wire_fault_rate`` and ``wire_fault_seed`` are the wire path's training steps and the
-    probability (each of loss, duplication, reordering) and seed of its network faults."""
+    probability (each of loss, duplication, reordering) and seed of its network faults.
+    ``boards`` > 1 stripes every LHC job over that many switches, one gateware instance
+    (or virtual board) per board (``network.md`` section 3)."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
     if size not in SIZES:
@@ -324,6 +410,8 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
     for name, value in (("steps", steps), ("wire_steps", wire_steps)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, not {value!r}")
+    if isinstance(boards, bool) or not isinstance(boards, int) or not 1 <= boards <= 8:
+        raise ValueError(f"boards must be an integer in 1..8, not {boards!r}")
     unknown = set(paths) - set(PATHS)
     if unknown or not paths:
         raise ValueError(f"paths must be some of {', '.join(PATHS)}, not {paths!r}")
@@ -332,6 +420,8 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
               "clock_mhz": mhz, "clock_source": clock_source, "engines": {}}
     if backend_options:
         report["backend_options"] = dict(backend_options)
+    if boards > 1:
+        report["boards"] = boards
     started = time.perf_counter()
     if "inceptionn" in paths:
         report["inceptionn"], stats = run_inceptionn(workers=workers, k=k, steps=steps,
@@ -344,9 +434,11 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
         report["lhc"], stats = run_lhc(workers=workers, steps=steps, seed=seed,
                                        backend=backend, waves=waves, progress=progress,
                                        size=size, backend_options=backend_options,
-                                       lhc_path=lhc_path)
+                                       lhc_path=lhc_path, boards=boards)
         for name, s in stats.items():
-            report["engines"][f"switch_{name}"] = _engine_report(s, mhz)
+            # several boards: "switch0_agg", "switch1_agg", ...
+            report["engines"][f"switch{name}" if boards > 1 else f"switch_{name}"] = \
+                _engine_report(s, mhz)
     if "wire" in paths:
         report["wire"] = run_wire(workers=workers, k=k, steps=wire_steps, seed=seed,
                                   progress=progress, size=size, fault_rate=wire_fault_rate,
@@ -405,6 +497,14 @@ def format_report(r):
                              f"{t['unpeeled']:>8} {t['total_bytes']:>10,} "
                              f"{t['total_bytes'] / max(t['dense_bytes'], 1):>8.2f}")
         lines.append(f"  loss {h['loss_before']:.4f} -> {h['loss_after']:.4f}")
+        if h.get("boards", 1) > 1:
+            lines.append(f"  {h['boards']} boards, one switch each, every job on all of them "
+                         f"(chunk c on board c mod {h['boards']}):")
+            for b in h["per_board"]:
+                lines.append(f"    board {b['board']}: {b['bytes_in']:>12,} bytes in "
+                             f"({b['share']:.1%}), {b['packets_in']:,} packets, "
+                             f"{b['resends']:,} resends; its switch accepted "
+                             f"{b['counters']['accepted']:,}")
         if "compared_with_golden" in h:
             c = h["compared_with_golden"]
             lines.append(f"  gateware vs reference model: {c['packets']} packets, {c['bytes']:,} "

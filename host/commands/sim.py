@@ -50,6 +50,12 @@ def add_arguments(p):
                         "frame on a network link (default 0.01; 0: none)")
     p.add_argument("--wire-fault-seed", type=int, default=0,
                    help="wire path: seed of the network faults (default 0)")
+    p.add_argument("--boards", type=int, default=1,
+                   help="in-network LHC path: stripe every job over this many boards (1..8, "
+                        "default 1), one switch gateware instance each (verilator, cocotb: "
+                        "a harness process per board; udp: a virtual board per board), "
+                        "chunk c of every phase on board c mod N (network.md section 3); "
+                        "the report says what each board carried")
     p.add_argument("--lhc-path", choices=("auto", "sketch", "dense"), default="auto",
                    help="how each tensor of the in-network path travels: the cheaper of the "
                         "sketch and a dense int32 all-reduce, chosen after the index phase "
@@ -95,7 +101,8 @@ def run(args):
                          size=args.size, backend_options=backend_options,
                          lhc_path=args.lhc_path, wire_steps=args.wire_steps,
                          wire_fault_rate=args.wire_fault_rate,
-                         wire_fault_seed=args.wire_fault_seed)
+                         wire_fault_seed=args.wire_fault_seed,
+                         **({"boards": args.boards} if args.boards != 1 else {}))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except (TransportError, DeliveryError, RingStalled) as exc:
