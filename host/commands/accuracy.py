@@ -8,7 +8,10 @@ extra (PyTorch, scikit-learn, matplotlib); torch is imported only when the comma
 ``--backend verilator`` computes the INCEPTIONN rows through every rank's Verilated NIC,
 ``--backend udp`` the INCEPTIONN rows through a board's NIC and the LHC row through its
 switch (``--board``/``--key``, or a virtual board started for the run); the report says which
-backend computed each row and how many packets went through the hardware.
+backend computed each row and how many packets went through the hardware. ``--board`` given
+more than once (a ``--key`` for all, or one per board), or ``--boards N`` (N virtual boards,
+each a ``gradwire board serve`` process on its own port base), stripes the LHC row's switch
+job over the boards (``LhcHook(boards=[...])``); the INCEPTIONN rows use the first board.
 """
 from __future__ import annotations
 
@@ -51,11 +54,16 @@ def add_arguments(parser):
                         help="who computes the compressed rows: golden (NumPy models, default), "
                              "verilator (every rank's Verilated NIC; LHC stays golden), udp (a "
                              "board's NIC and switch)")
-    parser.add_argument("--board", metavar="HOST[:PORT_BASE]",
+    parser.add_argument("--board", metavar="HOST[:PORT_BASE]", action="append",
                         help="udp: the board (default: GRADWIRE_BOARD, else a virtual board "
-                             "started for the run)")
-    parser.add_argument("--key", metavar="HEX",
-                        help="udp: the board's control key (default: GRADWIRE_KEY)")
+                             "started for the run); more than once: the LHC row's job over "
+                             "several boards (the INCEPTIONN rows use the first)")
+    parser.add_argument("--key", metavar="HEX", action="append",
+                        help="udp: the board's control key (default: GRADWIRE_KEY); one for "
+                             "every board, or one per --board")
+    parser.add_argument("--boards", type=_positive, default=None, metavar="N",
+                        help="udp without --board: start N virtual boards (one process each, "
+                             "distinct port bases) and stripe the LHC row's job over them")
 
 
 def run(args) -> int:
@@ -70,17 +78,29 @@ def run(args) -> int:
 
     from ..driver.settings import ENV_BOARD, ENV_KEY, parse_key
 
-    board = args.board or (os.environ.get(ENV_BOARD) if args.backend == "udp" else None)
-    key_text = args.key or (os.environ.get(ENV_KEY) if board else None)
-    if args.backend != "udp" and (args.board or args.key):
-        raise CliError("--board and --key are for --backend udp")
-    if board and not key_text and any(c == "lhc" for c in args.codecs):
+    boards = list(args.board or ())
+    keys = list(args.key or ())
+    if not boards and args.backend == "udp" and os.environ.get(ENV_BOARD):
+        boards = [os.environ[ENV_BOARD]]
+    if not keys and boards and os.environ.get(ENV_KEY):
+        keys = [os.environ[ENV_KEY]]
+    if args.backend != "udp" and (args.board or args.key or args.boards):
+        raise CliError("--board, --boards and --key are for --backend udp" if args.boards
+                       else "--board and --key are for --backend udp")
+    if args.boards is not None and boards:
+        raise CliError("--boards N starts N virtual boards: give it without --board")
+    if len(keys) > 1 and len(keys) != len(boards):
+        raise CliError(f"{len(keys)} keys for {len(boards)} boards: give one --key for every "
+                       f"board, or one per --board")
+    if boards and not keys and any(c == "lhc" for c in args.codecs):
         raise CliError("the LHC row configures a job on the board's switch: give its control "
                        f"key (--key or {ENV_KEY})")
     try:
-        key = parse_key(key_text) if key_text else None
+        parsed = [parse_key(text) for text in keys]
     except ValueError as exc:
         raise CliError(str(exc)) from None
+    board = boards[0] if len(boards) == 1 else (boards or None)
+    key = parsed[0] if len(parsed) == 1 else (parsed or None)
     overrides = {"world_size": args.world_size, "seed": args.seed,
                  "tasks": tuple(args.tasks), "codecs": tuple(args.codecs),
                  "backend": args.backend}
@@ -89,14 +109,23 @@ def run(args) -> int:
     settings = Settings.quick(**overrides) if args.quick else Settings(**overrides)
     if settings.world_size > 32:
         raise CliError("the sketch path supports at most 32 workers")
+    if isinstance(board, list):
+        udp_where = f"the boards at {', '.join(board)} (the LHC job over all {len(board)})"
+    elif board:
+        udp_where = f"the board at {board}"
+    elif args.boards and args.boards > 1:
+        udp_where = f"{args.boards} virtual boards (the LHC job over all of them)"
+    else:
+        udp_where = "a virtual board"
     where = {"golden": "the golden models", "verilator": "every rank's Verilated NIC",
-             "udp": f"the board at {board}" if board else "a virtual board"}[args.backend]
+             "udp": udp_where}[args.backend]
     print(f"training {', '.join(settings.tasks)} with {', '.join(settings.codecs)} "
           f"on {settings.world_size} gloo processes, compressed rows through {where}",
           flush=True)
     from torch.multiprocessing import ProcessRaisedException
     try:
-        results = run_experiment(settings, board=board, key=key)
+        results = run_experiment(settings, board=board, key=key,
+                                 **({"boards": args.boards} if args.boards else {}))
     except ProcessRaisedException as exc:
         raise CliError(f"the training run stopped: {_reason(str(exc))}") from None
     paths = write_outputs(results, args.out)

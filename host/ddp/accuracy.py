@@ -220,6 +220,8 @@ def _make_hook(codec, hardware=None):
             return ddp.InceptionnHook(k=spec[1], error_feedback=spec[2])
         board = {"board": hardware["board"]} if backend == "udp" else {}
         return ddp.InceptionnHook(k=spec[1], error_feedback=spec[2], backend=backend, **board)
+    if backend == "udp" and hardware.get("boards"):
+        return ddp.LhcHook(backend="udp", boards=hardware["boards"], key=hardware["keys"])
     if backend == "udp":
         return ddp.LhcHook(backend="udp", board=hardware["board"], key=hardware["key"])
     return ddp.LhcHook()
@@ -422,7 +424,8 @@ def train_in_group(rank: int, world: int, settings: Settings, datasets: dict,
                 dist.all_reduce(summed)
                 dist.all_reduce(slowest, op=dist.ReduceOp.MAX)
                 result["hardware"] = {
-                    k: (float(slowest[i]) if "seconds" in k else int(summed[i]))
+                    k: (float(slowest[i]) if "seconds" in k
+                        else int(slowest[i]) if k == "boards" else int(summed[i]))
                     for i, k in enumerate(keys)}
                 result["hardware_packets_per_step_rank"] = \
                     result["hardware"]["packets_in"] / task.steps / world
@@ -483,12 +486,15 @@ def first_step_gradients(settings: Settings, datasets: dict, task: str) -> list:
     return out
 
 
-def run_experiment(settings: Settings, *, board: str | None = None, key=None) -> dict:
+def run_experiment(settings: Settings, *, board=None, key=None, boards: int = 1) -> dict:
     """Train every task with every gradient path; return the JSON-able results.
 
     With ``settings.backend == "udp"``, ``board`` (``HOST[:PORT_BASE]``) and ``key`` name the
     board; without them a virtual board (golden backend) is started in a process of its own
-    for the run (:class:`host.board.process.BoardProcess`).
+    for the run (:class:`host.board.process.BoardProcess`). Several boards (``board`` a list,
+    ``key`` one for all or a list; or ``boards=N`` virtual ones, a process each on its own
+    port base): the LHC row's switch job spans all of them (``LhcHook(boards=[...])``), the
+    INCEPTIONN rows use the first.
     """
     from .hooks import run_local_group
 
@@ -498,25 +504,48 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
     if settings.backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, not "
                          f"{settings.backend!r}")
-    if settings.backend != "udp" and (board is not None or key is not None):
-        raise ValueError("board and key are for the udp backend")
+    if settings.backend != "udp" and (board is not None or key is not None or boards != 1):
+        raise ValueError("board, boards and key are for the udp backend")
+    if isinstance(boards, bool) or not isinstance(boards, int) or boards < 1 \
+            or (boards > 1 and board is not None):
+        raise ValueError(f"boards is a number of virtual boards to start (without board=), "
+                         f"not {boards!r}")
     datasets = prepare_datasets(settings)
     hardware = None if settings.backend == "golden" else {"backend": settings.backend}
     started = time.perf_counter()
     virtual = None
+    started_boards = []
     if settings.backend == "udp" and board is None:
         from ..board.process import BoardProcess
-        virtual = BoardProcess().start()
-        board, key = virtual.address, virtual.key
+        try:
+            for _ in range(boards):
+                started_boards.append(BoardProcess().start())
+        except BaseException:
+            for process in started_boards:
+                process.stop()
+            raise
+        virtual = started_boards[0]
+        if boards == 1:
+            board, key = virtual.address, virtual.key
+        else:
+            board, key = [p.address for p in started_boards], [p.key for p in started_boards]
     try:
-        if settings.backend == "udp":
+        if settings.backend == "udp" and isinstance(board, (list, tuple)) and len(board) > 1:
+            hardware.update(board=board[0], key=key[0] if isinstance(key, (list, tuple)) else key,
+                            boards=list(board),
+                            keys=list(key) if isinstance(key, (list, tuple)) else key)
+        elif settings.backend == "udp":
+            if isinstance(board, (list, tuple)):
+                board = board[0]
+            if isinstance(key, (list, tuple)):
+                key = key[0]
             hardware.update(board=board, key=key)
         with _pinned_environment() as environment:
             per_rank = run_local_group(train_in_group, settings.world_size, settings, datasets,
                                        hardware, timeout=3600)
     finally:
-        if virtual is not None:
-            virtual.stop()
+        for process in started_boards:
+            process.stop()
     runs = per_rank[0]
     results = {"settings": dataclasses.asdict(settings), "environment": environment,
                "runs": runs, "wall_seconds": time.perf_counter() - started}
@@ -524,6 +553,11 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
         results["board"] = {"address": board, "virtual": virtual is not None}
         if virtual is not None:
             results["board"]["datagrams_in_out"] = virtual.datagrams()
+        if len(hardware.get("boards") or ()) > 1:
+            results["board"]["boards"] = hardware["boards"]
+            if started_boards:
+                results["board"]["datagrams_in_out_per_board"] = [
+                    p.datagrams() for p in started_boards]
     return results
 
 

@@ -753,8 +753,11 @@ class UdpSwitch(_Backend):
                "bytes_in": w.bytes_out, "bytes_out": w.bytes_in, "resends": w.resends,
                "seconds": w.seconds, "startup_seconds": self.startup_seconds}
         if len(self.boards) > 1:
+            # scalars only (callers sum them over ranks): the number of boards, and what
+            # this rank sent each board
             out["boards"] = len(self.boards)
-            out["bytes_in_per_board"] = [s.bytes_out for s in self.worker.board_stats]
+            for b, s in enumerate(self.worker.board_stats):
+                out[f"bytes_in_board{b}"] = s.bytes_out
         return out
 
     def close(self) -> None:

@@ -135,7 +135,8 @@ def _check(ranks):
         assert hardware["backend"].startswith("udp (switch of 2 boards: ")
         assert hardware["packets"] == sum(b["packets"] for b in hardware["per_board"])
         assert r["two-totals"]["boards"] == 2
-        assert r["two-totals"]["bytes_in"] == sum(r["two-totals"]["bytes_in_per_board"])
+        assert r["two-totals"]["bytes_in"] == r["two-totals"]["bytes_in_board0"] \
+            + r["two-totals"]["bytes_in_board1"]
     counts = ranks[0]["counts"]
     one = [after - before for before, after in zip(counts["start"], counts["one"])]
     two = [after - before for before, after in zip(counts["one"], counts["two"])]
