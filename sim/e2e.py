@@ -266,6 +266,12 @@ def _run_lhc_boards(*, workers, steps, seed, backend, waves, progress, size, bac
     from host.golden import lhc
     from sim.workloads import NcfModel
 
+    import os
+
+    from host.driver.settings import ENV_BOARD
+    if backend == "udp" and ((backend_options or {}).get("board") or os.environ.get(ENV_BOARD)):
+        raise ValueError(f"boards={boards} starts {boards} virtual boards; a board given by "
+                         f"address ({ENV_BOARD}) is one board: unset it")
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
     layout = model.layout()
     transports = []
