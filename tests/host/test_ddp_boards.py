@@ -115,9 +115,14 @@ def _run(kind, *, swap=False, timeout=60.0):
         if swap:
             os.environ[SWAP] = "1"
         try:
-            return ddp.run_local_group(_rank_main, WORLD, boards, timeout, timeout=600)
+            ranks = ddp.run_local_group(_rank_main, WORLD, boards, timeout, timeout=600)
         finally:
             os.environ.pop(SWAP, None)
+        # the closed hooks released their job on every board they used
+        assert a.backend.aggregator.job_config(0) is None
+        if kind == "golden":
+            assert b.backend.aggregator.job_config(0) is None
+        return ranks
 
 
 def _check(ranks):
