@@ -946,7 +946,7 @@ class LhcHook(_CommHook):
     backend : str
         Who aggregates: ``"golden"`` (gloo collectives standing for the switch, default) or
         ``"udp"``: a board's switch (``AGG_*`` packets from every rank's own socket; one
-        board serves the whole job). Every rank of the group must use the same backend. See
+        board serves the whole job, or several with ``boards``). Every rank of the group must use the same backend. See
         :mod:`host.ddp.hardware`.
     board : str
         ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``).
