@@ -257,10 +257,10 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
 
 def _run_lhc_boards(*, workers, steps, seed, backend, waves, progress, size, backend_options,
                     lhc_path, boards):
-    """:func:`run_lhc` with every job striped over ``boards`` switches (``network.md``
-    section 3): one gateware instance per board (a harness process each with the compiled
-    harness, a virtual board each over UDP), chunk ``c`` of every phase on board
-    ``c mod boards``; the report says what each board carried."""
+    """:func:`run_lhc` with every job striped over ``boards`` switches
+    (``docs/protocol/network.md`` section 3): one gateware instance per board (a harness
+    process each with the compiled harness, a virtual board each over UDP), chunk ``c`` of
+    every phase on board ``c mod boards``; the report says what each board carried."""
     from host.driver.striped import StripedSwitchInterface
     from host.driver.switch import SwitchInterface, open_switch
     from host.golden import lhc
@@ -405,7 +405,7 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
     ``wire_fault_rate`` and ``wire_fault_seed`` are the wire path's training steps and the
     probability (each of loss, duplication, reordering) and seed of its network faults.
     ``boards`` > 1 stripes every LHC job over that many switches, one gateware instance
-    (or virtual board) per board (``network.md`` section 3)."""
+    (or virtual board) per board (``docs/protocol/network.md`` section 3)."""
     if not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
     if size not in SIZES:

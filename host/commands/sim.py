@@ -54,8 +54,8 @@ def add_arguments(p):
                    help="in-network LHC path: stripe every job over this many boards (1..8, "
                         "default 1), one switch gateware instance each (verilator, cocotb: "
                         "a harness process per board; udp: a virtual board per board), "
-                        "chunk c of every phase on board c mod N (network.md section 3); "
-                        "the report says what each board carried")
+                        "chunk c of every phase on board c mod N (docs/protocol/network.md "
+                        "section 3); the report says what each board carried")
     p.add_argument("--lhc-path", choices=("auto", "sketch", "dense"), default="auto",
                    help="how each tensor of the in-network path travels: the cheaper of the "
                         "sketch and a dense int32 all-reduce, chosen after the index phase "

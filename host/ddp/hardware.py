@@ -21,10 +21,11 @@ training sees the gateware's bits:
     (:class:`~host.driver.udp_worker.UdpSwitchWorker`) to the board's switch, which sums
     them and multicasts the results back; gloo carries only what the switch does not do.
 ``LhcHook(backend="udp", boards=[ADDR_0, ADDR_1, ...], key=KEY)``
-    The same job over ``B`` boards (``network.md`` section 3): every board holds the job,
-    every rank has a socket on each (:class:`~host.driver.striped.StripedSwitchWorker`) and
-    sends chunk ``c`` of every round to board ``c mod B``; the boards aggregate at the same
-    time and the rank puts their results back together, bit for bit one board's.
+    The same job over ``B`` boards (``docs/protocol/network.md`` section 3): every board
+    holds the job, every rank has a socket on each
+    (:class:`~host.driver.striped.StripedSwitchWorker`) and sends chunk ``c`` of every round
+    to board ``c mod B``; the boards aggregate at the same time and the rank puts their
+    results back together, bit for bit one board's.
 
 What gloo still carries, and why:
 

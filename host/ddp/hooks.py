@@ -946,17 +946,17 @@ class LhcHook(_CommHook):
     backend : str
         Who aggregates: ``"golden"`` (gloo collectives standing for the switch, default) or
         ``"udp"``: a board's switch (``AGG_*`` packets from every rank's own socket; one
-        board serves the whole job, or several with ``boards``). Every rank of the group must use the same backend. See
-        :mod:`host.ddp.hardware`.
+        board serves the whole job, or several with ``boards``). Every rank of the group
+        must use the same backend. See :mod:`host.ddp.hardware`.
     board : str
         ``"udp"``: the board ``HOST[:PORT_BASE]`` (default: ``GRADWIRE_BOARD``).
     boards : list of str
         ``"udp"``: instead of ``board``, the job over several boards (the same address
         forms, one per board, each board its own ports: ``gradwire board serve
-        --port-base``), ``network.md`` section 3: every board holds the job with the same
-        workers and slots, chunk ``c`` of every round goes to board ``c mod B``, and each
-        rank puts the boards' results back together (bit for bit one board's; each board's
-        link carries ``1/B`` of the job).
+        --port-base``), ``docs/protocol/network.md`` section 3: every board holds the job
+        with the same workers and slots, chunk ``c`` of every round goes to board
+        ``c mod B``, and each rank puts the boards' results back together (bit for bit one
+        board's; each board's link carries ``1/B`` of the job).
     key : int or str, or a list of them
         ``"udp"``: the board's control key (default: ``GRADWIRE_KEY``): group rank 0 writes
         the job's worker table and configures the job with it at the first bucket. With

@@ -1,4 +1,4 @@
-"""One worker of a job that spans several boards (``network.md`` section 3, "Several
+"""One worker of a job that spans several boards (``docs/protocol/network.md`` section 3, "Several
 boards, one job").
 
 Each board holds the job with the same workers and the same number of slots, and the
@@ -43,8 +43,8 @@ def check_layouts(layouts) -> tuple[int, int]:
                     f"the boards of one job must agree on {field}: board 0 has "
                     f"{getattr(first, field)}, board {b} has {getattr(layout, field)} "
                     f"(every board holds the job with the same workers and the same number "
-                    f"of slots, network.md section 3; give slot_count= for boards whose "
-                    f"switches differ)")
+                    f"of slots, docs/protocol/network.md section 3; give slot_count= for "
+                    f"boards whose switches differ)")
     return first.lanes, first.slot_count
 
 

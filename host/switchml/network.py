@@ -31,7 +31,7 @@ simulated clock, their packets meet in the same exchanges, and results are route
 header's ``job``. The jobs must have distinct job numbers and disjoint slot ranges (what
 the switch's control interface enforces).
 
-One job may also span several boards (``../shared/spec/network.md`` section 3): give
+One job may also span several boards (``docs/protocol/network.md`` section 3): give
 :func:`run_jobs` (or :func:`allreduce_jobs_over_transport`) one transport per board. Every
 phase's vector is then striped by chunk (:mod:`host.switchml.stripe`: chunk ``c`` to board
 ``c mod B`` as that board's chunk ``c div B``), each worker keeps one window and one chunk

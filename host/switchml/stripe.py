@@ -1,6 +1,6 @@
 """One job over several boards: which chunks of a vector go to which board.
 
-``../shared/spec/network.md`` section 3, "Several boards, one job": a worker's vector is
+``docs/protocol/network.md`` section 3, "Several boards, one job": a worker's vector is
 cut into chunks of ``lanes`` words (consecutive slot-sized pieces, in order, the last one
 shorter); chunk ``c`` goes to board ``c mod B``, where it is that board's chunk
 ``c div B``. Board ``b`` therefore sees the concatenation of chunks ``b, b + B, b + 2B,

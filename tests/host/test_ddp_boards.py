@@ -1,5 +1,5 @@
-"""``LhcHook(boards=[...])``: one job over two boards (``network.md`` section 3), bit for
-bit the one-board run.
+"""``LhcHook(boards=[...])``: one job over two boards (``docs/protocol/network.md``
+section 3), bit for bit the one-board run.
 
 A two-process gloo group on 127.0.0.1 trains the hook tests' model (buckets of 1 to 5100
 values) and all-reduces vectors of 1 to 5000 values (fewer chunks than boards, lengths that

@@ -1,6 +1,7 @@
 """``gradwire sim --boards N`` (``make sim BOARDS=N``): the in-network LHC path with every
-job striped over N switches (``network.md`` section 3), one per board: the same training,
-bit for bit, as on one board, and the report says what each board carried."""
+job striped over N switches (``docs/protocol/network.md`` section 3), one per board: the
+same training, bit for bit, as on one board, and the report says what each board
+carried."""
 import json
 
 import pytest

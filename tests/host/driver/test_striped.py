@@ -1,4 +1,4 @@
-"""One job over several boards (``network.md`` section 3): the chunk striping of
+"""One job over several boards (``docs/protocol/network.md`` section 3): the chunk striping of
 ``host.switchml.stripe`` and :class:`~host.driver.striped.StripedSwitchWorker` against
 golden virtual boards on 127.0.0.1, bit for bit what one board gives (vector and exponent),
 with vectors shorter than one chunk per board and lengths that are not a multiple of the

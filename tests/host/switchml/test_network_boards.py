@@ -1,7 +1,7 @@
 """One job over several boards on the simulated network (``host.switchml.network.run_jobs``
 with one transport per board, ``host.driver.striped.StripedSwitchInterface``): bit for bit
 the one-board all-reduce, under loss, duplication and reordering too, with every board's
-switch seeing exactly its chunks (``network.md`` section 3)."""
+switch seeing exactly its chunks (``docs/protocol/network.md`` section 3)."""
 import numpy as np
 import pytest
 
