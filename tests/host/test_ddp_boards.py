@@ -181,3 +181,31 @@ def test_a_swapped_mapping_is_caught():
     # all-reduce fails on every rank within the hooks' timeout rather than give wrong bits
     with pytest.raises(Exception, match="no result from the board's switch|HookBackendError"):
         _run("golden", swap=True, timeout=3.0)
+
+
+def test_boards_arguments_are_checked_where_the_caller_sees_them(monkeypatch):
+    monkeypatch.delenv("GRADWIRE_BOARD", raising=False)
+    monkeypatch.delenv("GRADWIRE_KEY", raising=False)
+    two = ["127.0.0.1:20000", "127.0.0.1:20010"]
+    hook = ddp.LhcHook(backend="udp", boards=two, key=[1, "2"])
+    assert repr(hook) == "LhcHook(load=0.7, r_min=1, path='auto', backend='udp', boards=2)"
+    assert [s["key"] for s in hook._hardware.boards] == [1, 2]
+    assert hook._hardware.describe() == ("udp (switch of 2 boards: 127.0.0.1 ports "
+                                         "20000-20003; 127.0.0.1 ports 20010-20013, job 0)")
+    one = ddp.LhcHook(backend="udp", boards=two[:1], key=1)     # boards=[ADDR] is board=ADDR
+    assert repr(one) == "LhcHook(load=0.7, r_min=1, path='auto', backend='udp')"
+    for kwargs, message in (
+            (dict(board=two[0], boards=two, key=1), "give board= .* or boards= .*, not both"),
+            (dict(boards=[], key=1), "boards must be a non-empty list"),
+            (dict(boards=two[0], key=1), "boards must be a non-empty list"),
+            (dict(boards=[two[0], two[0]], key=1), "boards 0 and 1 are the same board"),
+            (dict(boards=two, key=[1]), "1 keys for 2 boards"),
+            (dict(boards=two), "needs the board's control key"),
+            (dict(boards=["127.0.0.1:x", two[1]], key=1), "port base")):
+        with pytest.raises(ValueError, match=message):
+            ddp.LhcHook(backend="udp", **kwargs)
+    with pytest.raises(ValueError, match="boards are for backend 'udp'"):
+        ddp.LhcHook(boards=two)
+    from host.ddp.hardware import UdpSwitch
+    with pytest.raises(ValueError, match="a result group is for a job on one board"):
+        UdpSwitch("test", hook._hardware.boards, group="239.1.2.3:5000")
