@@ -588,13 +588,14 @@ class UdpSwitch(_Backend):
         self.settings = self.boards[0]
         self.job, self.slot_base, self.slot_count = job, slot_base, slot_count
         # the job's result group ((ip, port) or None): rank 0 writes it with the worker
-        # table, the layout it broadcasts carries it, and every rank joins it
+        # table, the layout it broadcasts carries it, and every rank joins it. Over several
+        # boards, board b's results go to the group's address at port + b: each of a rank's
+        # per-board workers hears its own board's results only.
         self.group = parse_group(group)
-        if self.group is not None and len(self.boards) > 1:
-            # each board would multicast its part to the group, and every rank's per-board
-            # sockets would have to share the group's port: not done yet
-            raise ValueError(f"{who}: a result group is for a job on one board; a job over "
-                             f"{len(self.boards)} boards gets its results per worker")
+        if self.group is not None and self.group[1] + len(self.boards) - 1 > 0xFFFF:
+            raise ValueError(f"{who}: the result group's ports {self.group[1]}.."
+                             f"{self.group[1] + len(self.boards) - 1} (one per board) do not "
+                             f"fit 16 bits")
         self.timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
         self.worker = None
         self.layout = None
@@ -662,7 +663,7 @@ class UdpSwitch(_Backend):
             else:
                 self._finalizer = weakref.finalize(self, _release_job, self.worker,
                                                    self.settings, self.job)
-        if striped or value.group is None:
+        if self.group is None:
             self.worker.set_layout(value)
         else:
             # joining the group may fail on one rank (no multicast on its interface):
@@ -672,14 +673,14 @@ class UdpSwitch(_Backend):
                 self.worker.set_layout(value)
             except Exception as exc:          # noqa: BLE001 (every rank raises it)
                 error = _describe(exc)
-            agree(self.who, f"joining job {self.job}'s result group {value.group[0]}:"
-                            f"{value.group[1]} failed", error, group, world, to_global,
+            agree(self.who, f"joining job {self.job}'s result group {self.group[0]}:"
+                            f"{self.group[1]} failed", error, group, world, to_global,
                   status_first=True)
 
     def _configure(self, addresses):
         if len(self.boards) > 1:
             return self._configure_boards(addresses)
-        return self._configure_board(self.settings, addresses)
+        return self._configure_board(self.settings, addresses, self.group)
 
     def _configure_boards(self, addresses):
         """Configure the job on every board (rank r's address on board b is
@@ -688,15 +689,17 @@ class UdpSwitch(_Backend):
 
         layouts = []
         for b, settings in enumerate(self.boards):
+            group = None if self.group is None else (self.group[0], self.group[1] + b)
             try:
-                layouts.append(self._configure_board(settings, [a[b] for a in addresses]))
+                layouts.append(self._configure_board(settings, [a[b] for a in addresses],
+                                                     group))
             except Exception as exc:          # noqa: BLE001 (named with its board)
                 raise HookBackendError(f"board {b} of {len(self.boards)} "
                                        f"({_where(settings)}): {_describe(exc)}") from None
         check_layouts(layouts)
         return layouts
 
-    def _configure_board(self, s, addresses):
+    def _configure_board(self, s, addresses, group):
         from ..driver.transport import NoReplyError
         from ..driver.udp import UdpTransport
         from ..driver.udp_worker import configure_job
@@ -706,7 +709,7 @@ class UdpSwitch(_Backend):
                                retries=4)
         try:
             return configure_job(control, self.job, addresses, slot_base=self.slot_base,
-                                 slot_count=self.slot_count, group=self.group)
+                                 slot_count=self.slot_count, group=group)
         except NoReplyError:
             raise HookBackendError(_diagnose(s)) from None
         finally:

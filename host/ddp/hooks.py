@@ -973,6 +973,12 @@ class LhcHook(_CommHook):
         ``True`` (default): the hook returns its future at once and its worker thread runs
         the exchange while the backward pass goes on (:mod:`host.ddp.hook_worker`); ``False``:
         the exchange runs inside the call, as the reference for the same bits.
+    group : str or (str, int)
+        ``"udp"``: the job's result group, ``"ADDR:PORT"`` (an IPv4 multicast address,
+        239.0.0.0/8 best) or None (default): the board sends each result once, to the
+        group, instead of once per rank (``docs/protocol/network.md`` section 3), and every
+        rank joins it on the interface that reaches the board. With ``boards``, board ``b``
+        sends to the group's address at ``PORT + b``.
 
     Notes
     -----
@@ -988,7 +994,7 @@ class LhcHook(_CommHook):
     def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
                  history: int = DEFAULT_HISTORY, path: str = "auto", backend: str = "golden",
                  board=None, key=None, job: int = 0, slot_base: int = 0, slot_count=None,
-                 timeout=None, asynchronous: bool = True, boards=None):
+                 timeout=None, asynchronous: bool = True, boards=None, group=None):
         super().__init__(history, asynchronous)
         # Reject a bad load / r_min / path now rather than in the middle of a backward pass.
         _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min, path=path)
@@ -998,10 +1004,10 @@ class LhcHook(_CommHook):
         check_backend("LhcHook", backend, LHC_BACKENDS)
         if backend == "golden":
             defaults = dict(board=None, boards=None, key=None, job=0, slot_base=0,
-                            slot_count=None, timeout=None)
+                            slot_count=None, timeout=None, group=None)
             given = [name for name, value in dict(board=board, boards=boards, key=key, job=job,
                                                   slot_base=slot_base, slot_count=slot_count,
-                                                  timeout=timeout).items()
+                                                  timeout=timeout, group=group).items()
                      if value is not defaults[name] and value != defaults[name]]
             if given:
                 raise ValueError(f"LhcHook: {', '.join(given)} are for backend 'udp', not "
@@ -1025,7 +1031,7 @@ class LhcHook(_CommHook):
             settings, = check_board("LhcHook", board, key, None, per_rank=False,
                                     need_key=True)
         self._hardware = UdpSwitch("LhcHook", settings, job=int(job), slot_base=int(slot_base),
-                                   slot_count=slot_count, timeout=timeout)
+                                   slot_count=slot_count, timeout=timeout, group=group)
 
     def __repr__(self):
         text = f"LhcHook(load={self.load}, r_min={self.r_min}, path={self.path!r}"

@@ -207,5 +207,7 @@ def test_boards_arguments_are_checked_where_the_caller_sees_them(monkeypatch):
     with pytest.raises(ValueError, match="boards are for backend 'udp'"):
         ddp.LhcHook(boards=two)
     from host.ddp.hardware import UdpSwitch
-    with pytest.raises(ValueError, match="a result group is for a job on one board"):
-        UdpSwitch("test", hook._hardware.boards, group="239.1.2.3:5000")
+    with pytest.raises(ValueError, match="do not fit 16 bits"):
+        UdpSwitch("test", hook._hardware.boards, group="239.1.2.3:65535")
+    with pytest.raises(ValueError, match="group are for backend 'udp'"):
+        ddp.LhcHook(group="239.1.2.3:5000")

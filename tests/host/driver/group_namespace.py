@@ -327,6 +327,50 @@ def _scenario_ranks(out):
         board.stop()
 
 
+def board_rank_entry(rank, world, boards):
+    """One rank of ``scenario_boards``: the hooks' switch backend on a job striped over
+    two boards with a group (board b's results to the group's address at port + b)."""
+    import torch.distributed as dist
+    from host.ddp.hardware import UdpSwitch
+    switch = UdpSwitch("boards", boards, job=0, group=GROUP, timeout=20)
+    try:
+        switch.start(dist.group.WORLD, rank, world, lambda r: r)
+        values = np.arange(5000, dtype=np.int32) * (rank + 1)
+        total = switch.add(values, "values")
+        return {"total": hashlib.sha256(total.tobytes()).hexdigest(),
+                "per_board": switch.stats()["per_board"]}
+    finally:
+        switch.close()
+
+
+def scenario_boards(out):
+    """Two ranks (a gloo group) and a job over two boards, each with its result group."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        out["boards"] = {"skipped": "no torch"}
+        return
+    from host.board import VirtualBoard
+    from host.ddp.hooks import run_local_group
+    boards = [VirtualBoard("golden", port_base=None, slots=SLOTS, lanes=LANES).start()
+              for _ in range(2)]
+    try:
+        settings = [{"host": b.host, "port_base": b.port_base, "key": b.key, "mtu": 1500}
+                    for b in boards]
+        before = [read_counters(b) for b in boards]
+        ranks = run_local_group(board_rank_entry, 2, settings, timeout=120)
+        after = [read_counters(b) for b in boards]
+        want = np.arange(5000, dtype=np.int32) * 3
+        out["boards"] = {"totals": [r["total"] for r in ranks],
+                         "want": hashlib.sha256(want.tobytes()).hexdigest(),
+                         "per_board": [r["per_board"] for r in ranks],
+                         "counters": [{k: a[k] - b[k] for k in COUNTERS}
+                                      for a, b in zip(after, before)]}
+    finally:
+        for b in boards:
+            b.stop()
+
+
 def run_transport(group, seed=21):
     from host.board import VirtualBoard
     from host.driver.switch import SwitchInterface
@@ -383,7 +427,8 @@ def scenario_hook(out):
 
 SCENARIOS = {"unicast": scenario_unicast, "group": scenario_group, "resend": scenario_resend,
              "shared": scenario_shared, "transport": scenario_transport,
-             "forged": scenario_forged, "hook": scenario_hook, "ranks": scenario_ranks}
+             "forged": scenario_forged, "hook": scenario_hook, "ranks": scenario_ranks,
+             "boards": scenario_boards}
 
 
 def main(argv):

@@ -221,6 +221,24 @@ def test_a_result_sent_to_the_group_from_elsewhere_is_foreign(multicast):
         assert s["foreign"] == 1 and s["group"] == s["results"] == 1
 
 
+def test_a_job_over_two_boards_has_a_group_per_board(multicast):
+    _ran(multicast, "boards")
+    r = multicast["boards"]
+    if "skipped" in r:
+        pytest.skip(r["skipped"])
+    assert r["totals"] == [r["want"]] * 2
+    for b, counters in enumerate(r["counters"]):
+        # each board: one datagram per result, to its own group port; every rank took
+        # every result of that board from the group
+        results = r["per_board"][0][b]["results"]
+        assert results > 0
+        assert counters == {"switch_in": 2 * results, "switch_out": results,
+                            "switch_group_out": results}
+        for rank in r["per_board"]:
+            assert rank[b]["group"] == rank[b]["results"] == results
+            assert rank[b]["unicast"] == rank[b]["foreign"] == 0
+
+
 def test_ranks_in_processes_of_their_own_each_join_the_group(multicast):
     _ran(multicast, "ranks")
     r = multicast["ranks"]
