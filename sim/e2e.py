@@ -41,6 +41,7 @@ cycles give at the clock of the latest ``make bitstream`` (or the 125 MHz target
 from __future__ import annotations
 
 import json
+import os
 import time
 from pathlib import Path
 
@@ -201,10 +202,49 @@ def _allreduce_tensors(switch, grads, layout, path):
     return result, per_tensor
 
 
+def _train_lhc(switch, model, workers, steps, lhc_path, progress) -> dict:
+    """The NCF model's training through ``switch`` (one board's or several boards'
+    interface), every step's all-reduce checked bit for bit against the golden one: the
+    report's model, steps, totals and losses."""
+    from host.golden import lhc
+
+    layout = model.layout()
+    steps_out = []
+    totals = {}
+    loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
+    for step in range(steps):
+        grads = [model.gradient(w, step) for w in range(workers)]
+        result, per_tensor = _allreduce_tensors(switch, grads, layout, lhc_path)
+        want = np.concatenate([lhc.allreduce([g[slice(*layout[name])] for g in grads],
+                                             path=lhc_path)[0] for name in layout])
+        tensors = {name: {k: v for k, v in stats.items() if np.isscalar(v) or v is None}
+                   for name, stats in per_tensor.items()}
+        steps_out.append({"step": step, "exact": _bits_equal(result, want),
+                          "density": float(np.mean(np.any(np.array(grads) != 0, axis=0))),
+                          "tensors": tensors,
+                          **{k: sum(t[k] or 0 for t in tensors.values()) for k in _SUMMED}})
+        for stats in per_tensor.values():
+            for key, value in stats.items():
+                if key.endswith("bytes") and np.isscalar(value):
+                    totals[key] = totals.get(key, 0) + int(value)
+        model.apply(result / np.float32(workers), lr=5.0)
+        if progress:
+            progress("lhc", step + 1, steps)
+    loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
+    return {
+        "model": f"NcfModel ({model.params.size} parameters)",
+        "workers": workers, "steps": steps, "path": lhc_path,
+        "tensors": {name: b - a for name, (a, b) in layout.items()},
+        "per_step": steps_out,
+        "exact": all(s["exact"] for s in steps_out),
+        "totals": totals,
+        "loss_before": float(loss_before), "loss_after": float(loss_after),
+    }
+
+
 def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
             backend_options=None, lhc_path="auto", boards=1):
     from host.driver.switch import SwitchInterface, open_switch
-    from host.golden import lhc
     from sim.workloads import NcfModel
 
     if boards > 1:
@@ -213,43 +253,11 @@ def run_lhc(*, workers, steps, seed, backend, waves, progress, size="default",
                                backend_options=backend_options, lhc_path=lhc_path,
                                boards=boards)
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
-    layout = model.layout()
     transport = open_switch(backend, check=True, waves=waves, **(backend_options or {}))
     try:
         switch = SwitchInterface(transport)
-        steps_out = []
-        totals = {}
-        loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
-        for step in range(steps):
-            grads = [model.gradient(w, step) for w in range(workers)]
-            result, per_tensor = _allreduce_tensors(switch, grads, layout, lhc_path)
-            want = np.concatenate([lhc.allreduce([g[slice(*layout[name])] for g in grads],
-                                                 path=lhc_path)[0] for name in layout])
-            tensors = {name: {k: v for k, v in stats.items()
-                              if np.isscalar(v) or v is None}
-                       for name, stats in per_tensor.items()}
-            steps_out.append({"step": step, "exact": _bits_equal(result, want),
-                              "density": float(np.mean(np.any(np.array(grads) != 0, axis=0))),
-                              "tensors": tensors,
-                              **{k: sum(t[k] or 0 for t in tensors.values()) for k in _SUMMED}})
-            for stats in per_tensor.values():
-                for key, value in stats.items():
-                    if key.endswith("bytes") and np.isscalar(value):
-                        totals[key] = totals.get(key, 0) + int(value)
-            model.apply(result / np.float32(workers), lr=5.0)
-            if progress:
-                progress("lhc", step + 1, steps)
-        loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
-        report = {
-            "model": f"NcfModel ({model.params.size} parameters)",
-            "workers": workers, "steps": steps, "path": lhc_path,
-            "tensors": {name: b - a for name, (a, b) in layout.items()},
-            "per_step": steps_out,
-            "exact": all(s["exact"] for s in steps_out),
-            "totals": totals,
-            "loss_before": float(loss_before), "loss_after": float(loss_after),
-            "counters": switch.counters(),
-        }
+        report = _train_lhc(switch, model, workers, steps, lhc_path, progress)
+        report["counters"] = switch.counters()
         return _with_transport_facts(report, transport), transport.stats
     finally:
         transport.close()
@@ -261,48 +269,22 @@ def _run_lhc_boards(*, workers, steps, seed, backend, waves, progress, size, bac
     (``docs/protocol/network.md`` section 3): one gateware instance per board (a harness
     process each with the compiled harness, a virtual board each over UDP), chunk ``c`` of
     every phase on board ``c mod boards``; the report says what each board carried."""
+    from host.driver.settings import ENV_BOARD
     from host.driver.striped import StripedSwitchInterface
     from host.driver.switch import SwitchInterface, open_switch
-    from host.golden import lhc
     from sim.workloads import NcfModel
 
-    import os
-
-    from host.driver.settings import ENV_BOARD
     if backend == "udp" and ((backend_options or {}).get("board") or os.environ.get(ENV_BOARD)):
         raise ValueError(f"boards={boards} starts {boards} virtual boards; a board given by "
                          f"address ({ENV_BOARD}) is one board: unset it")
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])
-    layout = model.layout()
     transports = []
     try:
         for _ in range(boards):
             transports.append(open_switch(backend, check=True, waves=waves,
                                           **(backend_options or {})))
         switch = StripedSwitchInterface([SwitchInterface(t) for t in transports])
-        steps_out = []
-        totals = {}
-        loss_before = np.mean([model.loss(w, 10_000) for w in range(workers)])
-        for step in range(steps):
-            grads = [model.gradient(w, step) for w in range(workers)]
-            result, per_tensor = _allreduce_tensors(switch, grads, layout, lhc_path)
-            want = np.concatenate([lhc.allreduce([g[slice(*layout[name])] for g in grads],
-                                                 path=lhc_path)[0] for name in layout])
-            tensors = {name: {k: v for k, v in stats.items()
-                              if np.isscalar(v) or v is None}
-                       for name, stats in per_tensor.items()}
-            steps_out.append({"step": step, "exact": _bits_equal(result, want),
-                              "density": float(np.mean(np.any(np.array(grads) != 0, axis=0))),
-                              "tensors": tensors,
-                              **{k: sum(t[k] or 0 for t in tensors.values()) for k in _SUMMED}})
-            for stats in per_tensor.values():
-                for key, value in stats.items():
-                    if key.endswith("bytes") and np.isscalar(value):
-                        totals[key] = totals.get(key, 0) + int(value)
-            model.apply(result / np.float32(workers), lr=5.0)
-            if progress:
-                progress("lhc", step + 1, steps)
-        loss_after = np.mean([model.loss(w, 10_000) for w in range(workers)])
+        report = _train_lhc(switch, model, workers, steps, lhc_path, progress)
         counters = switch.board_counters()
         all_bytes = sum(sent["bytes"] for sent in switch.sent) or 1
         per_board = []
@@ -312,17 +294,7 @@ def _run_lhc_boards(*, workers, steps, seed, backend, waves, progress, size, bac
                      "bytes_in": sent["bytes"], "share": sent["bytes"] / all_bytes,
                      "counters": board_counters}
             per_board.append(_with_transport_facts(entry, transport))
-        report = {
-            "model": f"NcfModel ({model.params.size} parameters)",
-            "workers": workers, "steps": steps, "path": lhc_path, "boards": boards,
-            "tensors": {name: b - a for name, (a, b) in layout.items()},
-            "per_step": steps_out,
-            "exact": all(s["exact"] for s in steps_out),
-            "totals": totals,
-            "loss_before": float(loss_before), "loss_after": float(loss_after),
-            "counters": switch.counters(),
-            "per_board": per_board,
-        }
+        report.update(boards=boards, counters=switch.counters(), per_board=per_board)
         compared = [entry.get("compared_with_golden") for entry in per_board]
         if all(compared):
             report["compared_with_golden"] = {key: sum(c[key] for c in compared)
