@@ -275,32 +275,12 @@ class StripedSwitchInterface:
         """As :meth:`SwitchInterface.allreduce_jobs`, every job striped over the boards.
         The stats also hold ``board_packets_sent`` and ``board_resends`` (per board)."""
         from ..switchml.network import allreduce_jobs_over_transport
-        from .switch import _flat_stats
+        from .switch import _flat_stats, job_requests
 
-        tensor_sets = [list(t) for t in tensor_sets]
-        count = len(tensor_sets)
-        jobs = list(range(count)) if jobs is None else list(jobs)
-        if slot_counts is None:
-            if count > self.slots:
-                raise ValueError(f"{count} jobs need at least one slot each; the switches "
-                                 f"have {self.slots}")
-            slot_counts = [self.slots // count + (j < self.slots % count) for j in range(count)]
-        slot_counts = list(slot_counts)
-        paths = [path] * count if isinstance(path, str) else list(path)
-        if not len(jobs) == len(slot_counts) == len(paths) == count:
-            raise ValueError(f"{count} tensor sets but {len(jobs)} jobs, {len(slot_counts)} "
-                             f"slot counts and {len(paths)} paths")
-        loads = {key: options.pop(key) for key in ("load", "r_min") if key in options}
-        requests, base = [], slot_base
-        for job, tensors, slot_count, job_path in zip(jobs, tensor_sets, slot_counts, paths):
-            if configure:
-                self.configure_job(job, len(tensors), base, slot_count)
-            elif job not in self._next_chunk:
-                raise RuntimeError(f"job {job} was not configured through this interface")
-            requests.append(dict(tensors=tensors, job=job, slot_base=base,
-                                 slot_count=slot_count, first_chunk=self._next_chunk[job],
-                                 path=job_path, **loads))
-            base += slot_count
+        jobs, requests, options = job_requests(
+            self, tensor_sets, jobs=jobs, slot_counts=slot_counts, path=path,
+            configure=configure, slot_base=slot_base, options=options,
+            what="the switches have")
         runs = allreduce_jobs_over_transport(requests, self._exchanges(), lanes=self.lanes,
                                              fault=fault, **options)
         out = []

@@ -157,30 +157,9 @@ class SwitchInterface:
         list of ``(result, stats)`` as :meth:`allreduce`, in job order.
         """
         from ..switchml.network import allreduce_jobs_over_transport
-        tensor_sets = [list(t) for t in tensor_sets]
-        count = len(tensor_sets)
-        jobs = list(range(count)) if jobs is None else list(jobs)
-        if slot_counts is None:
-            if count > self.slots:
-                raise ValueError(f"{count} jobs need at least one slot each; the switch has "
-                                 f"{self.slots}")
-            slot_counts = [self.slots // count + (j < self.slots % count) for j in range(count)]
-        slot_counts = list(slot_counts)
-        paths = [path] * count if isinstance(path, str) else list(path)
-        if not len(jobs) == len(slot_counts) == len(paths) == count:
-            raise ValueError(f"{count} tensor sets but {len(jobs)} jobs, {len(slot_counts)} "
-                             f"slot counts and {len(paths)} paths")
-        loads = {key: options.pop(key) for key in ("load", "r_min") if key in options}
-        requests, base = [], 0
-        for job, tensors, slot_count, job_path in zip(jobs, tensor_sets, slot_counts, paths):
-            if configure:
-                self.configure_job(job, len(tensors), base, slot_count)
-            elif job not in self._next_chunk:
-                raise RuntimeError(f"job {job} was not configured through this interface")
-            requests.append(dict(tensors=tensors, job=job, slot_base=base,
-                                 slot_count=slot_count, first_chunk=self._next_chunk[job],
-                                 path=job_path, **loads))
-            base += slot_count
+        jobs, requests, options = job_requests(
+            self, tensor_sets, jobs=jobs, slot_counts=slot_counts, path=path,
+            configure=configure, slot_base=0, options=options, what="the switch has")
         runs = allreduce_jobs_over_transport(
             requests, lambda packets: self.transport.exchange("agg", packets, idle=32),
             lanes=self.lanes, fault=fault, **options)
@@ -189,6 +168,39 @@ class SwitchInterface:
             self._next_chunk[job] = stats["packets"].next_chunk
             out.append((result, _flat_stats(stats)))
         return out
+
+
+def job_requests(owner, tensor_sets, *, jobs, slot_counts, path, configure, slot_base,
+                 options, what):
+    """What :meth:`SwitchInterface.allreduce_jobs` (and its striped form) hand to
+    :func:`host.switchml.network.allreduce_jobs_over_transport`: ``(jobs, requests,
+    options left)``, each job on its consecutive slots from ``slot_base`` (configured first
+    when ``configure``; otherwise its chunk count goes on from ``owner._next_chunk``).
+    ``what`` names the slot pool in an error (``"the switch has"``)."""
+    tensor_sets = [list(t) for t in tensor_sets]
+    count = len(tensor_sets)
+    jobs = list(range(count)) if jobs is None else list(jobs)
+    if slot_counts is None:
+        if count > owner.slots:
+            raise ValueError(f"{count} jobs need at least one slot each; {what} {owner.slots}")
+        slot_counts = [owner.slots // count + (j < owner.slots % count) for j in range(count)]
+    slot_counts = list(slot_counts)
+    paths = [path] * count if isinstance(path, str) else list(path)
+    if not len(jobs) == len(slot_counts) == len(paths) == count:
+        raise ValueError(f"{count} tensor sets but {len(jobs)} jobs, {len(slot_counts)} "
+                         f"slot counts and {len(paths)} paths")
+    options = dict(options)
+    loads = {key: options.pop(key) for key in ("load", "r_min") if key in options}
+    requests, base = [], slot_base
+    for job, tensors, slot_count, job_path in zip(jobs, tensor_sets, slot_counts, paths):
+        if configure:
+            owner.configure_job(job, len(tensors), base, slot_count)
+        elif job not in owner._next_chunk:
+            raise RuntimeError(f"job {job} was not configured through this interface")
+        requests.append(dict(tensors=tensors, job=job, slot_base=base, slot_count=slot_count,
+                             first_chunk=owner._next_chunk[job], path=job_path, **loads))
+        base += slot_count
+    return jobs, requests, options
 
 
 def _flat_stats(stats):
