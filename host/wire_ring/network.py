@@ -36,6 +36,8 @@ import itertools
 
 import numpy as np
 
+from contract.frames import (ETHERTYPE_IPV4, ETHERTYPE_OFFSET, IP_PROTO_UDP,
+                             IP_PROTOCOL_OFFSET, UDP_OFFSET)
 from contract.network import SIMULATION_KEY, WIRE_GRADIENT_PORT
 from host.board.wire import WireFaults
 from host.board.wire_golden import GoldenWire
@@ -90,8 +92,10 @@ def _check_workers(workers):
 
 def _kind(frame: bytes) -> str:
     """What a frame carries, by its UDP destination port (IPv4 without options)."""
-    if len(frame) >= 38 and frame[12:14] == b"\x08\x00" and frame[23] == 17:
-        port = int.from_bytes(frame[36:38], "big")
+    if len(frame) >= UDP_OFFSET + 4 \
+            and frame[ETHERTYPE_OFFSET:ETHERTYPE_OFFSET + 2] == ETHERTYPE_IPV4.to_bytes(2, "big") \
+            and frame[IP_PROTOCOL_OFFSET] == IP_PROTO_UDP:
+        port = int.from_bytes(frame[UDP_OFFSET + 2:UDP_OFFSET + 4], "big")
         if port == WIRE_GRADIENT_PORT:
             return "gradient"
         if port == ACK_PORT:
