@@ -6,6 +6,8 @@
   seams ``host.driver.backends.BACKENDS``, ``host.bench.SECTIONS`` and
   ``host.commands.sim.E2E_MODULE`` (module names imported when used), never by an import
   statement, so the packages have no cycle.
+- ``contract``, ``hdl``, ``host`` and ``sim`` never import ``tests``: stimulus the benches
+  and the tests share lives in ``sim/`` (``sim/frames.py``, ``sim/wire_stimulus.py``).
 - The gateware's rooms import downwards: the LiteEth core never imports the front end, nor
   either of them a top; the two board tops share clocks and pins, not each other.
 - No register address is written as a number outside ``contract/registers.py``.
@@ -107,11 +109,11 @@ def test_packages_import_one_way():
 
 
 
-def imported_modules(path):
+def imported_modules(path, root=REPO):
     """Absolute names of the modules ``path``'s import statements name (relative imports
-    resolved against its package), with the line of each."""
+    resolved against its package, ``path`` being under ``root``), with the line of each."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = list(path.relative_to(REPO).parts[:-1])
+    package = list(path.relative_to(root).parts[:-1])
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -122,6 +124,31 @@ def imported_modules(path):
             yield module, node.lineno
             for alias in node.names:      # ``from host import board``
                 yield f"{module}.{alias.name}", node.lineno
+
+
+def imports_of_the_tests(path, root=REPO):
+    """``(module, line)`` of every import statement in ``path`` that names ``tests`` or a
+    module in it (relative imports resolved: ``from ..tests import x`` counts)."""
+    return [(module, line) for module, line in imported_modules(path, root)
+            if module == "tests" or module.startswith("tests.")]
+
+
+def test_no_package_imports_the_tests():
+    """The tests import the code, never the other way: ``sim`` takes its stimulus from
+    ``sim/``, not from a test module (an import inside a function counts too)."""
+    found = [f"{path.relative_to(REPO)}:{line} imports {module}"
+             for path in python_files(*PACKAGES) for module, line in imports_of_the_tests(path)]
+    assert not found, found
+
+
+def test_tests_import_check_catches_an_import_of_the_tests(tmp_path):
+    bad = tmp_path / "sim" / "bad.py"
+    bad.parent.mkdir()
+    bad.write_text("import tests.helpers\nfrom tests.hdl.wire import frames\n"
+                   "def cases():\n    from tests import helpers\n    return helpers\n"
+                   "from sim.frames import frame\nimport testsuite\nfrom . import tests\n")
+    found = imports_of_the_tests(bad, tmp_path)
+    assert sorted({line for _, line in found}) == [1, 2, 4], found
 
 
 def test_the_driver_never_imports_the_board():
