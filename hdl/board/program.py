@@ -13,10 +13,12 @@ the board's SPI flash instead, from which the FPGA configures itself at every po
 openFPGALoader's board and cable names come from ``constraints/boards.toml`` (``program``);
 ``--cable`` overrides the cable, for a board whose JTAG adapter is the user's own.
 
-The command is printed before it runs (``--dry-run`` prints it only). Every failure is one
-line on standard error and a non-zero exit status: no build yet, a loader that cannot start
-(its USB libraries missing), no board on the cable, or the wrong board (openFPGALoader
-compares the FPGA's ID code with the bitstream's).
+The command is printed once it has run and loaded the board, with the line saying where
+it went (``--dry-run`` prints it without running it). Every failure is one line on standard
+error and nothing else, exit status 1: no build yet, a loader that cannot start (its USB
+libraries missing), no board on the cable, or the wrong board (openFPGALoader compares the
+FPGA's ID code with the bitstream's). (``make program`` shows that line too; make adds its
+own ``make: *** [...] Error 1`` after it and exits 2, as for any failed recipe.)
 """
 from __future__ import annotations
 
@@ -142,8 +144,8 @@ def main(argv=None) -> int:
         command = program_command(board, bitstream, flash=args.flash, cable=args.cable,
                                   loader=loader_path() if not args.dry_run
                                   else "openFPGALoader")
-        print(shlex.join(command), flush=True)
         if args.dry_run:
+            print(shlex.join(command), flush=True)
             return 0
         if not bitstream.is_file():
             options = " ".join(f"{k}={v}" for k, v, default in (
@@ -158,6 +160,7 @@ def main(argv=None) -> int:
     except ProgramError as e:
         print(f"make program: {e}", file=sys.stderr)
         return 1
+    print(shlex.join(command))
     print(f"{board.name}: {bitstream} loaded into the "
           f"{'SPI flash (the FPGA loads it at power-up)' if args.flash else 'SRAM'}")
     return 0
