@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from hdl.board.boards import TOPS
+from hdl.board.boards import TOPS, build_folder
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
@@ -268,7 +268,6 @@ def write_private(path, text):
 
 def main(argv=None) -> int:
     from hdl.board.boards import load_boards
-    from hdl.board.program import build_folder
     from hdl.board.top import BoardTop
     from hdl.replica import KEEP_REPLICAS
 

