@@ -36,7 +36,7 @@ from contract.frames import (ETH_HEADER, ETHERTYPE_ARP, ETHERTYPE_IPV4, FCS_BYTE
                              UDP_HEADER)
 from contract.network import (DEFAULT_IP, DEFAULT_MAC, PORT_BASE, SERVICE_OFFSETS,
                               WIRE_GRADIENT_PORT, Service, ip_to_int, mac_to_int)
-from hdl.net.core.wire_core import BEAT_BYTES, MacBeat     # (the frames come from there)
+from hdl.wire.mac import BEAT_BYTES, MacBeat     # (the frames come from there)
 
 __all__ = ["BEAT_BYTES", "FCS_BYTES", "MIN_BODY_BYTES", "MAX_BODY_BYTES", "PAYLOAD_OFFSET",
            "LENGTH_BITS", "DIRECTIONS", "MacBeat", "FrameClass", "Verdict", "FrameClassifier",
