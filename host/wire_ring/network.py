@@ -17,7 +17,7 @@ boards and the switch forward in zero time (store and forward: a frame is handed
 its last bit is in). Events at the same time are taken in the order they were made, so a
 run is a function of its inputs and seeds alone.
 
-**Faults** (``faults``, a seeded :class:`~host.board.wire.WireFaults`): every frame on a
+**Faults** (``faults``, a seeded :class:`~host.board.link_faults.WireFaults`): every frame on a
 network link (board to switch, switch to board) is lost, duplicated or delayed (which
 reorders it behind later frames) as that model draws; host links are clean (a host and its
 board sit on one short cable). Recovery is the hosts' (:mod:`host.wire_ring.reliable`).
@@ -39,7 +39,7 @@ import numpy as np
 from contract.frames import (ETHERTYPE_IPV4, ETHERTYPE_OFFSET, IP_PROTO_UDP,
                              IP_PROTOCOL_OFFSET, UDP_OFFSET)
 from contract.network import SIMULATION_KEY, WIRE_GRADIENT_PORT
-from host.board.wire import WireFaults
+from host.board.link_faults import WireFaults
 from host.board.wire_golden import GoldenWire
 
 from ..golden import inceptionn
@@ -185,7 +185,7 @@ def ring_over_wire(tensors, k: int = 10, *, mtu: int = 1500, faults: WireFaults 
         The codec's error bound ``2^-k``, 1..15 (the hosts' datagrams carry it).
     mtu : int
         IP MTU of every link: at most ``nic_values_for_mtu(mtu)`` values per datagram.
-    faults : host.board.wire.WireFaults, optional
+    faults : host.board.link_faults.WireFaults, optional
         Loss, duplication and reordering on the network links.
     host_link, network_link : LinkSpec
         Rate and latency of the two kinds of link.
