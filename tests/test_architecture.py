@@ -151,6 +151,53 @@ def test_tests_import_check_catches_an_import_of_the_tests(tmp_path):
     assert sorted({line for _, line in found}) == [1, 2, 4], found
 
 
+def module_graph(root=REPO, packages=PACKAGES):
+    """``{module: {module it imports: line}}`` over the project's files (imports inside
+    functions too); an import of a name resolves to the deepest module that holds it, and a
+    module's own packages (whose ``__init__`` runs first anyway) are left out."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for name, line in imported_modules(path, root):
+            target = resolve(name)
+            if target and target != module and not module.startswith(target + "."):
+                edges.setdefault(target, line)
+    return graph
+
+
+def test_modules_import_without_cycles():
+    """No two modules import each other, however indirectly: each tool and each room can be
+    read from the bottom up (``hdl.board.build`` and ``hdl.board.program`` share
+    ``hdl.board.boards`` instead of importing each other)."""
+    graph = module_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle) + ": " + ", ".join(
+        f"{a} line {graph[a][b]}" for a, b in zip(cycle, cycle[1:]))
+
+
+def test_module_cycle_check_catches_a_cycle(tmp_path):
+    (tmp_path / "hdl" / "board").mkdir(parents=True)
+    for init in ("hdl/__init__.py", "hdl/board/__init__.py"):
+        (tmp_path / init).write_text("")
+    (tmp_path / "hdl/board/build.py").write_text(
+        "def main():\n    from hdl.board.program import build_folder\n")
+    (tmp_path / "hdl/board/program.py").write_text("from hdl.board.build import REPO\n")
+    (tmp_path / "hdl/board/boards.py").write_text("from . import build\n")
+    cycle = find_cycle(module_graph(tmp_path, ("hdl",)))
+    assert cycle and {"hdl.board.build", "hdl.board.program"} <= set(cycle), cycle
+
+
 def test_the_driver_never_imports_the_board():
     """``host.board`` (a board behind sockets) builds on ``host.driver`` (its transport);
     the driver reaches a virtual board only through ``host.driver.backends``' names."""
