@@ -53,7 +53,7 @@ __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
            "classify_clocks", "seed_sweep", "main"]
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 #: Amaranth's tool variable -> YoWASP executable in the virtualenv.
 TOOLS = {

@@ -34,7 +34,7 @@ from amaranth.back import verilog
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.board.build import (
+from hdl.board.tools.build import (
     PLACER_OPTS,
     REPO,
     TOOLS,

@@ -24,7 +24,7 @@ from hdl.net.core.eth_core import LiteEthCore, rgmii_ports
 from hdl.net.core.liteeth import generate, load_network_config
 from hdl.replica import KEEP_REPLICAS
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 class EchoBoardTop(Elaboratable):
@@ -49,7 +49,7 @@ class EchoBoardTop(Elaboratable):
 
 def main(argv=None) -> int:
     from hdl.board.boards import load_boards
-    from hdl.board.build import tool_environment
+    from hdl.board.tools.build import tool_environment
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--board", default="ecpix5", choices=sorted(load_boards()))

@@ -11,7 +11,7 @@ from hdl.board.program import (ProgramError, build_folder, loader_path, main,
                                program_command)
 from hdl.board.boards import load_boards
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 BOARDS = load_boards()
 
 
