@@ -10,6 +10,7 @@ import dataclasses
 import enum
 import ipaddress
 
+from .frames import IP_HEADER, MAX_FRAME_BYTES, MIN_FRAME_BYTES, UDP_HEADER
 from .header import HEADER_BYTES, NIC_MAX_COUNT
 from .registers import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
                         SWITCH_REGISTERS, WIRE_REGISTERS, RegisterMap)
@@ -54,15 +55,14 @@ def service_ports(port_base: int = PORT_BASE) -> dict[Service, int]:
 #: option), and the board's two ports: 0 faces the host, 1 the network.
 WIRE_GRADIENT_PORT = 47574
 WIRE_PORTS = (0, 1)
-#: Ethernet frames the board accepts, FCS included (spec section 1): 64 to 9018 bytes.
-MIN_FRAME_BYTES = 64
-MAX_FRAME_BYTES = 9018
+#: Ethernet frames the board accepts, FCS included (spec section 1): 64 to 9018 bytes
+#: (``MIN_FRAME_BYTES``, ``MAX_FRAME_BYTES``: declared in :mod:`contract.frames`).
 
 #: IP MTUs: standard Ethernet, and the jumbo frames the board accepts (9018-byte frames).
 MTU_DEFAULT = 1500
 MTU_JUMBO = 9000
 #: IPv4 (no options) and UDP headers inside the MTU.
-IP_UDP_HEADER_BYTES = 20 + 8
+IP_UDP_HEADER_BYTES = IP_HEADER + UDP_HEADER
 
 
 def nic_values_for_mtu(mtu: int) -> int:

@@ -18,7 +18,7 @@ executes its requests one at a time while simulated time stands still in between
 
 Every stream is a pair of flat AXI-Stream port groups (``prefix_in``, ``prefix_out``) given
 in the test parameters; the driver never sees a cocotb object, so the same driver code
-runs over the reference models or, later, a UDP link to a board.
+runs over the reference models, this bridge, the compiled harness and a board over UDP.
 """
 import traceback
 from multiprocessing.connection import Client

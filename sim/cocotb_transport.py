@@ -1,7 +1,9 @@
 """The Verilated gateware behind the driver's :class:`~host.driver.transport.Transport` API,
 driven through cocotb and cocotbext-axi (the cocotb side is ``sim/bridge.py``).
 
-:func:`open_top` is the ``"verilator"`` backend of ``host.driver.backends``.
+:func:`open_top` is the ``"cocotb"`` backend of ``host.driver.backends`` (the same
+gateware as the ``"verilator"`` backend's compiled harness, driven through cocotb for its
+waveform debugging).
 """
 from __future__ import annotations
 
@@ -84,7 +86,7 @@ class CocotbTransport(Transport):
                     except OSError:
                         pass
 
-        self._thread = threading.Thread(target=simulate, name=f"verilator-{top}", daemon=True)
+        self._thread = threading.Thread(target=simulate, name=f"cocotb-{top}", daemon=True)
         self._thread.start()
         conn = self._listener.accept()
         if self._failure is not None or not self._thread.is_alive():

@@ -316,7 +316,7 @@ def run_wire(*, workers, k, steps, seed, progress, size="default", fault_rate=0.
              fault_seed=0):
     """The ring through NICs in the wire (``host.wire_ring``) on the dense MLP's gradients,
     each step's result compared bit for bit with the golden ring's."""
-    from host.board.wire import WireFaults
+    from host.board.link_faults import WireFaults
     from host.wire_ring.network import bits_equal, golden_ring, ring_over_wire
     from sim.workloads import DenseMLP
 

@@ -14,8 +14,8 @@ the golden model's. The board's own service answers on port 0 (ARP, ping, ``CTRL
 simulation key); port 0's replies and the network's frames are each compared in order
 (the golden model takes the ports' frames one after the other, the gateware at once).
 
-The frames come from the Amaranth-simulator tests' builders (``tests/hdl/wire/frames.py``,
-``tests/host/board/test_wire_golden.py``), so both kinds of bench see the same cases.
+The frames come from the stimulus the Amaranth-simulator tests share (``sim/frames.py``,
+``sim/wire_stimulus.py``), so both kinds of bench see the same cases.
 
 Launched from ``tests/hdl/wire/test_wire_top.py``, all tests in one simulator run; each
 test's parameters are ``params[test name]`` (:func:`params_of`).
@@ -39,6 +39,8 @@ from contract.network import SIMULATION_KEY, WIRE_PORTS, mac_to_int
 from contract.registers import WIRE_REGISTERS
 from hdl.net.core.liteeth import load_network_config
 from host.board.wire_golden import FCS_BYTES, GoldenWire, with_fcs
+from sim import frames as stim
+from sim import wire_stimulus
 from sim.runner import test_params
 
 #: each port's PHY receive (and so transmit) clock: port 0 500 ppm slow, port 1 500 ppm fast
@@ -246,8 +248,7 @@ class WireBench:
 
     def golden_counters(self):
         """The golden model's counters by ``WIRE_REGISTERS`` block."""
-        from tests.hdl.wire.frames import gateware_counters
-        return gateware_counters(self.golden)
+        return wire_stimulus.gateware_counters(self.golden)
 
     async def check_counters(self):
         """Every counter read back equal to the golden model's; returns them."""
@@ -292,30 +293,20 @@ def check_reframed(body):
 
 
 # -- the cases -----------------------------------------------------------------------------
-# (imported when a test runs: the builders live with the Amaranth-simulator tests)
-
-def frames_module():
-    from tests.hdl.wire import frames
-    return frames
-
-
-def golden_tests():
-    from tests.host.board import test_wire_golden
-    return test_wire_golden
-
+# (``stim``: sim/frames.py, the frames the Amaranth-simulator tests send too)
 
 def pass_through_cases():
     """Every class of frame that passes unchanged, both directions."""
-    from tests.hdl.wire.test_classify import body_of, padded
-    g = golden_tests()
-    cases = [(f"pass: {name}", g.frame(pkt)) for name, pkt in g.PASS_THROUGH.items()]
+    cases = [(f"pass: {name}", stim.frame(pkt)) for name, pkt in stim.PASS_THROUGH.items()]
     cases += [
-        ("minimum 60", body_of(60)),
-        ("icmp, non-zero padding", padded(Ether(src=g.A_MAC, dst=g.B_MAC)
-                                          / IP(src=g.A_IP, dst=g.B_IP) / ICMP() / b"pad", 15)),
-        ("broadcast", g.frame(Ether(src=g.A_MAC, dst="ff:ff:ff:ff:ff:ff")
-                              / IP(src=g.A_IP, dst="255.255.255.255") / UDP(dport=9) / b"all")),
-        ("1514", body_of(1514)),
+        ("minimum 60", stim.body_of(60)),
+        ("icmp, non-zero padding", stim.padded(Ether(src=stim.A_MAC, dst=stim.B_MAC)
+                                               / IP(src=stim.A_IP, dst=stim.B_IP) / ICMP()
+                                               / b"pad", 15)),
+        ("broadcast", stim.frame(Ether(src=stim.A_MAC, dst="ff:ff:ff:ff:ff:ff")
+                                 / IP(src=stim.A_IP, dst="255.255.255.255") / UDP(dport=9)
+                                 / b"all")),
+        ("1514", stim.body_of(1514)),
     ]
     return cases
 
@@ -345,18 +336,19 @@ async def pass_through(dut):
 def compress_cases(rng):
     """Host side: RAW_F32 + COMPRESS at several sizes up to the MTU and every k, values that
     do not compress, other types and flags."""
-    fm, g = frames_module(), golden_tests()
     np_rng = np.random.default_rng(rng.getrandbits(32))
-    cases = fm.gradient_cases("tx")
+    cases = wire_stimulus.gradient_cases("tx")
+    def gradient(n, k):
+        return wire_stimulus.checksummed(
+            stim.gradient(stim.raw_packet(stim.values(np_rng, n), k)), rng)
+
     for k in range(1, 16):
         n = 3 + k
-        cases.append((f"k={k} {n} values",
-                      fm.checksummed(g.gradient(g.raw_packet(g.values(np_rng, n), k)), rng)))
+        cases.append((f"k={k} {n} values", gradient(n, k)))
     for n, k in ((360, 1), (360, 15), (359, 4), (200, 7), (120, 13)):
-        cases.append((f"{n} values k={k}",
-                      fm.checksummed(g.gradient(g.raw_packet(g.values(np_rng, n), k)), rng)))
-    cases += [(f"tx pass: {name}", g.frame(pkt)) for name, pkt in g.TX_PASSES.items()]
-    cases += [(f"pass: {name}", g.frame(g.PASS_THROUGH[name]))
+        cases.append((f"{n} values k={k}", gradient(n, k)))
+    cases += [(f"tx pass: {name}", stim.frame(pkt)) for name, pkt in stim.TX_PASSES.items()]
+    cases += [(f"pass: {name}", stim.frame(stim.PASS_THROUGH[name]))
               for name in ("not compress", "aggregator packet", "other udp port")]
     rng.shuffle(cases)
     return cases
@@ -395,16 +387,15 @@ def decompress_cases(rng):
     from sim.nic_stimulus import value_mix
     from contract.header import Flags, Header, PacketType
     from contract.packet import Packet
-    fm, g = frames_module(), golden_tests()
     np_rng = np.random.default_rng(rng.getrandbits(32))
-    cases = fm.gradient_cases("rx") + fm.malformed_cases()
+    cases = wire_stimulus.gradient_cases("rx") + wire_stimulus.malformed_cases()
     for n, k in ((360, 10), (360, 3), (250, 15), (100, 1), (17, 6), (1, 12)):
         raw = Packet(Header(type=PacketType.RAW_F32, flags=Flags.COMPRESS, k=k, count=n,
                             seq=n, offset=7), value_mix(np_rng, n, k))
         inc = nic_tx(raw)[0]
         cases.append((f"golden-compressed {n} k={k}",
-                      fm.checksummed(g.gradient(inc.to_bytes()), rng)))
-    cases += [(f"rx pass: {name}", g.frame(pkt)) for name, pkt in g.RX_PASSES.items()]
+                      wire_stimulus.checksummed(stim.gradient(inc.to_bytes()), rng)))
+    cases += [(f"rx pass: {name}", stim.frame(pkt)) for name, pkt in stim.RX_PASSES.items()]
     rng.shuffle(cases)
     return cases
 
@@ -420,7 +411,7 @@ async def decompress(dut):
     bench.send_all([[], cases])
     c = await bench.check()
     counts = c["port1"]
-    assert counts["drop_malformed"] >= len(frames_module().malformed_cases()), counts
+    assert counts["drop_malformed"] >= len(wire_stimulus.malformed_cases()), counts
     assert not [s.name for _, s in bench.expected[0] if s.name.startswith("malformed")]
     assert counts["decompressed"] >= 15 and counts["passed"] >= 3, counts
     decompressed = [body for (body, sent) in bench.expected[0] if body != sent.data[:-FCS_BYTES]]
@@ -433,30 +424,28 @@ async def decompress(dut):
 def bad_frame_cases(port):
     """Bad FCS, runts, oversize, a receive error mid-frame, each followed by a good frame;
     frames for the board."""
-    from tests.hdl.wire.test_classify import bad_fcs, body_of
-    g = golden_tests()
-    good = g.frame(g.gradient(g.raw_packet(g.SPECIALS, 10)))
-    tcp = g.frame(g.PASS_THROUGH["tcp"])
-    bad = [("bad fcs", bad_fcs(good)),
-           ("bad fcs, short", bad_fcs(tcp)),
-           ("runt 63", with_fcs(bytes(g.gradient(bytes(17))).ljust(59, b"\0"))),
-           ("runt 59", with_fcs(bytes(g.gradient(bytes(5)))[:55])),
+    good = stim.frame(stim.gradient(stim.raw_packet(stim.SPECIALS, 10)))
+    tcp = stim.frame(stim.PASS_THROUGH["tcp"])
+    bad = [("bad fcs", stim.bad_fcs(good)),
+           ("bad fcs, short", stim.bad_fcs(tcp)),
+           ("runt 63", with_fcs(bytes(stim.gradient(bytes(17))).ljust(59, b"\0"))),
+           ("runt 59", with_fcs(bytes(stim.gradient(bytes(5)))[:55])),
            ("runt 9 bytes", with_fcs(b"\x01\x02\x03\x04\x05")),
-           ("oversize 9019", body_of(9015)),
-           ("oversize 9100", body_of(9096)),
-           ("receive error, bad fcs", bad_fcs(good), 20)]
+           ("oversize 9019", stim.body_of(9015)),
+           ("oversize 9100", stim.body_of(9096)),
+           ("receive error, bad fcs", stim.bad_fcs(good), 20)]
     cases = []
     for n, case in enumerate(bad):
         cases += [case, (f"after {case[0]}", good if n % 2 else tcp)]
     from contract.network import DEFAULT_IP, DEFAULT_MAC
     board_cases = [
-        ("arp request for the board", g.frame(Ether(src=g.A_MAC, dst="ff:ff:ff:ff:ff:ff")
-                                              / ARP(hwsrc=g.A_MAC, psrc=g.A_IP,
+        ("arp request for the board", stim.frame(Ether(src=stim.A_MAC, dst="ff:ff:ff:ff:ff:ff")
+                                              / ARP(hwsrc=stim.A_MAC, psrc=stim.A_IP,
                                                     pdst=DEFAULT_IP))),
-        ("ping the board", g.frame(Ether(src=g.A_MAC, dst=DEFAULT_MAC)
-                                   / IP(src=g.A_IP, dst=DEFAULT_IP) / ICMP() / b"ping")),
-        ("udp to the board's mac", g.frame(g.gradient(g.raw_packet(g.SPECIALS, 10),
-                                                      dst=(DEFAULT_MAC, g.B_IP)))),
+        ("ping the board", stim.frame(Ether(src=stim.A_MAC, dst=DEFAULT_MAC)
+                                   / IP(src=stim.A_IP, dst=DEFAULT_IP) / ICMP() / b"ping")),
+        ("udp to the board's mac", stim.frame(stim.gradient(stim.raw_packet(stim.SPECIALS, 10),
+                                                      dst=(DEFAULT_MAC, stim.B_IP)))),
     ]
     return cases + board_cases + [("last", tcp)]
 
@@ -487,14 +476,13 @@ async def board_service(dut):
     refused request, a wrong key): each reply byte for byte the golden model's, so the
     counters it carries are the golden model's as they stand."""
     from contract.network import CTRL_MAX_PAIRS, network_address
-    from tests.hdl.wire import test_service as service
     t0, s0 = time.perf_counter(), get_sim_time("ns")
     bench = await started(dut)
     rng = rng_of("board_service", 8)
-    f = frames_module()
-    host = service.arp_cases()[:3] + service.ping_cases(rng)[:8] + f.pass_cases("tx")[:6]
+    host = stim.arp_cases()[:3] + stim.ping_cases(rng)[:8] + wire_stimulus.pass_cases("tx")[:6]
     rng.shuffle(host)
-    bench.send_all([host, f.pass_cases("rx")[:6] + f.gradient_cases("rx", mtu=False)[:6]])
+    bench.send_all([host, wire_stimulus.pass_cases("rx")[:6]
+                    + wire_stimulus.gradient_cases("rx", mtu=False)[:6]])
     c = await bench.check()
     assert c["port0"]["answered"] == 3 + 8, c["port0"]
     addresses = [network_address("wire", a) for entry in WIRE_REGISTERS
@@ -505,7 +493,7 @@ async def board_service(dut):
                 ("wrong key", [(addresses[0], 0)], {"key": KEY ^ 1})]
     for name, pairs, options in requests:
         options = {"key": KEY} | options
-        bench.send(0, name, service.frame(service.ctrl(pairs, **options)))
+        bench.send(0, name, stim.frame(stim.ctrl(pairs, **options)))
         await bench.check()
     assert bench.golden.counters[0]["answered"] == 3 + 8 + 3
     log_speed(dut, "board_service", s0, t0)
@@ -558,18 +546,16 @@ def figures(bench, first, phase_ports):
 def udp_frame(size, rng):
     """A UDP frame (not to the gradient port) of exactly ``size`` bytes without the FCS, its
     payload random."""
-    g = golden_tests()
     payload = bytes(rng.getrandbits(8) for _ in range(size - 42))
-    return g.frame(g.gradient(payload, dport=9))
+    return stim.frame(stim.gradient(payload, dport=9))
 
 
 def gradient_frame(np_rng, values, k, *, scale, seq):
     """A RAW_F32 + COMPRESS datagram of ``values`` gradient-like values (1514 bytes for 360)."""
     from sim.nic_stimulus import gradient_words
-    g = golden_tests()
     # (raw_packet's header has seq 5 and offset 1234: the datagrams differ by their values)
     del seq
-    return g.frame(g.gradient(g.raw_packet(gradient_words(np_rng, values, scale), k)))
+    return stim.frame(stim.gradient(stim.raw_packet(gradient_words(np_rng, values, scale), k)))
 
 
 @cocotb.test(timeout_time=20000, timeout_unit="us")
@@ -593,11 +579,10 @@ async def line_rate(dut):
     values, k, scale = 360, 10, 1e-2
 
     def compressed_frame(seq):
-        g = golden_tests()
         raw = gradient_frame(np_rng, values, k, scale=scale, seq=seq)
         payload = bytes(Ether(raw[:-FCS_BYTES])[UDP].payload)
         inc = nic_tx(Packet.from_bytes(payload))[0]
-        return g.frame(g.gradient(inc.to_bytes()))
+        return stim.frame(stim.gradient(inc.to_bytes()))
 
     report = {}
 
@@ -674,8 +659,7 @@ async def reset_mid_frame(dut):
     bench = await started(dut)
     rng = rng_of("reset_mid_frame", 7)
     np_rng = np.random.default_rng(rng.getrandbits(32))
-    from tests.hdl.wire.test_classify import body_of
-    first = [[("pass 1514", body_of(1514))] * 2
+    first = [[("pass 1514", stim.body_of(1514))] * 2
              + [("gradient", gradient_frame(np_rng, 360, 10, scale=1e-2, seq=n))
                 for n in range(3)] for _ in WIRE_PORTS]
     bench.send_all(first)
@@ -699,8 +683,8 @@ async def reset_mid_frame(dut):
     for port in WIRE_PORTS:
         port_cases = [("gradient", gradient_frame(np_rng, 360, 10, scale=1e-2, seq=n))
                       for n in range(3)] if port == 0 else \
-            [("tcp", golden_tests().frame(golden_tests().PASS_THROUGH["tcp"]))]
-        port_cases += pass_through_cases()[:6] + [("1514", body_of(1514))]
+            [("tcp", stim.frame(stim.PASS_THROUGH["tcp"]))]
+        port_cases += pass_through_cases()[:6] + [("1514", stim.body_of(1514))]
         cases.append(port_cases)
     bench.send_all(cases)
     await bench.check()

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-#: the test of the default ``make bitstream`` (tests/hdl/board/test_build.py)
+#: the test of the default ``make bitstream`` (tests/hdl/board/tools/test_build.py)
 DEFAULT_BITSTREAM_TEST = "test_make_bitstream_default_board"
 #: The control key of that build. The key is a constant of the netlist, so a random key (what
 #: `make bitstream` draws for a user) would place every CI run differently; with this public

@@ -6,6 +6,8 @@
   seams ``host.driver.backends.BACKENDS``, ``host.bench.SECTIONS`` and
   ``host.commands.sim.E2E_MODULE`` (module names imported when used), never by an import
   statement, so the packages have no cycle.
+- ``contract``, ``hdl``, ``host`` and ``sim`` never import ``tests``: stimulus the benches
+  and the tests share lives in ``sim/`` (``sim/frames.py``, ``sim/wire_stimulus.py``).
 - The gateware's rooms import downwards: the LiteEth core never imports the front end, nor
   either of them a top; the two board tops share clocks and pins, not each other.
 - No register address is written as a number outside ``contract/registers.py``.
@@ -107,11 +109,11 @@ def test_packages_import_one_way():
 
 
 
-def imported_modules(path):
+def imported_modules(path, root=REPO):
     """Absolute names of the modules ``path``'s import statements name (relative imports
-    resolved against its package), with the line of each."""
+    resolved against its package, ``path`` being under ``root``), with the line of each."""
     tree = ast.parse(path.read_text(), filename=str(path))
-    package = list(path.relative_to(REPO).parts[:-1])
+    package = list(path.relative_to(root).parts[:-1])
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -122,6 +124,78 @@ def imported_modules(path):
             yield module, node.lineno
             for alias in node.names:      # ``from host import board``
                 yield f"{module}.{alias.name}", node.lineno
+
+
+def imports_of_the_tests(path, root=REPO):
+    """``(module, line)`` of every import statement in ``path`` that names ``tests`` or a
+    module in it (relative imports resolved: ``from ..tests import x`` counts)."""
+    return [(module, line) for module, line in imported_modules(path, root)
+            if module == "tests" or module.startswith("tests.")]
+
+
+def test_no_package_imports_the_tests():
+    """The tests import the code, never the other way: ``sim`` takes its stimulus from
+    ``sim/``, not from a test module (an import inside a function counts too)."""
+    found = [f"{path.relative_to(REPO)}:{line} imports {module}"
+             for path in python_files(*PACKAGES) for module, line in imports_of_the_tests(path)]
+    assert not found, found
+
+
+def test_tests_import_check_catches_an_import_of_the_tests(tmp_path):
+    bad = tmp_path / "sim" / "bad.py"
+    bad.parent.mkdir()
+    bad.write_text("import tests.helpers\nfrom tests.hdl.wire import frames\n"
+                   "def cases():\n    from tests import helpers\n    return helpers\n"
+                   "from sim.frames import frame\nimport testsuite\nfrom . import tests\n")
+    found = imports_of_the_tests(bad, tmp_path)
+    assert sorted({line for _, line in found}) == [1, 2, 4], found
+
+
+def module_graph(root=REPO, packages=PACKAGES):
+    """``{module: {module it imports: line}}`` over the project's files (imports inside
+    functions too); an import of a name resolves to the deepest module that holds it, and a
+    module's own packages (whose ``__init__`` runs first anyway) are left out."""
+    modules = {}
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            parts = list(path.relative_to(root).with_suffix("").parts)
+            modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def resolve(name):
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name
+
+    graph = {}
+    for module, path in modules.items():
+        edges = graph.setdefault(module, {})
+        for name, line in imported_modules(path, root):
+            target = resolve(name)
+            if target and target != module and not module.startswith(target + "."):
+                edges.setdefault(target, line)
+    return graph
+
+
+def test_modules_import_without_cycles():
+    """No two modules import each other, however indirectly: each tool and each room can be
+    read from the bottom up (``hdl.board.build`` and ``hdl.board.program`` share
+    ``hdl.board.boards`` instead of importing each other)."""
+    graph = module_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, " -> ".join(cycle) + ": " + ", ".join(
+        f"{a} line {graph[a][b]}" for a, b in zip(cycle, cycle[1:]))
+
+
+def test_module_cycle_check_catches_a_cycle(tmp_path):
+    (tmp_path / "hdl" / "board").mkdir(parents=True)
+    for init in ("hdl/__init__.py", "hdl/board/__init__.py"):
+        (tmp_path / init).write_text("")
+    (tmp_path / "hdl/board/build.py").write_text(
+        "def main():\n    from hdl.board.program import build_folder\n")
+    (tmp_path / "hdl/board/program.py").write_text("from hdl.board.build import REPO\n")
+    (tmp_path / "hdl/board/boards.py").write_text("from . import build\n")
+    cycle = find_cycle(module_graph(tmp_path, ("hdl",)))
+    assert cycle and {"hdl.board.build", "hdl.board.program"} <= set(cycle), cycle
 
 
 def test_the_driver_never_imports_the_board():

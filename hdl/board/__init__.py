@@ -7,8 +7,9 @@
   :mod:`hdl.board.top`: the self-test top; :mod:`hdl.board.wire`: the NIC in the wire (a
   two-port board between a host and the network); :mod:`hdl.board.status`: what their
   LEDs and PHY resets share;
-- :mod:`hdl.board.build`: ``make bitstream``; :mod:`hdl.board.program`: ``make program``;
-- :mod:`hdl.board.engine_timing`: ``make bench-timing`` (an engine alone);
-  :mod:`hdl.board.slack`: every failing endpoint of a routed build;
-  :mod:`hdl.board.eth_synth`: the LiteEth core alone through Yosys on a board's pins.
+- :mod:`hdl.board.tools`: the tools, apart from the tops: ``make bitstream``
+  (``python -m hdl.board.build``), ``make program`` (``python -m hdl.board.program``),
+  ``make bench-timing`` (``python -m hdl.board.engine_timing``), the failing endpoints of a
+  routed build (``python -m hdl.board.slack``), the LiteEth core alone through Yosys
+  (``python -m hdl.board.eth_synth``); those modules hand over to the tools.
 """

@@ -15,9 +15,12 @@ from amaranth.build import Attrs, Pins, Resource
 
 from hdl.selftest.top import ENGINES, SelfTestStatus
 
-__all__ = ["BOARDS_FILE", "TOPS", "Board", "load_boards"]
+__all__ = ["BOARDS_FILE", "BITSTREAM_ROOT", "TOPS", "Board", "load_boards", "build_folder"]
 
-BOARDS_FILE = Path(__file__).resolve().parents[2] / "constraints" / "boards.toml"
+REPO = Path(__file__).resolve().parents[2]
+BOARDS_FILE = REPO / "constraints" / "boards.toml"
+#: where ``make bitstream`` writes its builds and ``make program`` takes them from
+BITSTREAM_ROOT = REPO / "build" / "bitstream"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -149,6 +152,14 @@ def load_boards(path=BOARDS_FILE) -> dict[str, Board]:
 #: (:mod:`hdl.board.network`), with their self-test (:mod:`hdl.board.top`), the NIC in the
 #: wire on a two-port board (:mod:`hdl.board.wire`).
 TOPS = ("network", "selftest", "wire")
+
+
+def build_folder(board, top="network", engine="all", root=BITSTREAM_ROOT):
+    """Where ``make bitstream`` with these options puts its output (``hdl.board.build``) and
+    ``make program`` finds it (``hdl.board.program``)."""
+    suffix = ("" if top == "network" else f"-{top}") + \
+        ("" if engine == "all" else f"-{engine}")
+    return Path(root) / f"{board}{suffix}"
 
 
 def _engines_per_top(engines, clocks):

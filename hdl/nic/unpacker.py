@@ -70,7 +70,7 @@ is detected (the output
 buffer then discards everything written since the last commit). Bypassed beats all carry
 ``COMMIT`` (cut-through).
 """
-from types import SimpleNamespace
+import dataclasses
 
 from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, enum, stream, wiring
@@ -152,6 +152,117 @@ _ControlFields = data.StructLayout({
 })
 
 
+# -- the parts the stages of Unpacker.elaborate hand each other -------------------------------
+# (plain records of the signals a stage makes; the signals, their names and the order they
+# are made in are the stages' own, so the netlist is the same however they are grouped)
+
+@dataclasses.dataclass(frozen=True)
+class _Context:
+    """The module, the phases' enum (defined in ``elaborate``: its qualified name is in the
+    netlist) and the most blocks of a packet."""
+    Phase: type
+    m: Module
+    max_blocks: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _InputBeat:
+    """The window's input beat (after the block-ends stage and its two-entry FIFO), the
+    header's ``k`` and low count bits, and the input's ready."""
+    beat: object
+    beat_valid: object
+    in_ready: object
+    header_k: object
+    header_count_low: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Window:
+    """The window of input words and its state: slots, the block pointer, ends, tags, the
+    blocks left and the phase."""
+    block_fired: object
+    blocks_left: object
+    ended: object
+    ends: object
+    fits: object
+    full: object
+    good_end: object
+    in_blocks: object
+    is_last_block: object
+    k: object
+    last_end_ptr: object
+    last_ends: object
+    last_keep: object
+    last_tag_mask: object
+    phase: object
+    ptr: object
+    ptr_slot: object
+    read_slot: object
+    tags_ptr: object
+    two_left: object
+    win_bytes: object
+    window: object
+    write_slot: object
+    write_slot_onehot: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Output:
+    """The output stages: how to emit an item or a verdict, the room they have, the pending
+    item, the packet's verdict and events."""
+    emit: object
+    emit_verdict: object
+    events: object
+    in_bytes: object
+    pending: object
+    pending_valid: object
+    space: object
+    verdict: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Bookkeeping:
+    """The window's bookkeeping: words taken and dropped, the bytes next, slot arithmetic
+    (``relative``, ``absolute``)."""
+    absolute: object
+    drop: object
+    relative: object
+    room: object
+    take_word: object
+    win_bytes_next: object
+    write_slot_next: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pointer:
+    """The block pointer's loop: the slot it reads from and the end it has selected."""
+    from_ptr_slot: object
+    move_ptr: object
+    selected_end: object
+    selected_fits: object
+    selected_last_end: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Probe:
+    """The probe of a block the fast path cannot fire yet: its end, whether it fits, its tags;
+    and ``fire``, the block cut this clock."""
+    fire: object
+    next_ptr: object
+    probe_checked: object
+    probe_end: object
+    probe_end_absolute: object
+    probe_end_valid: object
+    probe_final: object
+    probe_fits: object
+    probe_length: object
+    probe_slot: object
+    probe_start: object
+    probe_tags: object
+    probe_tags_valid: object
+    tags_at_ptr: object
+
+
 def shift_right_bytes(m, value, amount, width, name):
     """``width`` bits of ``value >> (8 * amount)``, as a logarithmic byte shifter (one 2:1
     mux level per bit of ``amount``; a balanced tree, unlike a 32-way case mux). Shifting
@@ -221,25 +332,24 @@ class Unpacker(wiring.Component):
             TAIL = 3      # all blocks out, nothing extra yet, tlast still to come
             DRAIN = 4     # verdict given (dropped), swallow the rest of the packet
 
-        # The stages below share their signals through `st`; each names what it uses first
-        # and what it gives the later ones last.
-        st = SimpleNamespace(Phase=Phase, m=m, max_blocks=max_blocks)
-        self._input_fifo(st)
-        self._window_state(st)
-        self._output_stages(st)
-        self._window_bookkeeping(st)
-        self._pointer_loop(st)
-        self._probe(st)
-        self._advance(st)
-        self._header(st)
-        self._phases(st)
-        return st.m
+        # The stages below take the parts they use and return the part they make.
+        ctx = _Context(Phase=Phase, m=m, max_blocks=max_blocks)
+        inp = self._input_fifo(ctx)
+        win = self._window_state(ctx)
+        out = self._output_stages(ctx, inp, win)
+        book = self._window_bookkeeping(ctx, inp, win)
+        ptr_loop = self._pointer_loop(ctx, win)
+        probe = self._probe(ctx, win, out, ptr_loop)
+        self._advance(ctx, inp, win, out, book, ptr_loop, probe)
+        start_packet = self._header(ctx, inp, win, out)
+        self._phases(ctx, inp, win, out, book, probe, start_packet)
+        return m
 
-    def _input_fifo(self, st):
+    def _input_fifo(self, ctx):
         """The block-ends stage and the two-entry FIFO after it, which holds the window's input
         beat.
         """
-        m = st.m
+        m = ctx.m
         m.submodules.ends = ends_stage = BlockEnds()
         wiring.connect(m, wiring.flipped(self.i), ends_stage.i)
         # The window's input ready is decided here, from the phase and the pointer. A
@@ -312,12 +422,12 @@ class Unpacker(wiring.Component):
         for name in _ControlFields.members:
             if name in BeatWithEnds.members:
                 m.d.comb += beat[name].eq(head[name])
-        st.beat, st.beat_valid, st.in_ready = beat, beat_valid, in_ready
-        st.header_k, st.header_count_low = head.k, head.count_low
+        return _InputBeat(beat=beat, beat_valid=beat_valid, in_ready=in_ready,
+                          header_k=head.k, header_count_low=head.count_low)
 
-    def _window_state(self, st):
+    def _window_state(self, ctx):
         """The packet's phase, the circular window, and the block pointer with its copies."""
-        Phase, m, max_blocks = st.Phase, st.m, st.max_blocks
+        Phase, m, max_blocks = ctx.Phase, ctx.m, ctx.max_blocks
         phase = Signal(Phase)
         in_blocks = Signal()
         m.d.comb += in_blocks.eq(phase == Phase.BLOCKS)
@@ -358,20 +468,21 @@ class Unpacker(wiring.Component):
         last_tag_mask = Signal(2 * LANES)             # lanes of the last block below count
         last_keep = Signal(BEAT_BYTES)
         good_end = Signal(END_BITS)                   # where a good packet ends (CHECK)
-        st.block_fired, st.blocks_left, st.ended = block_fired, blocks_left, ended
-        st.ends, st.fits, st.full, st.good_end = ends, fits, full, good_end
-        st.in_blocks, st.is_last_block, st.k = in_blocks, is_last_block, k
-        st.last_end_ptr, st.last_ends, st.last_keep = last_end_ptr, last_ends, last_keep
-        st.last_tag_mask, st.phase, st.ptr, st.ptr_slot = last_tag_mask, phase, ptr, ptr_slot
-        st.read_slot, st.tags_ptr, st.two_left = read_slot, tags_ptr, two_left
-        st.win_bytes, st.window, st.write_slot = win_bytes, window, write_slot
-        st.write_slot_onehot = write_slot_onehot
+        return _Window(block_fired=block_fired, blocks_left=blocks_left,
+                       ended=ended, ends=ends, fits=fits, full=full,
+                       good_end=good_end, in_blocks=in_blocks,
+                       is_last_block=is_last_block, k=k, last_end_ptr=last_end_ptr,
+                       last_ends=last_ends, last_keep=last_keep,
+                       last_tag_mask=last_tag_mask, phase=phase, ptr=ptr,
+                       ptr_slot=ptr_slot, read_slot=read_slot, tags_ptr=tags_ptr,
+                       two_left=two_left, win_bytes=win_bytes, window=window,
+                       write_slot=write_slot, write_slot_onehot=write_slot_onehot)
 
-    def _output_stages(self, st):
+    def _output_stages(self, ctx, inp, win):
         """Stage A (the pending item) and stage B (the item read out of the window) into the
         credit buffer, and the helpers that load stage A.
         """
-        Phase, beat, k, m, phase, window = st.Phase, st.beat, st.k, st.m, st.phase, st.window
+        Phase, beat, k, m, phase, window = ctx.Phase, inp.beat, win.k, ctx.m, win.phase, win.window
         # -- output: stage A (pending item), stage B (item), then a credit buffer ---------
         # Stages A and B move on every clock, so no register of theirs waits for the
         # output's ready: an item enters stage A only when the credit buffer's `space` (a
@@ -426,17 +537,17 @@ class Unpacker(wiring.Component):
         m.d.sync += events.eq(0)
 
         in_bytes = beat.bytes                         # bytes of this input beat
-        st.emit, st.emit_verdict, st.events, st.in_bytes = emit, emit_verdict, events, in_bytes
-        st.pending, st.pending_valid, st.space = pending, pending_valid, space
-        st.verdict = verdict
+        return _Output(emit=emit, emit_verdict=emit_verdict, events=events,
+                       in_bytes=in_bytes, pending=pending,
+                       pending_valid=pending_valid, space=space, verdict=verdict)
 
-    def _window_bookkeeping(self, st):
+    def _window_bookkeeping(self, ctx, inp, win):
         """Slots the pointer passed leave the window, one input word may enter, and whether
         each byte's block fits.
         """
-        beat, ends, fits, full, last_ends = st.beat, st.ends, st.fits, st.full, st.last_ends
-        m, ptr_slot, read_slot, win_bytes = st.m, st.ptr_slot, st.read_slot, st.win_bytes
-        window, write_slot, write_slot_onehot = st.window, st.write_slot, st.write_slot_onehot
+        beat, ends, fits, full, last_ends = inp.beat, win.ends, win.fits, win.full, win.last_ends
+        m, ptr_slot, read_slot, win_bytes = ctx.m, win.ptr_slot, win.read_slot, win.win_bytes
+        window, write_slot, write_slot_onehot = win.window, win.write_slot, win.write_slot_onehot
         # -- window bookkeeping: passed slots leave, one word may enter ------------------
         drop = Signal(2)                              # slots ptr has passed
         m.d.comb += drop.eq(ptr_slot - read_slot)
@@ -505,16 +616,17 @@ class Unpacker(wiring.Component):
             writer = s if j < BEAT_BYTES - 1 else (s + 1) % WINDOW_WORDS
             m.d.comb += next_fits[q].eq(Mux(taken[writer], beat.fits[j], in_window))
         m.d.sync += fits.eq(next_fits)
-        st.absolute, st.drop, st.relative, st.room = absolute, drop, relative, room
-        st.take_word, st.win_bytes_next = take_word, win_bytes_next
-        st.write_slot_next = write_slot_next
+        return _Bookkeeping(absolute=absolute, drop=drop, relative=relative,
+                            room=room, take_word=take_word,
+                            win_bytes_next=win_bytes_next,
+                            write_slot_next=write_slot_next)
 
-    def _pointer_loop(self, st):
+    def _pointer_loop(self, ctx, win):
         """The pointer loop: the (end, fits) at the pointer, selected through copies of its low
         bits.
         """
-        ends, fits, last_end_ptr, last_ends = st.ends, st.fits, st.last_end_ptr, st.last_ends
-        m, ptr, ptr_slot, tags_ptr, window = st.m, st.ptr, st.ptr_slot, st.tags_ptr, st.window
+        ends, fits, last_end_ptr, last_ends = win.ends, win.fits, win.last_end_ptr, win.last_ends
+        m, ptr, ptr_slot, tags_ptr, window = ctx.m, win.ptr, win.ptr_slot, win.tags_ptr, win.window
         # -- the pointer loop ------------------------------------------------------------
         # Each group of LOOP_GROUP_BYTES positions selects with its own copy of ptr's low
         # bits: one register driving every leaf of a 128-way multiplexer would be a net of
@@ -548,18 +660,20 @@ class Unpacker(wiring.Component):
                     m.d.comb += from_ptr_slot.eq(Cat(
                         window.word_select(s, DATA_BITS),
                         window.word_select((s + 1) % WINDOW_WORDS, DATA_BITS)[:8]))
-        st.from_ptr_slot, st.move_ptr, st.selected_end = from_ptr_slot, move_ptr, selected_end
-        st.selected_fits, st.selected_last_end = selected_fits, selected_last_end
+        return _Pointer(from_ptr_slot=from_ptr_slot, move_ptr=move_ptr,
+                        selected_end=selected_end, selected_fits=selected_fits,
+                        selected_last_end=selected_last_end)
 
-    def _probe(self, st):
+    def _probe(self, ctx, win, out, ptr_loop):
         """The probe's registers (the exact, masked end of the block at the pointer, five
         clocks) and what fires a block.
         """
-        block_fired, blocks_left = st.block_fired, st.blocks_left
-        from_ptr_slot, in_blocks = st.from_ptr_slot, st.in_blocks
-        is_last_block, last_tag_mask, m, ptr = st.is_last_block, st.last_tag_mask, st.m, st.ptr
-        selected_end, selected_fits, space = st.selected_end, st.selected_fits, st.space
-        tags_ptr, two_left = st.tags_ptr, st.two_left
+        block_fired, blocks_left = win.block_fired, win.blocks_left
+        from_ptr_slot, in_blocks = ptr_loop.from_ptr_slot, win.in_blocks
+        is_last_block, last_tag_mask, m, ptr = win.is_last_block, win.last_tag_mask, ctx.m, win.ptr
+        selected_end, selected_fits = ptr_loop.selected_end, ptr_loop.selected_fits
+        space = out.space
+        tags_ptr, two_left = win.tags_ptr, win.two_left
         # -- the probe: exact (masked) end of the block at ptr, five clocks --------------
         probe_tags = Signal(2 * LANES)
         probe_start = Signal(5)
@@ -591,31 +705,34 @@ class Unpacker(wiring.Component):
         next_ptr = Signal(7)
         m.d.comb += next_ptr.eq(Mux(fire_fast, selected_end,
                                     Mux(fire_slow, probe_end_absolute, ptr)))
-        st.fire, st.next_ptr, st.probe_checked = fire, next_ptr, probe_checked
-        st.probe_end, st.probe_end_absolute = probe_end, probe_end_absolute
-        st.probe_end_valid, st.probe_final = probe_end_valid, probe_final
-        st.probe_fits, st.probe_length, st.probe_slot = probe_fits, probe_length, probe_slot
-        st.probe_start, st.probe_tags = probe_start, probe_tags
-        st.probe_tags_valid, st.tags_at_ptr = probe_tags_valid, tags_at_ptr
+        return _Probe(fire=fire, next_ptr=next_ptr, probe_checked=probe_checked,
+                      probe_end=probe_end, probe_end_absolute=probe_end_absolute,
+                      probe_end_valid=probe_end_valid, probe_final=probe_final,
+                      probe_fits=probe_fits, probe_length=probe_length,
+                      probe_slot=probe_slot, probe_start=probe_start,
+                      probe_tags=probe_tags, probe_tags_valid=probe_tags_valid,
+                      tags_at_ptr=tags_at_ptr)
 
-    def _advance(self, st):
+    def _advance(self, ctx, inp, win, out, book, ptr_loop, probe):
         """Every clock in BLOCKS the window and the pointer move and the probe steps; outside
         BLOCKS all of them reset.
         """
-        absolute, beat, beat_valid = st.absolute, st.beat, st.beat_valid
-        block_fired, blocks_left, drop = st.block_fired, st.blocks_left, st.drop
-        ended, fire, fits, good_end = st.ended, st.fire, st.fits, st.good_end
-        in_blocks, in_bytes, is_last_block = st.in_blocks, st.in_bytes, st.is_last_block
-        k, last_keep, m, move_ptr, next_ptr = st.k, st.last_keep, st.m, st.move_ptr, st.next_ptr
-        pending, probe_checked, probe_end = st.pending, st.probe_checked, st.probe_end
-        probe_end_absolute, probe_end_valid = st.probe_end_absolute, st.probe_end_valid
-        probe_final, probe_fits, probe_length = st.probe_final, st.probe_fits, st.probe_length
-        probe_slot, probe_start, probe_tags = st.probe_slot, st.probe_start, st.probe_tags
-        probe_tags_valid, ptr_slot, read_slot = st.probe_tags_valid, st.ptr_slot, st.read_slot
-        relative, room, selected_last_end = st.relative, st.room, st.selected_last_end
-        tags_at_ptr, tags_ptr, take_word = st.tags_at_ptr, st.tags_ptr, st.take_word
-        two_left, win_bytes, win_bytes_next = st.two_left, st.win_bytes, st.win_bytes_next
-        write_slot, write_slot_next = st.write_slot, st.write_slot_next
+        absolute, beat, beat_valid = book.absolute, inp.beat, inp.beat_valid
+        block_fired, blocks_left, drop = win.block_fired, win.blocks_left, book.drop
+        ended, fire, fits, good_end = win.ended, probe.fire, win.fits, win.good_end
+        in_blocks, in_bytes, is_last_block = win.in_blocks, out.in_bytes, win.is_last_block
+        k, last_keep, m = win.k, win.last_keep, ctx.m
+        move_ptr, next_ptr = ptr_loop.move_ptr, probe.next_ptr
+        pending, probe_checked, probe_end = out.pending, probe.probe_checked, probe.probe_end
+        probe_end_absolute, probe_end_valid = probe.probe_end_absolute, probe.probe_end_valid
+        probe_final, probe_fits = probe.probe_final, probe.probe_fits
+        probe_length = probe.probe_length
+        probe_slot, probe_start, probe_tags = probe.probe_slot, probe.probe_start, probe.probe_tags
+        probe_tags_valid, ptr_slot, read_slot = probe.probe_tags_valid, win.ptr_slot, win.read_slot
+        relative, room, selected_last_end = book.relative, book.room, ptr_loop.selected_last_end
+        tags_at_ptr, tags_ptr, take_word = probe.tags_at_ptr, win.tags_ptr, book.take_word
+        two_left, win_bytes, win_bytes_next = win.two_left, win.win_bytes, book.win_bytes_next
+        write_slot, write_slot_next = win.write_slot, book.write_slot_next
         with m.If(in_blocks):
             m.d.comb += [
                 take_word.eq(beat_valid & room & ~ended),
@@ -680,13 +797,13 @@ class Unpacker(wiring.Component):
             move_ptr(Const(0, 7))
             m.d.comb += [win_bytes_next.eq(0), write_slot_next.eq(0)]
 
-    def _header(self, st):
+    def _header(self, ctx, inp, win, out):
         """The header beat: decode count and k, rewrite the type; how a packet starts."""
-        Phase, beat, beat_valid, blocks_left = st.Phase, st.beat, st.beat_valid, st.blocks_left
-        emit, events, in_blocks, in_ready = st.emit, st.events, st.in_blocks, st.in_ready
-        is_last_block, k, last_keep = st.is_last_block, st.k, st.last_keep
-        last_tag_mask, m, pending, phase = st.last_tag_mask, st.m, st.pending, st.phase
-        ptr, space = st.ptr, st.space
+        Phase, beat, beat_valid, blocks_left = ctx.Phase, inp.beat, inp.beat_valid, win.blocks_left
+        emit, events, in_blocks, in_ready = out.emit, out.events, win.in_blocks, inp.in_ready
+        is_last_block, k, last_keep = win.is_last_block, win.k, win.last_keep
+        last_tag_mask, m, pending, phase = win.last_tag_mask, ctx.m, out.pending, win.phase
+        ptr, space = win.ptr, out.space
         # -- header beat: decode count and k, rewrite type ------------------------------
         rewritten = Signal(HeaderLayout)
         m.d.comb += [rewritten.eq(beat.data), rewritten.type.eq(PacketType.RAW_F32)]
@@ -699,7 +816,7 @@ class Unpacker(wiring.Component):
             pending.start.eq(ptr),
             pending.tag_mask.eq(Mux(in_blocks & is_last_block, last_tag_mask, TAG_MASK_ALL)),
         ]
-        count_lanes_left = st.header_count_low        # values in a partial last block
+        count_lanes_left = inp.header_count_low        # values in a partial last block
         count_blocks = beat.blocks
 
         def start_packet(allowed=1):
@@ -712,14 +829,14 @@ class Unpacker(wiring.Component):
                          last=beat.last, end=End.COMMIT)
                 with m.Elif(beat.empty):
                     # No values: good iff nothing follows the header.
-                    emit(raw=1, write=1, last=1, k=st.header_k,
+                    emit(raw=1, write=1, last=1, k=inp.header_k,
                          end=Mux(beat.last, End.COMMIT.value, End.NONE.value))
                     with m.If(beat.last):
                         m.d.sync += events.decompressed.eq(1)
                     with m.Else():
                         m.d.sync += phase.eq(Phase.TAIL)
                 with m.Else():
-                    emit(raw=1, write=1, last=0, k=st.header_k,
+                    emit(raw=1, write=1, last=0, k=inp.header_k,
                          end=Mux(beat.last, End.REWIND.value, End.NONE.value))
                     with m.If(beat.last):
                         m.d.sync += events.drop_truncated.eq(1)
@@ -728,7 +845,7 @@ class Unpacker(wiring.Component):
                 with m.If(~beat.bypass):
                     lanes = Mux(count_lanes_left == 0, LANES, count_lanes_left)
                     m.d.sync += [
-                        k.eq(st.header_k),
+                        k.eq(inp.header_k),
                         blocks_left.eq(count_blocks),
                         is_last_block.eq(beat.one_block),
                     ]
@@ -737,17 +854,17 @@ class Unpacker(wiring.Component):
                             with m.Case(n):
                                 m.d.sync += [last_tag_mask.eq((1 << 2 * n) - 1),
                                              last_keep.eq(keep_for_lanes(n))]
-        st.start_packet = start_packet
+        return start_packet
 
-    def _phases(self, st):
+    def _phases(self, ctx, inp, win, out, book, probe, start_packet):
         """The phase machine: packets start, blocks fire, and the verdict of each packet."""
-        Phase, beat, beat_valid = st.Phase, st.beat, st.beat_valid
-        emit_verdict, ended, events, fire = st.emit_verdict, st.ended, st.events, st.fire
-        good_end, in_bytes, in_ready = st.good_end, st.in_bytes, st.in_ready
-        is_last_block, m, pending_valid = st.is_last_block, st.m, st.pending_valid
-        phase, probe_checked, probe_final = st.phase, st.probe_checked, st.probe_final
-        probe_fits, room, space = st.probe_fits, st.room, st.space
-        start_packet, verdict, win_bytes = st.start_packet, st.verdict, st.win_bytes
+        Phase, beat, beat_valid = ctx.Phase, inp.beat, inp.beat_valid
+        emit_verdict, ended, events, fire = out.emit_verdict, win.ended, out.events, probe.fire
+        good_end, in_bytes, in_ready = win.good_end, out.in_bytes, inp.in_ready
+        is_last_block, m, pending_valid = win.is_last_block, ctx.m, out.pending_valid
+        phase, probe_checked, probe_final = win.phase, probe.probe_checked, probe.probe_final
+        probe_fits, room, space = probe.probe_fits, book.room, out.space
+        start_packet, verdict, win_bytes = start_packet, out.verdict, win.win_bytes
         with m.Switch(phase):
             with m.Case(Phase.BETWEEN):
                 start_packet()

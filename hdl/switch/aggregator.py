@@ -38,7 +38,7 @@ Memory: per slot, ``2 * P/8`` rows of 256 bits (two versions) and one metadata r
 per version, the worker bitmap, the count, the op and the exponent
 (:attr:`Aggregator.ram_bits_per_slot`).
 """
-from types import SimpleNamespace
+import dataclasses
 
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, wiring
@@ -59,6 +59,92 @@ from hdl.switch.lane_alu import LaneALU
 from hdl.switch.slot_memory import ForwardedMemory
 
 __all__ = ["Aggregator", "slot_state_layout", "check_parameters"]
+
+
+# -- the parts the stages of Aggregator.elaborate hand each other ------------------------------
+# (plain records of the signals a stage makes: the signals, their names and the order they
+# are made in are the stages' own, so the netlist is the same however they are grouped)
+
+@dataclasses.dataclass(frozen=True)
+class _Blocks:
+    """The module, its sizes and its blocks (memories, FIFO, checker, ALU, control)."""
+    m: Module
+    B: int              # payload beats of a packet
+    D: int              # result FIFO depth
+    S: int              # slots
+    W: int              # workers of a job, at most
+    slot_bits: int
+    alu: object
+    check: object
+    ctl: object
+    fifo: object
+    meta: object
+    rows: object
+    stage_rd: object
+    stage_wr: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _Input:
+    """The input's ready and what it has promised the result FIFO."""
+    accept: Signal
+    in_packet: Signal
+    reserved: Signal
+
+
+@dataclasses.dataclass(frozen=True)
+class _StageA:
+    """The registered input beat (stage A): header or payload, its lanes, its index."""
+    data: Signal
+    header: Signal
+    is_header: Signal
+    is_payload: Signal
+    keep: Signal
+    last: Signal
+    valid: Signal
+    hdr: object         # the header beat's fields (HeaderLayout)
+    pay_index: Signal
+
+
+@dataclasses.dataclass(frozen=True)
+class _Packet:
+    """What the header decided for the packet its payload beats belong to."""
+    cause: Signal
+    hdr: object
+    keep_ok: Signal
+    row_base: Signal
+
+
+@dataclasses.dataclass(frozen=True)
+class _Decision:
+    """The header stages' reading of the slot: first, retransmission, mixed, completion."""
+    complete_new: Signal
+    complete_stored: Signal
+    exponent_new: Signal
+    exponent_stored: Signal
+    first: Signal
+    mixed: Signal
+    op_or: Signal
+    retransmit: Signal
+    state: object
+
+
+@dataclasses.dataclass(frozen=True)
+class _End:
+    """A packet's end (stage E2): good or its drop cause, its header and rows."""
+    cause: Signal
+    good: Signal
+    hdr: object
+    row_base: Signal
+    valid: Signal
+
+
+@dataclasses.dataclass(frozen=True)
+class _Verdict:
+    """Accepted or not, and the result (and its header) a completed slot sends."""
+    accepted: Signal
+    result: Signal
+    result_hdr: object
 
 FULL_KEEP = (1 << BEAT_BYTES) - 1
 MAX_SLOTS = 0xFFFF     # the parameter register holds the pool size in 16 bits
@@ -169,26 +255,25 @@ class Aggregator(wiring.Component):
         m.submodules.alu = alu = LaneALU(lanes=DATA_BITS // 32)
         m.submodules.results = fifo = SyncFIFOBuffered(width=DATA_BITS + 1, depth=D)
 
-        # The stages below share their signals through `st`; each names what it uses first
-        # and what it gives the later ones last.
-        st = SimpleNamespace(B=B, D=D, S=S, W=W, alu=alu, check=check, ctl=ctl, fifo=fifo,
-                             m=m, meta=meta, rows=rows, slot_bits=slot_bits,
-                             stage_rd=stage_rd, stage_wr=stage_wr)
-        self._input(st)
-        self._stage_a(st)
-        self._header_stages(st)
-        self._payload_stages(st)
-        self._drop_cause(st)
-        self._verdict(st)
-        self._commit(st)
-        self._output(st)
-        return st.m
+        # The stages below take the parts they use and return the part they make.
+        blocks = _Blocks(m=m, B=B, D=D, S=S, W=W, slot_bits=slot_bits, alu=alu, check=check,
+                         ctl=ctl, fifo=fifo, meta=meta, rows=rows, stage_rd=stage_rd,
+                         stage_wr=stage_wr)
+        inp = self._input(blocks)
+        a, pkt = self._stage_a(blocks, inp)
+        dec = self._header_stages(blocks, a)
+        self._payload_stages(blocks, a, dec)
+        end = self._drop_cause(blocks, a, pkt)
+        verdict = self._verdict(blocks, dec, end)
+        self._commit(blocks, inp, end, verdict)
+        self._output(blocks)
+        return m
 
-    def _input(self, st):
+    def _input(self, blocks):
         """The input's ready: a beat is taken only while a whole result still fits the result
         FIFO.
         """
-        B, D, ctl, fifo, m = st.B, st.D, st.ctl, st.fifo, st.m
+        B, D, ctl, fifo, m = blocks.B, blocks.D, blocks.ctl, blocks.fifo, blocks.m
         # -- input: take a beat when a whole result still fits -----------------------------
         accept = Signal()
         in_packet = Signal()            # the next input beat is a payload beat
@@ -210,14 +295,15 @@ class Aggregator(wiring.Component):
             m.d.sync += [in_packet.eq(~self.i.payload.last), quiet.eq(quiet_cycles)]
         with m.Elif(quiet != 0):
             m.d.sync += quiet.eq(quiet - 1)
-        st.accept, st.in_packet, st.reserved = accept, in_packet, reserved
+        return _Input(accept=accept, in_packet=in_packet, reserved=reserved)
 
-    def _stage_a(self, st):
+    def _stage_a(self, blocks, inp):
         """Stage A, the input register: a header beat starts the header check and the metadata
         read, a payload beat reads its slot row.
         """
-        B, S, accept, check, ctl = st.B, st.S, st.accept, st.check, st.ctl
-        in_packet, m, meta, rows, slot_bits = st.in_packet, st.m, st.meta, st.rows, st.slot_bits
+        B, S, check, ctl, m = blocks.B, blocks.S, blocks.check, blocks.ctl, blocks.m
+        meta, rows, slot_bits = blocks.meta, blocks.rows, blocks.slot_bits
+        accept, in_packet = inp.accept, inp.in_packet
         # -- stage A: the input register --------------------------------------------------
         a_valid = Signal()
         a_header = Signal()     # this beat is a header beat
@@ -272,16 +358,18 @@ class Aggregator(wiring.Component):
             with m.If(~a_last & (a_keep != FULL_KEEP)):
                 m.d.sync += pkt_keep_ok.eq(0)
         m.d.comb += rows.read_addr.eq(row_addr)
-        st.a_data, st.a_header, st.a_is_header = a_data, a_header, a_is_header
-        st.a_is_payload, st.a_keep, st.a_last = a_is_payload, a_keep, a_last
-        st.a_valid, st.hdr, st.pay_index, st.pkt_cause = a_valid, hdr, pay_index, pkt_cause
-        st.pkt_hdr, st.pkt_keep_ok, st.pkt_row_base = pkt_hdr, pkt_keep_ok, pkt_row_base
+        return (_StageA(data=a_data, header=a_header, is_header=a_is_header,
+                        is_payload=a_is_payload, keep=a_keep, last=a_last, valid=a_valid,
+                        hdr=hdr, pay_index=pay_index),
+                _Packet(cause=pkt_cause, hdr=pkt_hdr, keep_ok=pkt_keep_ok,
+                        row_base=pkt_row_base))
 
-    def _header_stages(self, st):
+    def _header_stages(self, blocks, a):
         """H1, H2: the header's fields meet the slot metadata two cycles later; the decisions
         of the contribution.
         """
-        W, a_is_header, ctl, hdr, m, meta = st.W, st.a_is_header, st.ctl, st.hdr, st.m, st.meta
+        W, ctl, m, meta = blocks.W, blocks.ctl, blocks.m, blocks.meta
+        a_is_header, hdr = a.is_header, a.hdr
         # -- H1, H2: header fields meet the slot metadata two cycles later ----------------
         fields = data.StructLayout({
             "worker": unsigned(8), "version": unsigned(1), "exponent": signed(8),
@@ -342,16 +430,16 @@ class Aggregator(wiring.Component):
                 dec_exponent_new.eq(new_exponent),
                 dec_state.eq(new_state),
             ]
-        st.dec_complete_new, st.dec_complete_stored = dec_complete_new, dec_complete_stored
-        st.dec_exponent_new, st.dec_exponent_stored = dec_exponent_new, dec_exponent_stored
-        st.dec_first, st.dec_mixed, st.dec_op_or = dec_first, dec_mixed, dec_op_or
-        st.dec_retransmit, st.dec_state = dec_retransmit, dec_state
+        return _Decision(complete_new=dec_complete_new, complete_stored=dec_complete_stored,
+                         exponent_new=dec_exponent_new, exponent_stored=dec_exponent_stored,
+                         first=dec_first, mixed=dec_mixed, op_or=dec_op_or,
+                         retransmit=dec_retransmit, state=dec_state)
 
-    def _payload_stages(self, st):
+    def _payload_stages(self, blocks, a, dec):
         """B, C: a payload beat meets its slot row; the lane ALU's result goes to staging."""
-        B, a_data, a_is_payload, alu = st.B, st.a_data, st.a_is_payload, st.alu
-        dec_first, dec_op_or, dec_retransmit = st.dec_first, st.dec_op_or, st.dec_retransmit
-        m, pay_index, rows, stage_wr = st.m, st.pay_index, st.rows, st.stage_wr
+        B, alu, m, rows, stage_wr = blocks.B, blocks.alu, blocks.m, blocks.rows, blocks.stage_wr
+        a_data, a_is_payload, pay_index = a.data, a.is_payload, a.pay_index
+        dec_first, dec_op_or, dec_retransmit = dec.first, dec.op_or, dec.retransmit
         # -- B, C: payload beat meets its slot row; the ALU result goes to staging ---------
         b_valid, c_valid = Signal(), Signal()
         b_row, c_row = Signal(range(B)), Signal(range(B))
@@ -375,11 +463,13 @@ class Aggregator(wiring.Component):
             stage_wr.data.eq(alu.result),
         ]
 
-    def _drop_cause(self, st):
+    def _drop_cause(self, blocks, a, pkt):
         """E1 (tlast + 1): the packet's drop cause, its length included."""
-        B, S, a_header, a_keep, a_last = st.B, st.S, st.a_header, st.a_keep, st.a_last
-        a_valid, m, pay_index, pkt_cause = st.a_valid, st.m, st.pay_index, st.pkt_cause
-        pkt_hdr, pkt_keep_ok, pkt_row_base = st.pkt_hdr, st.pkt_keep_ok, st.pkt_row_base
+        B, S, m = blocks.B, blocks.S, blocks.m
+        a_header, a_keep, a_last, a_valid = a.header, a.keep, a.last, a.valid
+        pay_index = a.pay_index
+        pkt_cause, pkt_hdr, pkt_keep_ok, pkt_row_base = pkt.cause, pkt.hdr, pkt.keep_ok, \
+            pkt.row_base
         e1_valid, e1_length_ok, e1_short = Signal(), Signal(), Signal()
         m.d.sync += [
             e1_valid.eq(a_valid & a_last),
@@ -405,18 +495,17 @@ class Aggregator(wiring.Component):
                 e2_hdr.eq(pkt_hdr),
                 e2_row_base.eq(pkt_row_base),
             ]
-        st.e2_cause, st.e2_good, st.e2_hdr = e2_cause, e2_good, e2_hdr
-        st.e2_row_base, st.e2_valid = e2_row_base, e2_valid
+        return _End(cause=e2_cause, good=e2_good, hdr=e2_hdr, row_base=e2_row_base,
+                    valid=e2_valid)
 
-    def _verdict(self, st):
+    def _verdict(self, blocks, dec, end):
         """E2 (tlast + 2): the verdict, the counters, the metadata write and the result header.
         """
-        ctl, dec_complete_new = st.ctl, st.dec_complete_new
-        dec_complete_stored, dec_exponent_new = st.dec_complete_stored, st.dec_exponent_new
-        dec_exponent_stored, dec_mixed = st.dec_exponent_stored, st.dec_mixed
-        dec_retransmit, dec_state, e2_cause = st.dec_retransmit, st.dec_state, st.e2_cause
-        e2_good, e2_hdr, e2_valid, m, meta = st.e2_good, st.e2_hdr, st.e2_valid, st.m, st.meta
-        slot_bits = st.slot_bits
+        ctl, m, meta, slot_bits = blocks.ctl, blocks.m, blocks.meta, blocks.slot_bits
+        dec_complete_new, dec_complete_stored = dec.complete_new, dec.complete_stored
+        dec_exponent_new, dec_exponent_stored = dec.exponent_new, dec.exponent_stored
+        dec_mixed, dec_retransmit, dec_state = dec.mixed, dec.retransmit, dec.state
+        e2_cause, e2_good, e2_hdr, e2_valid = end.cause, end.good, end.hdr, end.valid
         # -- E2 (tlast + 2): verdict --------------------------------------------------------
         good = e2_good            # e2_valid & (e2_cause == CAUSE_NONE)
         retransmit = good & dec_retransmit
@@ -463,16 +552,17 @@ class Aggregator(wiring.Component):
             result_hdr.reserved0.eq(0),
             result_hdr.reserved1.eq(0),
         ]
-        st.accepted, st.result, st.result_hdr = accepted, result, result_hdr
+        return _Verdict(accepted=accepted, result=result, result_hdr=result_hdr)
 
-    def _commit(self, st):
+    def _commit(self, blocks, inp, end, verdict):
         """Commit, B cycles: staging row i goes to slot row i (if accepted) and to the result
         FIFO (if a result is due).
         """
-        B, D, S, accept, accepted = st.B, st.D, st.S, st.accept, st.accepted
-        e2_row_base = st.e2_row_base
-        e2_valid, fifo, m, reserved, result = st.e2_valid, st.fifo, st.m, st.reserved, st.result
-        result_hdr, rows, stage_rd = st.result_hdr, st.rows, st.stage_rd
+        B, D, S, fifo, m = blocks.B, blocks.D, blocks.S, blocks.fifo, blocks.m
+        rows, stage_rd = blocks.rows, blocks.stage_rd
+        accept, reserved = inp.accept, inp.reserved
+        e2_row_base, e2_valid = end.row_base, end.valid
+        accepted, result, result_hdr = verdict.accepted, verdict.result, verdict.result_hdr
         # -- commit: B cycles, staging row i -> slot row i and/or the result FIFO ---------
         cm_active, cm_write, cm_push = Signal(), Signal(), Signal()
         cm_row = Signal(range(B))
@@ -523,9 +613,9 @@ class Aggregator(wiring.Component):
         returned = e2_valid & ~result
         m.d.sync += reserved.eq(Mux(returned, base - B, base))
 
-    def _output(self, st):
+    def _output(self, blocks):
         """The output: the result FIFO's beats onto ``o``."""
-        fifo, m = st.fifo, st.m
+        fifo, m = blocks.fifo, blocks.m
         # -- output -------------------------------------------------------------------------
         m.d.comb += [
             self.o.valid.eq(fifo.r_rdy),

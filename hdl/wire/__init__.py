@@ -11,7 +11,9 @@ through the NIC engines on the way (golden model: ``host/board/wire_golden.py``)
 - :mod:`~hdl.wire.engine`: the whole wire below the two MACs (``WireEngine``): a path each
   way, the ``NicEngine`` they share, each port's counters and the register port
   (``contract.registers.WIRE_REGISTERS``).
+- :mod:`~hdl.wire.mac`: both ports' LiteEth PHY and MAC (``LiteEthWireCore``), raw frames
+  a 32-bit beat at a time (``MacBeat``).
 - :mod:`~hdl.wire.top`: the wire with both ports' LiteEth PHY and MAC
-  (``hdl.net.core.wire_core``) on one clock (``WireTop``): what the board top
+  (:mod:`~hdl.wire.mac`) on one clock (``WireTop``): what the board top
   (``hdl.board.wire``) and the Verilator top (``sim/wire_top.py``) put on their pins.
 """

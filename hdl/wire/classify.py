@@ -31,23 +31,21 @@ from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.network import (DEFAULT_IP, DEFAULT_MAC, MAX_FRAME_BYTES, MIN_FRAME_BYTES,
-                              PORT_BASE, SERVICE_OFFSETS, WIRE_GRADIENT_PORT, Service,
-                              ip_to_int, mac_to_int)
-from hdl.net.core.wire_core import BEAT_BYTES, MacBeat     # (the frames come from there)
+from contract.frames import (ETH_HEADER, ETHERTYPE_ARP, ETHERTYPE_IPV4, FCS_BYTES, IP_HEADER,
+                             IP_PROTO_UDP, MAX_BODY_BYTES, MIN_BODY_BYTES, PAYLOAD_OFFSET,
+                             UDP_HEADER)
+from contract.network import (DEFAULT_IP, DEFAULT_MAC, PORT_BASE, SERVICE_OFFSETS,
+                              WIRE_GRADIENT_PORT, Service, ip_to_int, mac_to_int)
+from hdl.wire.mac import BEAT_BYTES, MacBeat     # (the frames come from there)
 
 __all__ = ["BEAT_BYTES", "FCS_BYTES", "MIN_BODY_BYTES", "MAX_BODY_BYTES", "PAYLOAD_OFFSET",
            "LENGTH_BITS", "DIRECTIONS", "MacBeat", "FrameClass", "Verdict", "FrameClassifier",
            "ones_sum16", "lanes", "be16", "address_value"]
 
-FCS_BYTES = 4
-#: frame lengths as the classifier sees them (the MAC has stripped the FCS)
-MIN_BODY_BYTES = MIN_FRAME_BYTES - FCS_BYTES     # 60
-MAX_BODY_BYTES = MAX_FRAME_BYTES - FCS_BYTES     # 9014
-ETH_HEADER, IP_HEADER, UDP_HEADER = 14, 20, 8
-#: where a gradient datagram's UDP payload starts in its frame: the classifier accepts only
-#: untagged frames and 20-byte IPv4 headers, so this is the same for every one
-PAYLOAD_OFFSET = ETH_HEADER + IP_HEADER + UDP_HEADER
+# The frame's sizes and offsets are contract.frames' (FCS_BYTES, MIN_BODY_BYTES and
+# MAX_BODY_BYTES: frame lengths as the classifier sees them, the MAC having stripped the FCS;
+# PAYLOAD_OFFSET: where a gradient datagram's UDP payload starts in its frame: the classifier
+# accepts only untagged frames and 20-byte IPv4 headers, so this is the same for every one).
 #: frame lengths in a verdict; they saturate at 2^14 (such frames are all oversize)
 LENGTH_BITS = 15
 _LENGTH_LIMIT = 1 << (LENGTH_BITS - 1)
@@ -56,7 +54,6 @@ _MAX_BEAT = _LENGTH_LIMIT // BEAT_BYTES - 1
 #: ``direction`` -> the port its frames arrive on: ``tx`` from the host (port 0, on their
 #: way through the NIC transmit path), ``rx`` from the network (port 1, the receive path)
 DIRECTIONS = {"tx": 0, "rx": 1}
-_PROTO_UDP = 17
 #: the largest UDP checksum sum a frame the wire accepts can reach: every 16-bit word of the
 #: longest frame, plus the pseudo-header's protocol and UDP length
 _UDP_SUM_BITS = ((MAX_BODY_BYTES // 2 + 2) * 0xFFFF).bit_length()
@@ -113,6 +110,11 @@ def ones_sum16(value):
         raise ValueError(f"ones_sum16 folds at most 32 bits, not {len(value)}")
     once = value[:16] + value[16:]
     return (once[:16] + once[16:])[:16]
+
+
+def _ethertype(value: int) -> int:
+    """An EtherType as the value of the two beat lanes that carry it (network order)."""
+    return lanes(value.to_bytes(2, "big"))
 
 
 def lanes(raw: bytes) -> int:
@@ -234,15 +236,15 @@ class FrameClassifier(wiring.Component):
                     m.d.sync += to_board_mac.eq(mac_head & (i.p.data[:16] == lanes(mac[4:6])))
                 with m.Case(3):
                     m.d.sync += [
-                        ethertype_ipv4.eq(i.p.data[:16] == lanes(b"\x08\x00")),
-                        ethertype_arp.eq(i.p.data[:16] == lanes(b"\x08\x06")),
+                        ethertype_ipv4.eq(i.p.data[:16] == _ethertype(ETHERTYPE_IPV4)),
+                        ethertype_arp.eq(i.p.data[:16] == _ethertype(ETHERTYPE_ARP)),
                         version_ihl_ok.eq(byte[2] == 0x45),
                     ]
                 with m.Case(4):
                     m.d.sync += [ip_total.eq(word[0]), ip_end.eq(word[0] + ETH_HEADER)]
                 with m.Case(5):
                     m.d.sync += [not_fragment.eq((word[0] & 0x3FFF) == 0),  # (DF is bit 14)
-                                 proto_udp.eq(byte[3] == _PROTO_UDP)]
+                                 proto_udp.eq(byte[3] == IP_PROTO_UDP)]
                 with m.Case(6):
                     m.d.sync += ip_checksum.eq(word[0])
                 with m.Case(9):
@@ -287,7 +289,7 @@ class FrameClassifier(wiring.Component):
             with m.Case(0, 1, 2, 3, 4, 5):
                 m.d.comb += udp_sum_next.eq(0)
             with m.Case(6):
-                m.d.comb += udp_sum_next.eq(_PROTO_UDP + udp_word[1])   # source IP's half
+                m.d.comb += udp_sum_next.eq(IP_PROTO_UDP + udp_word[1])   # source IP's half
             with m.Case(9):
                 m.d.comb += udp_sum_next.eq(udp_sum + udp_word[0] + udp_word[1] * 2)
             with m.Default():

@@ -64,14 +64,14 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from contract.counters import WIRE_COUNTERS
+from contract.frames import IP_HEADER, MAX_BODY_BYTES, PAYLOAD_OFFSET, UDP_HEADER
 from contract.header import BEAT_BYTES as NIC_BEAT_BYTES
 from contract.header import HEADER_BYTES, LANES
 from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_GRADIENT_PORT
 from hdl.header import HeaderLayout
 from hdl.net.front_end.width import Upsizer
 from hdl.stream.axis import DATA_BITS, axis_signature
-from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, IP_HEADER, MAX_BODY_BYTES,
-                               PAYLOAD_OFFSET, UDP_HEADER, FrameClass, FrameClassifier, MacBeat,
+from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, FrameClass, FrameClassifier, MacBeat,
                                Verdict, be16, ones_sum16)
 from hdl.wire.service import BoardWord
 

@@ -29,13 +29,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from contract.frames import (ARP_BYTES, ETH_HEADER, IP_HEADER, IP_PROTO_ICMP, IP_PROTO_UDP,
+                             PAYLOAD_OFFSET, UDP_HEADER)
 from contract.header import MAGIC, VERSION, Flags
 from contract.network import (CTRL_KEY_BYTES, CTRL_MAX_PAIRS, CTRL_TYPE, DEFAULT_IP,
                               DEFAULT_MAC, NETWORK_REGIONS, PORT_BASE, SERVICE_OFFSETS, CtrlOp,
                               Service)
 from hdl.ctrl_port import RegisterPort
-from hdl.wire.classify import (BEAT_BYTES, ETH_HEADER, IP_HEADER, UDP_HEADER, MacBeat, Verdict,
-                               address_value, be16, lanes, ones_sum16)
+from hdl.wire.classify import (BEAT_BYTES, MacBeat, Verdict, address_value, be16, lanes,
+                               ones_sum16)
 
 __all__ = ["BoardWord", "ServiceEvents", "BoardService", "BUFFER_WORDS", "ICMP_MAX_DATA"]
 
@@ -61,10 +63,9 @@ ICMP_MAX_DATA = 128
 _CTRL_PORT = PORT_BASE + SERVICE_OFFSETS[Service.CTRL]
 _WIRE_REGION = next(r.index for r in NETWORK_REGIONS if r.name == "wire")
 _REPLY_TTL = 128
-_PROTO_ICMP, _PROTO_UDP = 1, 17
 _ICMP_ECHO_REQUEST = 8
 #: frame byte -> (word, lane); the CTRL header's fields (payload byte p at frame byte 42 + p)
-_PAYLOAD = ETH_HEADER + IP_HEADER + UDP_HEADER
+_PAYLOAD = PAYLOAD_OFFSET
 _PAIR_WORD = (_PAYLOAD + 32) // BEAT_BYTES        # the first pair starts in its upper half
 assert (_PAYLOAD + 32) % BEAT_BYTES == 2
 
@@ -227,10 +228,10 @@ class BoardService(wiring.Component):
         answer_arp, answer_ping, answer_ctrl = Signal(), Signal(), Signal()
         m.d.comb += [
             answer_arp.eq(is_arp & (dst_board | dst_broadcast) & arp_request & arp_target),
-            answer_ping.eq(~is_arp & for_board_ip & (protocol == _PROTO_ICMP) & echo_request
+            answer_ping.eq(~is_arp & for_board_ip & (protocol == IP_PROTO_ICMP) & echo_request
                            & (ip_total <= IP_HEADER + 8 + ICMP_MAX_DATA)),
             # the request's payload (total - 28 bytes) holds a whole header, and the key
-            answer_ctrl.eq(~is_arp & for_board_ip & (protocol == _PROTO_UDP) & verdict.udp_ok
+            answer_ctrl.eq(~is_arp & for_board_ip & (protocol == IP_PROTO_UDP) & verdict.udp_ok
                            & to_ctrl_port & (ip_total >= _PAYLOAD - ETH_HEADER + 32)
                            & (key_lanes == Const(self._key, 64))),
         ]
@@ -271,7 +272,7 @@ class BoardService(wiring.Component):
                 with m.If(i.valid & i.p.last):
                     m.next = "DECIDE"
             with m.State("DECIDE"):
-                m.d.sync += [kind_arp.eq(is_arp), kind_icmp.eq(protocol == _PROTO_ICMP),
+                m.d.sync += [kind_arp.eq(is_arp), kind_icmp.eq(protocol == IP_PROTO_ICMP),
                              refused.eq(~ctrl_ok), pairs_left.eq(ctrl_count[:7]),
                              pair_word.eq(_PAIR_WORD), out_word.eq(0)]
                 with m.If(answer_ctrl & ~ctrl_ok):
@@ -327,9 +328,9 @@ class BoardService(wiring.Component):
             with m.State("LENGTH"):
                 # reply bytes: ARP 42, IP replies 14 + their total length
                 peer_sum = be16(peer_ip[0]) + be16(peer_ip[1])
-                reply_bytes = Mux(kind_arp, 42, ETH_HEADER + reply_total)
+                reply_bytes = Mux(kind_arp, ETH_HEADER + ARP_BYTES, ETH_HEADER + reply_total)
                 m.d.sync += [
-                    ip_checksum.eq(~ones_sum16(base + Mux(kind_icmp, _PROTO_ICMP, _PROTO_UDP)
+                    ip_checksum.eq(~ones_sum16(base + Mux(kind_icmp, IP_PROTO_ICMP, IP_PROTO_UDP)
                                                + reply_total + peer_sum)),
                     reply_words.eq((reply_bytes + BEAT_BYTES - 1) >> 2),
                     reply_last_be.eq(Const(1, BEAT_BYTES) << (reply_bytes[:2] - 1)[:2]),
@@ -375,7 +376,7 @@ class BoardService(wiring.Component):
             2: Const(mac_lanes >> 16, 32),
             3: Const(lanes(b"\x08\x00\x45\x00"), 32),
             4: Cat(be16(reply_total), Const(0, 16)),
-            5: Cat(Const(0, 16), Const(_REPLY_TTL, 8), Mux(kind_icmp, _PROTO_ICMP, _PROTO_UDP)),
+            5: Cat(Const(0, 16), Const(_REPLY_TTL, 8), Mux(kind_icmp, IP_PROTO_ICMP, IP_PROTO_UDP)),
             6: Cat(be16(ip_checksum), Const(ip_lanes & 0xFFFF, 16)),
             7: Cat(Const(ip_lanes >> 16, 16), peer_ip[0]),
             8: Cat(peer_ip[1], Mux(kind_icmp, 0, be16(Const(_CTRL_PORT, 16)))),

@@ -16,7 +16,7 @@ from amaranth.lib.wiring import In, Out
 from contract.network import SIMULATION_KEY, WIRE_GRADIENT_PORT, WIRE_PORTS
 from hdl.ctrl_port import RegisterPort
 from hdl.net.core.liteeth import NetworkConfig, generate, load_network_config
-from hdl.net.core.wire_core import LiteEthWireCore
+from hdl.wire.mac import LiteEthWireCore
 from hdl.wire.engine import WireEngine
 from hdl.wire.path import DEFAULT_FRAMES, DEFAULT_STORE_BYTES
 
@@ -39,7 +39,7 @@ class WireTop(wiring.Component):
         A two-port board's network configuration (``port1_resource``): the PHY delays, the
         clock, and the board's own MAC and IP (the classifier's). Default the Versa's.
     rgmii : tuple of dict, optional
-        Per port, the RGMII pins (:class:`hdl.net.core.wire_core.LiteEthWireCore`); without
+        Per port, the RGMII pins (:class:`hdl.wire.mac.LiteEthWireCore`); without
         it, top-level ports ``rgmii<p>_<pin>``.
     key, max_count, store_bytes, frames, gradient_port
         The engine's (:class:`hdl.wire.engine.WireEngine`); ``key`` default the public

@@ -12,7 +12,7 @@ the hook's exchanges) from the same weights on the same batches, four ways, in o
   ``asynchronous=False`` and ``True``.
 
 The hook compresses through a virtual board's NIC whose wire delays every datagram by up to
-:data:`WIRE_DELAY` seconds (``host/board/wire.py``; no loss, no duplicates), so that the
+:data:`WIRE_DELAY` seconds (``host/board/link_faults.py``; no loss, no duplicates), so that the
 exchange waits rather than computes, as with a board on a real network. Reported per mode:
 the median step time, its ratio to backward alone, and the exposed communication (step minus
 backward alone); and whether the parameters after the last step are bit for bit the same for
@@ -126,7 +126,7 @@ def _rank_main(rank, world, steps, batch, board):
 def run(quick: bool = False, *, steps: int | None = None, wire_delay: float = WIRE_DELAY,
         batch: int = BATCH) -> dict:
     from host.board import VirtualBoard
-    from host.board.wire import WireFaults
+    from host.board.link_faults import WireFaults
     from host.ddp import run_local_group
 
     steps = (QUICK_STEPS if quick else STEPS) if steps is None else steps

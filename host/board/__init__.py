@@ -9,7 +9,8 @@
   the wire (``network.md`` section 6), frame by frame;
 - :mod:`host.board.virtual`: :class:`VirtualBoard`, a backend behind real UDP sockets on
   127.0.0.1 (``gradwire board serve``);
-- :mod:`host.board.wire`: :class:`WireFaults`, a seeded fault injector on its wire;
+- :mod:`host.board.link_faults`: :class:`WireFaults`, a seeded fault injector on its link
+  (``host.board.wire`` keeps the old path);
 - :mod:`host.board.udp_backend`: the driver's ``"udp"`` backend (a transport to a given
   board, or to a virtual board it starts).
 
@@ -19,7 +20,7 @@ The host talks to any of them, and to a real board, through
 from .backend import BOARD_BACKENDS, BoardBackend, Datagram, open_board_backend
 from .golden import GoldenBoard
 from .virtual import VirtualBoard, free_port_base
-from .wire import WireFaults
+from .link_faults import WireFaults
 from .wire_golden import GoldenWire
 
 __all__ = ["BOARD_BACKENDS", "BoardBackend", "Datagram", "open_board_backend", "GoldenBoard",

@@ -16,7 +16,7 @@ from host.driver.udp import UdpTransport
 
 from .backend import open_board_backend
 from .virtual import VirtualBoard
-from .wire import WireFaults
+from .link_faults import WireFaults
 
 __all__ = ["open_top"]
 

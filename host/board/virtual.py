@@ -6,7 +6,7 @@ backend (with the sender's real address and port), and sends what the backend an
 the socket of the service port it names, to the address it names. From the host's side it
 is a board on 127.0.0.1, apart from speed; ``gradwire board serve`` runs one.
 
-Optionally a seeded :class:`~host.board.wire.WireFaults` sits on its wire, both ways.
+Optionally a seeded :class:`~host.board.link_faults.WireFaults` sits on its wire, both ways.
 
 The socket side translates ports: datagrams to socket port ``port_base + i`` reach the
 backend at ``backend.port_base + i``, and a datagram the backend sends from
@@ -38,7 +38,7 @@ import traceback
 from contract.network import GROUP_TTL, PORT_BASE, SERVICE_OFFSETS, Service, is_multicast
 
 from .backend import BoardBackend, Datagram, open_board_backend
-from .wire import INBOUND, OUTBOUND, WireFaults
+from .link_faults import INBOUND, OUTBOUND, WireFaults
 
 __all__ = ["VirtualBoard", "LOOPBACK", "free_port_base"]
 

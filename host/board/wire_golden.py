@@ -37,13 +37,17 @@ from __future__ import annotations
 
 import ipaddress
 import struct
-import zlib
 
 from contract.counters import WIRE_COUNTERS
+from contract.frames import (ARP_BYTES, ETH_HEADER, ETHERTYPE_ARP, ETHERTYPE_IPV4,
+                             ETHERTYPE_OFFSET, FCS_BYTES, IP_HEADER, IP_OFFSET,
+                             IP_PROTO_ICMP, IP_PROTO_UDP, IP_PROTOCOL_OFFSET, MAX_FRAME_BYTES,
+                             MIN_FRAME_BYTES, UDP_HEADER, UDP_OFFSET, internet_checksum,
+                             padded_with_fcs, with_fcs)
 from contract.header import HEADER_BYTES
-from contract.network import (DEFAULT_IP, DEFAULT_MAC, MAX_FRAME_BYTES, MIN_FRAME_BYTES,
-                              PORT_BASE, SERVICE_OFFSETS, WIRE_GRADIENT_PORT, WIRE_PORTS,
-                              Service, decode_network_address, mac_to_int)
+from contract.network import (DEFAULT_IP, DEFAULT_MAC, PORT_BASE, SERVICE_OFFSETS,
+                              WIRE_GRADIENT_PORT, WIRE_PORTS, Service, decode_network_address,
+                              mac_to_int)
 from contract.registers import WIRE_REGISTERS
 
 from .backend import Datagram
@@ -52,13 +56,12 @@ from .golden import GoldenBoard, nic_packet
 __all__ = ["GoldenWire", "with_fcs", "padded_with_fcs", "internet_checksum", "FCS_BYTES",
            "ETH_HEADER", "IP_HEADER", "UDP_HEADER", "ipv4_length", "udp_payload"]
 
-FCS_BYTES = 4
-ETH_HEADER = 14
-IP_HEADER = 20
-UDP_HEADER = 8
-_IP, _UDP = ETH_HEADER, ETH_HEADER + IP_HEADER
-_ETHERTYPE_IPV4, _ETHERTYPE_ARP = b"\x08\x00", b"\x08\x06"
-_PROTO_ICMP, _PROTO_UDP = 1, 17
+# (the frame's sizes, offsets, FCS and checksum: contract.frames, re-exported here)
+_IP, _UDP = IP_OFFSET, UDP_OFFSET
+_ETHERTYPE = slice(ETHERTYPE_OFFSET, ETHERTYPE_OFFSET + 2)
+_ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
+_ETHERTYPE_ARP = ETHERTYPE_ARP.to_bytes(2, "big")
+_PROTO_ICMP, _PROTO_UDP = IP_PROTO_ICMP, IP_PROTO_UDP
 #: a request for Ethernet/IPv4 addresses: htype 1, ptype 0x0800, hlen 6, plen 4, op 1
 _ARP_REQUEST = bytes.fromhex("0001 0800 06 04 0001")
 #: LiteEth answers pings with at most this much ICMP data (``icmp_fifo_depth``)
@@ -68,34 +71,11 @@ _REPLY_TTL = 128
 _WORD = (1 << 32) - 1
 
 
-def with_fcs(frame: bytes) -> bytes:
-    """``frame`` (Ethernet header to the end of its payload) with its FCS appended: the
-    CRC-32 of the frame, least significant byte first, as it goes on the wire."""
-    return bytes(frame) + zlib.crc32(frame).to_bytes(FCS_BYTES, "little")
-
-
-def padded_with_fcs(frame: bytes) -> bytes:
-    """What the MAC sends of ``frame``: zero-padded to 60 bytes, then its FCS."""
-    return with_fcs(frame.ljust(MIN_FRAME_BYTES - FCS_BYTES, b"\0"))
-
-
-def internet_checksum(data: bytes) -> int:
-    """RFC 1071: the ones' complement of the ones' complement sum of ``data``'s 16-bit
-    big-endian words (an odd byte padded with zero). 0 when ``data`` holds its own valid
-    checksum."""
-    if len(data) % 2:
-        data += b"\0"
-    total = sum(struct.unpack(f">{len(data) // 2}H", data))
-    while total >> 16:
-        total = (total & 0xFFFF) + (total >> 16)
-    return ~total & 0xFFFF
-
-
 def ipv4_length(body: bytes) -> int | None:
     """The IPv4 total length of an untagged IPv4 frame ``body`` (no FCS) that the NIC or the
     board may handle (version 4, no options, a valid header checksum, not a fragment); else
     None."""
-    if body[12:14] != _ETHERTYPE_IPV4 or len(body) < _UDP or body[_IP] != 0x45:
+    if body[_ETHERTYPE] != _ETHERTYPE_IPV4 or len(body) < _UDP or body[_IP] != 0x45:
         return None
     header = body[_IP:_UDP]
     if internet_checksum(header) or int.from_bytes(header[6:8], "big") & 0x3FFF:
@@ -240,7 +220,7 @@ class GoldenWire:
             reply = self._answer(body)
             return ("answered", [(0, reply)]) if reply else ("drop_unanswered", [])
         total = ipv4_length(body)      # (a frame of 64 bytes or more holds a UDP header)
-        if total is not None and body[_IP + 9] == _PROTO_UDP \
+        if total is not None and body[IP_PROTOCOL_OFFSET] == _PROTO_UDP \
                 and int.from_bytes(body[_UDP + 2:_UDP + 4], "big") == self.gradient_port:
             cause, new_body = self._gradient(port, body, total)
             if new_body is not None:
@@ -252,8 +232,8 @@ class GoldenWire:
         """Addressed to the board: its MAC, or ARP whose target is its IP."""
         if body[0:6] == self._mac:
             return True
-        return body[12:14] == _ETHERTYPE_ARP and len(body) >= ETH_HEADER + 28 \
-            and body[ETH_HEADER + 24:ETH_HEADER + 28] == self._ip
+        return body[_ETHERTYPE] == _ETHERTYPE_ARP and len(body) >= ETH_HEADER + ARP_BYTES \
+            and body[ETH_HEADER + 24:ETH_HEADER + ARP_BYTES] == self._ip
 
     # -- gradient datagrams --------------------------------------------------------------
 
@@ -295,8 +275,8 @@ class GoldenWire:
 
     def _answer(self, body: bytes) -> bytes | None:
         """The reply frame (with its FCS) to a frame for the board, or None."""
-        if body[12:14] == _ETHERTYPE_ARP:
-            arp = body[ETH_HEADER:ETH_HEADER + 28]
+        if body[_ETHERTYPE] == _ETHERTYPE_ARP:
+            arp = body[ETH_HEADER:ETH_HEADER + ARP_BYTES]
             if body[0:6] not in (self._mac, b"\xff" * 6) or arp[:8] != _ARP_REQUEST \
                     or arp[24:28] != self._ip:
                 return None
@@ -307,7 +287,7 @@ class GoldenWire:
         if total is None or body[_IP + 16:_IP + 20] != self._ip \
                 or not IP_HEADER + UDP_HEADER <= total <= len(body) - _IP:
             return None
-        protocol, src_ip = body[_IP + 9], body[_IP + 12:_IP + 16]
+        protocol, src_ip = body[IP_PROTOCOL_OFFSET], body[_IP + 12:_IP + 16]
         if protocol == _PROTO_ICMP:
             icmp = body[_UDP:_IP + total]
             if icmp[0:2] != b"\x08\x00" or len(icmp) - 8 > ICMP_MAX_DATA:

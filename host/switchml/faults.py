@@ -3,7 +3,7 @@
 
 Two networks use it: the simulated network of :mod:`host.switchml.network` (integer ticks,
 :class:`~host.switchml.network.TickFaults`) and the virtual board's wire
-(seconds, :class:`~host.board.wire.WireFaults`). Per transmission, drawn from the model's
+(seconds, :class:`~host.board.link_faults.WireFaults`). Per transmission, drawn from the model's
 own seeded generator:
 
 - it is lost with probability ``loss``;

@@ -1,8 +1,9 @@
 """Ethernet II / IPv4 / UDP frames as a host sends and reads them (FCS included).
 
-The hosts of the ring build their datagrams here; the checks and the FCS are
-:mod:`host.board.wire_golden`'s (the same code the golden wire board runs), so a frame a
-host sends is one the board accepts, and a frame the board sends is one a host reads.
+The hosts of the ring build their datagrams here; the frame's layout, FCS and checksum are
+:mod:`contract.frames`' and the checks :mod:`host.board.wire_golden`'s (the same code the
+golden wire board runs), so a frame a host sends is one the board accepts, and a frame the
+board sends is one a host reads.
 """
 from __future__ import annotations
 
@@ -11,17 +12,18 @@ import functools
 import ipaddress
 import struct
 
+from contract.frames import (ETH_HEADER, ETHERTYPE_IPV4, FCS_BYTES, IP_HEADER, IP_OFFSET,
+                             IP_PROTO_UDP, IP_PROTOCOL_OFFSET, UDP_HEADER, UDP_OFFSET,
+                             internet_checksum, padded_with_fcs, with_fcs)
 from contract.network import mac_to_int
-from host.board.wire_golden import (ETH_HEADER, FCS_BYTES, IP_HEADER, UDP_HEADER,
-                                    internet_checksum, ipv4_length, padded_with_fcs,
-                                    udp_payload, with_fcs)
+from host.board.wire_golden import ipv4_length, udp_payload
 
 __all__ = ["Endpoint", "UdpDatagram", "udp_frame", "parse_udp_frame", "dst_mac", "src_mac",
            "BROADCAST_MAC"]
 
 BROADCAST_MAC = b"\xff" * 6
-_ETHERTYPE_IPV4 = b"\x08\x00"
-_PROTO_UDP = 17
+_ETHERTYPE_IPV4 = ETHERTYPE_IPV4.to_bytes(2, "big")
+_PROTO_UDP = IP_PROTO_UDP
 #: what a host's IPv4 header says beyond addresses and length: version 4, IHL 5, TOS 0,
 #: don't fragment (the datagrams fit the MTU), TTL 64
 _IP = struct.Struct(">BBHHHBBH4s4s")
@@ -111,14 +113,13 @@ def parse_udp_frame(frame: bytes) -> UdpDatagram | None:
         return None
     body = frame[:-FCS_BYTES]
     total = ipv4_length(body)
-    if total is None or body[ETH_HEADER + 9] != _PROTO_UDP:
+    if total is None or body[IP_PROTOCOL_OFFSET] != _PROTO_UDP:
         return None
     payload = udp_payload(body, total)
     if isinstance(payload, str):
         return None
-    udp = ETH_HEADER + IP_HEADER
-    src_port, dst_port = struct.unpack_from(">HH", body, udp)
+    src_port, dst_port = struct.unpack_from(">HH", body, UDP_OFFSET)
     return UdpDatagram(dst_mac=body[0:6], src_mac=body[6:12],
-                       src_ip=body[ETH_HEADER + 12:ETH_HEADER + 16],
-                       dst_ip=body[ETH_HEADER + 16:ETH_HEADER + 20],
+                       src_ip=body[IP_OFFSET + 12:IP_OFFSET + 16],
+                       dst_ip=body[IP_OFFSET + 16:IP_OFFSET + 20],
                        src_port=src_port, dst_port=dst_port, payload=payload)

@@ -17,7 +17,7 @@ boards and the switch forward in zero time (store and forward: a frame is handed
 its last bit is in). Events at the same time are taken in the order they were made, so a
 run is a function of its inputs and seeds alone.
 
-**Faults** (``faults``, a seeded :class:`~host.board.wire.WireFaults`): every frame on a
+**Faults** (``faults``, a seeded :class:`~host.board.link_faults.WireFaults`): every frame on a
 network link (board to switch, switch to board) is lost, duplicated or delayed (which
 reorders it behind later frames) as that model draws; host links are clean (a host and its
 board sit on one short cable). Recovery is the hosts' (:mod:`host.wire_ring.reliable`).
@@ -36,8 +36,10 @@ import itertools
 
 import numpy as np
 
+from contract.frames import (ETHERTYPE_IPV4, ETHERTYPE_OFFSET, IP_PROTO_UDP,
+                             IP_PROTOCOL_OFFSET, UDP_OFFSET)
 from contract.network import SIMULATION_KEY, WIRE_GRADIENT_PORT
-from host.board.wire import WireFaults
+from host.board.link_faults import WireFaults
 from host.board.wire_golden import GoldenWire
 
 from ..golden import inceptionn
@@ -90,8 +92,10 @@ def _check_workers(workers):
 
 def _kind(frame: bytes) -> str:
     """What a frame carries, by its UDP destination port (IPv4 without options)."""
-    if len(frame) >= 38 and frame[12:14] == b"\x08\x00" and frame[23] == 17:
-        port = int.from_bytes(frame[36:38], "big")
+    if len(frame) >= UDP_OFFSET + 4 \
+            and frame[ETHERTYPE_OFFSET:ETHERTYPE_OFFSET + 2] == ETHERTYPE_IPV4.to_bytes(2, "big") \
+            and frame[IP_PROTOCOL_OFFSET] == IP_PROTO_UDP:
+        port = int.from_bytes(frame[UDP_OFFSET + 2:UDP_OFFSET + 4], "big")
         if port == WIRE_GRADIENT_PORT:
             return "gradient"
         if port == ACK_PORT:
@@ -181,7 +185,7 @@ def ring_over_wire(tensors, k: int = 10, *, mtu: int = 1500, faults: WireFaults 
         The codec's error bound ``2^-k``, 1..15 (the hosts' datagrams carry it).
     mtu : int
         IP MTU of every link: at most ``nic_values_for_mtu(mtu)`` values per datagram.
-    faults : host.board.wire.WireFaults, optional
+    faults : host.board.link_faults.WireFaults, optional
         Loss, duplication and reordering on the network links.
     host_link, network_link : LinkSpec
         Rate and latency of the two kinds of link.

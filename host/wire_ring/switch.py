@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import collections
 
-from host.board.wire_golden import FCS_BYTES, with_fcs
+from contract.frames import ETH_HEADER, FCS_BYTES, with_fcs
 
 from .frames import dst_mac, src_mac
 
@@ -30,7 +30,6 @@ __all__ = ["LearningSwitch", "SWITCH_COUNTERS"]
 #: forwarded, flooded, filtered or dropped (bad FCS or runt).
 SWITCH_COUNTERS = ("frames_in", "forwarded", "flooded", "filtered", "dropped", "frames_out",
                    "learned", "moved", "evicted", "aged")
-_ETH_HEADER = 14
 
 
 def _is_group(mac: bytes) -> bool:
@@ -82,7 +81,7 @@ class LearningSwitch:
         if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port < self.ports:
             raise ValueError(f"the switch has ports 0..{self.ports - 1}, not {port!r}")
         self.counters["frames_in"] += 1
-        if len(frame) < _ETH_HEADER + FCS_BYTES or with_fcs(frame[:-FCS_BYTES]) != frame:
+        if len(frame) < ETH_HEADER + FCS_BYTES or with_fcs(frame[:-FCS_BYTES]) != frame:
             self.counters["dropped"] += 1
             return []
         self._age(now)

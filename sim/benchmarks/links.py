@@ -16,6 +16,9 @@ Everything here is a **model** built on counted numbers, and says so where it is
 """
 from __future__ import annotations
 
+from contract.frames import ETH_HEADER, FCS_BYTES, IP_HEADER, UDP_HEADER
+from contract.header import HEADER_BYTES
+
 __all__ = ["LINKS_GBPS", "FRAMING_BYTES", "HEADER_BYTES", "RING_PACKET_VALUES", "engine_clock",
            "wire_bytes", "link_seconds", "ring_fp32_seconds", "ring_fp32_wire_bytes"]
 
@@ -23,9 +26,8 @@ __all__ = ["LINKS_GBPS", "FRAMING_BYTES", "HEADER_BYTES", "RING_PACKET_VALUES", 
 LINKS_GBPS = (1, 10, 100)
 #: Bytes a datagram costs on Ethernet beyond its UDP payload: UDP 8 + IPv4 20 + MAC header
 #: 14 + FCS 4 + preamble and start delimiter 8 + inter-frame gap 12.
-FRAMING_BYTES = 66
-#: The packet header of every packet (contract.header).
-HEADER_BYTES = 32
+FRAMING_BYTES = UDP_HEADER + IP_HEADER + ETH_HEADER + FCS_BYTES + 8 + 12
+# HEADER_BYTES: the packet header of every packet (contract.header).
 #: Values per RAW_F32 / INC_F32 packet in the ring (the NIC's limit, one jumbo frame).
 RING_PACKET_VALUES = 2048
 

@@ -35,6 +35,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
+from contract.frames import IP_HEADER, IP_PROTO_UDP
 from contract.network import GROUP_TTL, SERVICE_OFFSETS, Service, is_multicast, multicast_mac
 from host.board.backend import BoardBackend, Datagram
 
@@ -164,11 +165,11 @@ class VerilatorBoard(BoardBackend):
         # a job's result group goes to the group's MAC, and stays on the segment (TTL 1)
         to = (multicast_mac(ip.dst) if is_multicast(ip.dst) and ip.ttl == GROUP_TTL
               else self.hosts.get(ip.dst))
-        if (packet.src != self.mac or ip.src != self.ip or ip.proto != 17 or ip.ihl != 5
+        if (packet.src != self.mac or ip.src != self.ip or ip.proto != IP_PROTO_UDP or ip.ihl != 5
                 or ip.frag or ip.flags.MF or packet.dst != to):
             self.stats["bad_frames"] += 1
             return None
-        check = IP(bytes(ip)[:20])
+        check = IP(bytes(ip)[:IP_HEADER])
         header_sum = check.chksum
         del check.chksum
         if IP(bytes(check)).chksum != header_sum or udp.len < 8 or ip.len != 20 + udp.len:

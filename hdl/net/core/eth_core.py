@@ -67,7 +67,7 @@ TxBeat = data.StructLayout({
 CoreEvents = data.StructLayout({name: 1 for name in EVENTS})
 
 #: RGMII pin -> (the generated core's port, direction, width); the wire core's ports are
-#: these with ``rgmii<p>`` for ``rgmii`` (:mod:`hdl.net.core.wire_core`).
+#: these with ``rgmii<p>`` for ``rgmii`` (:mod:`hdl.wire.mac`).
 RGMII_INSTANCE_PORTS = {
     "tx_clk": ("rgmii_clocks_tx", "o", 1),
     "tx_ctl": ("rgmii_tx_ctl", "o", 1),

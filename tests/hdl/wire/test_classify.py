@@ -29,11 +29,11 @@ from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_GRADIENT_PORT
 from hdl.wire.classify import (DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_BYTES, PAYLOAD_OFFSET,
                                FrameClass, FrameClassifier, MacBeat, Verdict)
 from host.board.wire_golden import FCS_BYTES, GoldenWire, udp_payload, with_fcs
+from sim.frames import (A_IP, A_MAC, B_IP, B_MAC, KEY, MALFORMED, PASS_THROUGH, RX_PASSES,
+                        SPECIALS, TX_PASSES, bad_fcs, body_of, ctrl_request, frame, gradient,
+                        mac_beats, no_udp_checksum, padded, random_frame, raw_packet, rebuilt,
+                        values, with_udp_checksum, wrong_udp_checksum)
 from tests.amaranth_sim import run
-from tests.host.board.test_wire_golden import (A_IP, A_MAC, B_IP, B_MAC, KEY, MALFORMED,
-                                               PASS_THROUGH, RX_PASSES, SPECIALS, TX_PASSES,
-                                               ctrl_request, frame, gradient, raw_packet,
-                                               values, wrong_udp_checksum)
 
 #: golden counter -> the classifier's class (``passed``: see :func:`golden_verdict`)
 GOLDEN_CLASS = {
@@ -74,27 +74,6 @@ def golden_verdict(wire, port, data):
         kind = GOLDEN_CLASS[fate]
     payload = wire.payload if kind == FrameClass.GRADIENT else None
     return kind, payload
-
-
-def mac_beats(data, rng, *, error_beat=None):
-    """The beats a LiteEth MAC delivers for ``data`` (a frame with its FCS, 5 bytes or more):
-    the FCS stripped, ``error`` on the last beat if the FCS is bad (or on beat
-    ``error_beat``), garbage in the lanes past the end and in ``last_be`` before the end."""
-    body = data[:-FCS_BYTES]
-    bad = with_fcs(body) != data
-    count = -(-len(body) // 4)
-    beats = []
-    for n in range(count):
-        chunk = body[4 * n:4 * n + 4]
-        last = n == count - 1
-        raw = chunk + bytes(rng.getrandbits(8) for _ in range(4 - len(chunk)))
-        beats.append({
-            "data": int.from_bytes(raw, "little"),
-            "last_be": 1 << (len(chunk) - 1) if last else rng.getrandbits(4),
-            "last": int(last),
-            "error": int(n == error_beat if error_beat is not None else bad and last),
-        })
-    return beats
 
 
 def simulate(dut, frames, rng, *, p_idle):
@@ -181,44 +160,6 @@ def check(direction, cases, *, seed, p_idle=0.2):
 
 
 # -- the frames ----------------------------------------------------------------------------
-
-def with_udp_checksum(pkt):
-    """``pkt`` with the UDP checksum scapy computes (never zero)."""
-    pkt = Ether(bytes(pkt))
-    assert pkt[UDP].chksum != 0
-    return pkt
-
-
-def no_udp_checksum(pkt):
-    pkt = Ether(bytes(pkt))
-    pkt[UDP].chksum = 0
-    return pkt
-
-
-def rebuilt(pkt, **fields):
-    """``pkt`` (Ether/IP/UDP) with IPv4 or UDP fields set after its checksums were
-    computed: the IPv4 header checksum recomputed, the UDP one kept."""
-    pkt = Ether(bytes(pkt))
-    for name, value in fields.items():
-        layer, field = name.split("_", 1)
-        setattr(pkt[{"ip": IP, "udp": UDP}[layer]], field, value)
-    del pkt[IP].chksum
-    return pkt
-
-
-def bad_fcs(data):
-    return data[:-1] + bytes([data[-1] ^ 0x01])
-
-
-def padded(pkt, extra, fill=b"\xee"):
-    """``pkt`` with ``extra`` bytes of (non-zero) Ethernet padding after its IPv4 packet."""
-    return with_fcs(bytes(pkt) + fill * extra)
-
-
-def body_of(size, *, dport=9):
-    """A UDP frame of exactly ``size`` bytes without the FCS (``size`` >= 42)."""
-    return with_fcs(bytes(gradient(bytes(size - 42), dport=dport)))
-
 
 def gradient_sizes():
     """Gradient datagrams of many payload sizes, odd ones included, up to the jumbo frame
@@ -354,49 +295,6 @@ def named_frames(direction):
 
 
 # -- random frames -------------------------------------------------------------------------
-
-def random_frame(rng):
-    """One frame from a mix that reaches every decision: gradient datagrams of random sizes
-    and checksums, mutated headers, cut frames, padding, ARP, frames for the board, other
-    EtherTypes, bad FCS."""
-    choice = rng.random()
-    if choice < 0.1:
-        target = DEFAULT_IP if rng.random() < 0.5 else B_IP
-        dst = rng.choice([DEFAULT_MAC, "ff:ff:ff:ff:ff:ff", B_MAC])
-        body = bytes(Ether(src=A_MAC, dst=dst) / ARP(op=rng.choice([1, 2]), psrc=A_IP,
-                                                     pdst=target))
-    elif choice < 0.2:
-        size = rng.choice([rng.randrange(1, 80), rng.randrange(14, 1600)])
-        body = bytes(rng.getrandbits(8) for _ in range(size))
-        if rng.random() < 0.3:
-            body = bytes.fromhex("024757000001") + body[6:]
-    else:
-        size = rng.choice([rng.randrange(0, 64), rng.randrange(0, 1473)] * 16
-                          + [rng.randrange(8900, 8980)])
-        payload = bytes(rng.getrandbits(8) for _ in range(size))
-        dport = WIRE_GRADIENT_PORT if rng.random() < 0.85 else rng.randrange(1, 0x10000)
-        dst = (DEFAULT_MAC if rng.random() < 0.05 else B_MAC, B_IP)
-        pkt = gradient(payload, dport=dport, dst=dst, id=rng.randrange(0x10000),
-                       ttl=rng.randrange(1, 256), tos=rng.randrange(256),
-                       flags=rng.choice(["", "DF", "DF", "MF"]))
-        pkt = rng.choice([with_udp_checksum, no_udp_checksum, wrong_udp_checksum])(pkt)
-        if rng.random() < 0.15:
-            pkt = rebuilt(pkt, **rng.choice([{"udp_len": rng.randrange(0x10000)},
-                                             {"ip_len": rng.randrange(0x10000)},
-                                             {"ip_len": len(pkt[IP]) + rng.choice([-1, 1])},
-                                             {"udp_len": len(pkt[UDP]) + rng.choice([-1, 1])}]))
-        body = bytes(pkt)
-        if rng.random() < 0.15:                   # one header byte changed
-            at = rng.randrange(42)
-            body = body[:at] + bytes([rng.getrandbits(8)]) + body[at + 1:]
-        if rng.random() < 0.15:
-            body += bytes(rng.getrandbits(8) for _ in range(rng.randrange(1, 40)))
-        if rng.random() < 0.1:
-            body = body[:rng.randrange(1, len(body) + 1)]
-    body = body if len(body) >= 60 or rng.random() < 0.3 else body.ljust(60, b"\0")
-    data = with_fcs(body)
-    return bad_fcs(data) if rng.random() < 0.05 else data
-
 
 # -- tests ---------------------------------------------------------------------------------
 

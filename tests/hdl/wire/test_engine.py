@@ -26,12 +26,11 @@ from contract.registers import ADDRESS_BITS, WIRE_REGISTERS, CounterBlock
 from hdl.wire.classify import MIN_BODY_BYTES
 from hdl.wire.engine import WireEngine
 from host.board.wire_golden import FCS_BYTES, GoldenWire
+from sim.frames import A_IP, A_MAC, KEY, PASS_THROUGH, ctrl_request, frame
+from sim.wire_stimulus import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
+                               gateware_counters, gradient_cases, malformed_cases, pass_cases,
+                               same_frames, spaced)
 from tests.amaranth_sim import RegisterPort, run
-from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
-                                   gateware_counters, gradient_cases, malformed_cases,
-                                   pass_cases, same_frames, spaced)
-from tests.host.board.test_wire_golden import (A_IP, A_MAC, KEY, PASS_THROUGH, ctrl_request,
-                                               frame)
 
 #: addresses where the map has nothing, each read after a block (so a read from the NIC
 #: engine's port is followed by one that is not), and the last address
@@ -44,7 +43,7 @@ MARKER = ("marker", frame(PASS_THROUGH["tcp"]))
 def simulate(cases, want, *, seed, p_idle=0.5, gap=(4, 40), p_ready=0.7, engine_args=None,
              final=None):
     """``cases[port]`` into each port of a :class:`WireEngine` at once (as
-    :func:`tests.hdl.wire.frames.beat_schedule` schedules them), outputs ready with
+    :func:`sim.wire_stimulus.beat_schedule` schedules them), outputs ready with
     probability ``p_ready``, until ``want[port]`` frames have left each port and a while
     after; then every register of the map and :data:`UNMAPPED` read over ``ctrl``.
     ``final``, a case into port 0 once everything else is done (:data:`SETTLE` cycles after

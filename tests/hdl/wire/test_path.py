@@ -24,13 +24,12 @@ from hdl.wire.classify import BEAT_BYTES, DIRECTIONS, MAX_BODY_BYTES, MIN_BODY_B
 from hdl.wire.path import WirePath
 from hdl.wire.service import BoardService
 from host.board.wire_golden import FCS_BYTES, GoldenWire
+from sim.frames import (KEY, MALFORMED, PASS_THROUGH, SPECIALS, body_of, frame, gradient,
+                        random_frame, raw_packet, values)
+from sim.wire_stimulus import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
+                               gradient_cases, inc_packet, malformed_cases, pass_cases,
+                               same_frames, spaced)
 from tests.amaranth_sim import run
-from tests.hdl.wire.frames import (MAX_COUNT, FrameCollector, bad_cases, beat_schedule,
-                                   gradient_cases, inc_packet, malformed_cases, pass_cases,
-                                   same_frames, spaced)
-from tests.hdl.wire.test_classify import body_of, random_frame
-from tests.host.board.test_wire_golden import (KEY, MALFORMED, PASS_THROUGH, SPECIALS, frame,
-                                               gradient, raw_packet, values)
 
 #: the events that count a frame's fate: each frame counts in exactly one
 FATES = [name for name in WIRE_COUNTERS if name not in ("frames_in", "frames_out")]

@@ -7,48 +7,25 @@ golden model counts it. ``CTRL`` reads are served from a random register file, t
 the golden model reads.
 """
 import random
-import struct
 
 import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import ARP, Ether
+from scapy.layers.l2 import Ether
 from scapy.packet import Raw
 
-from contract.header import Flags, Header, PacketType
-from contract.network import (CTRL_MAX_PAIRS, DEFAULT_IP, DEFAULT_MAC, CtrlOp,
-                              network_address)
+from contract.header import PacketType
+from contract.network import CTRL_MAX_PAIRS, DEFAULT_MAC, CtrlOp, network_address
 from contract.registers import WIRE_REGISTERS
-from hdl.wire.service import BUFFER_WORDS, ICMP_MAX_DATA, BoardService
+from hdl.wire.service import BUFFER_WORDS, BoardService
+from sim.frames import (A_IP, A_MAC, CTRL_PORT, KEY, OTHER_MAC, arp_cases, ctrl, ctrl_payload,
+                        frame, ping_cases, to_board, trailing)
 from tests.hdl.wire.test_path import check, simulate
-from tests.host.board.test_wire_golden import A_IP, A_MAC, KEY, OTHER_MAC, frame
-
-CTRL_PORT = 47573
-BROADCAST = "ff:ff:ff:ff:ff:ff"
-
 
 def registers(seed):
     """Every ``WIRE_REGISTERS`` address with a random value."""
     rng = random.Random(seed)
     return {address: rng.getrandbits(32) for entry in WIRE_REGISTERS
             for address, _, _ in entry.addresses()}
-
-
-def to_board(payload_layer, **ip):
-    return Ether(src=A_MAC, dst=DEFAULT_MAC) / IP(src=A_IP, dst=DEFAULT_IP, **ip) / payload_layer
-
-
-def ctrl_payload(pairs, *, key=KEY, op=CtrlOp.READ, count=None, seq=0x1234_5678, **fields):
-    header = bytearray(Header(type=fields.pop("type", PacketType.CTRL),
-                              count=len(pairs) if count is None else count, seq=seq,
-                              **fields).pack())
-    header[4] = op
-    header[24:32] = key.to_bytes(8, "little")
-    return bytes(header) + b"".join(struct.pack("<II", a, v) for a, v in pairs)
-
-
-def ctrl(pairs, *, sport=41000, **kwargs):
-    return to_board(UDP(sport=sport, dport=CTRL_PORT) / Raw(ctrl_payload(pairs, **kwargs)))
 
 
 def wire_address(local):
@@ -72,52 +49,6 @@ def random_pairs(rng, n):
 
 
 # -- ARP and ping ----------------------------------------------------------------------------
-
-def arp_cases():
-    request = dict(hwsrc=OTHER_MAC, psrc="10.9.8.7", pdst=DEFAULT_IP)
-    return [
-        ("broadcast", frame(Ether(src=A_MAC, dst=BROADCAST) / ARP(**request))),
-        ("to the board's mac", frame(Ether(src=A_MAC, dst=DEFAULT_MAC) / ARP(**request))),
-        ("padded with junk", frame(Ether(src=A_MAC, dst=BROADCAST) / ARP(**request)
-                                   / Raw(b"\xa5" * 30))),
-        # not answered: a reply, another target, another destination MAC, not Ethernet/IPv4
-        ("a reply", frame(Ether(src=A_MAC, dst=BROADCAST) / ARP(op=2, **request))),
-        ("to another mac", frame(Ether(src=A_MAC, dst=OTHER_MAC) / ARP(**request))),
-        # (to the board's MAC: for the board whatever their layout)
-        ("hardware type 6", frame(Ether(src=A_MAC, dst=DEFAULT_MAC) / ARP(hwtype=6, **request))),
-        ("ipv6-sized", frame(Ether(src=A_MAC, dst=DEFAULT_MAC) / ARP(plen=16, **request))),
-        ("to the board, for another ip", frame(Ether(src=A_MAC, dst=DEFAULT_MAC)
-                                               / ARP(hwsrc=A_MAC, psrc=A_IP, pdst="10.0.0.9"))),
-    ]
-
-
-def ping_cases(rng):
-    cases = []
-    for size in (0, 1, 2, 3, 5, 56, 100, ICMP_MAX_DATA - 1, ICMP_MAX_DATA):
-        data = bytes(rng.getrandbits(8) for _ in range(size))
-        cases.append((f"ping {size}", frame(to_board(ICMP(id=rng.getrandbits(16),
-                                                          seq=rng.getrandbits(16)) / data,
-                                                     ttl=rng.randint(1, 255)))))
-    # checksums across the end-around carry of the adjustment (0xF800 and above)
-    for checksum in (0x0000, 0x07FF, 0xF7FF, 0xF800, 0xF801, 0xFFFF):
-        cases.append((f"ping checksum {checksum:#06x}",
-                      frame(to_board(ICMP(chksum=checksum) / b"x"))))
-    cases += [
-        ("ping too big", frame(to_board(ICMP() / bytes(ICMP_MAX_DATA + 1)))),
-        ("icmp timestamp", frame(to_board(ICMP(type=13)))),
-        ("icmp echo code 1", frame(to_board(ICMP(code=1)))),
-        ("ping to another ip", frame(Ether(src=A_MAC, dst=DEFAULT_MAC)
-                                     / IP(src=A_IP, dst="10.0.0.9") / ICMP())),
-        ("ping, ip options", frame(to_board(ICMP(), options=b"\x01\x01\x01\x01"))),
-        ("ping, a fragment", frame(to_board(ICMP() / bytes(40), flags="MF"))),
-        ("ping, bad ip checksum", frame(to_board(ICMP(), chksum=0x1234))),
-        ("ping, ip longer than the frame", frame(to_board(ICMP() / bytes(20), len=200))),
-        ("ping, trailing bytes", frame(trailing(to_board(ICMP(id=7) / b"abc"), 40))),
-        ("tcp to the board", frame(to_board(TCP(dport=CTRL_PORT)))),
-        ("ipv6 to the board's mac", frame(Ether(src=A_MAC, dst=DEFAULT_MAC) / IPv6() / ICMP())),
-    ]
-    return cases
-
 
 def test_arp_and_ping_answered_as_the_golden_model():
     rng = random.Random(31)
@@ -161,11 +92,6 @@ def ctrl_cases(rng):
                                 / Raw(ctrl_payload(random_pairs(rng, 1))))),
     ]
     return cases
-
-
-def trailing(pkt, n):
-    """``pkt`` with ``n`` bytes after its IPv4 packet (Ethernet padding, not its payload)."""
-    return Ether(bytes(pkt) + b"\x5a" * n)
 
 
 def wrong_checksum(pkt):

@@ -7,65 +7,24 @@ import zlib
 import numpy as np
 import pytest
 from scapy.layers.inet import ICMP, IP, TCP, UDP
-from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import ARP, Dot1Q, Ether
+from scapy.layers.l2 import ARP, Ether
 from scapy.packet import Raw
 
 from contract.counters import WIRE_COUNTERS, WIRE_DROP_CAUSES
 from contract.header import Flags, Header, PacketType
 from contract.network import (DEFAULT_IP, DEFAULT_MAC, NET_REGISTERS, NIC_VALUES_PER_MTU,
-                              WIRE_GRADIENT_PORT, CtrlOp, ip_to_int, network_address)
+                              CtrlOp, ip_to_int, network_address)
 from contract.packet import Packet
 from contract.registers import WIRE_REGISTERS
 from host.board.wire_golden import GoldenWire, internet_checksum, with_fcs
 from host.golden import inceptionn
+from sim.frames import (A_IP, A_MAC, B_IP, B_MAC, KEY, MALFORMED, PASS_THROUGH, RX_PASSES,
+                        SPECIALS, TX_PASSES, ctrl_request, frame, gradient, inc_bytes,
+                        raw_packet, values)
 from tests.helpers import bits, fresh_rng
 
-KEY = 0x0123_4567_89AB_CDEF
-A_MAC, B_MAC, OTHER_MAC = "02:00:00:00:00:0a", "02:00:00:00:00:0b", "02:00:00:00:00:0c"
-A_IP, B_IP = "10.0.0.1", "10.0.0.2"
 #: classes that count a frame's fate (every arriving frame counts in exactly one)
 OUTCOMES = [c for c in WIRE_COUNTERS if c not in ("frames_in", "frames_out")]
-SPECIALS = np.array([0x7FC0_0001, 0xFFA0_1234, 0x7F80_0000, 0xFF80_0000, 0x8000_0000, 0,
-                     0x0000_0001, 0x807F_FFFF, 0x3F80_0000, 0x3E99_999A, 0xBE99_999A,
-                     0x3A80_0001, 0x3F7F_FFFF], dtype=np.uint32)
-
-
-def frame(pkt, *, pad=True) -> bytes:
-    """``pkt`` (scapy) as it arrives on a port: padded to 60 bytes as a MAC pads, FCS."""
-    raw = bytes(pkt)
-    return with_fcs(raw.ljust(60, b"\0") if pad else raw)
-
-
-def gradient(payload, *, src=(A_MAC, A_IP), dst=(B_MAC, B_IP), dport=WIRE_GRADIENT_PORT,
-             checksum=True, **ip):
-    udp = UDP(sport=40000, dport=dport)
-    if not checksum:
-        udp.chksum = 0
-    return Ether(src=src[0], dst=dst[0]) / IP(src=src[1], dst=dst[1], **ip) / udp / Raw(payload)
-
-
-def wrong_udp_checksum(pkt):
-    pkt = Ether(bytes(pkt))             # checksums computed
-    pkt[UDP].chksum ^= 0x5555
-    return pkt
-
-
-def raw_packet(words, k=10, *, compress=True, **fields) -> bytes:
-    words = np.asarray(words, dtype=np.uint32)
-    flags = Flags.COMPRESS if compress else Flags.NONE
-    header = Header(type=PacketType.RAW_F32, flags=flags, k=k, count=words.size, seq=5,
-                    offset=1234, **fields)
-    return header.pack() + words.astype("<u4").tobytes()
-
-
-def values(rng, n):
-    """Gradient-like fp32 words (most compress), with the special values among them."""
-    out = (rng.standard_normal(n) * 0.05).astype(np.float32).view(np.uint32)
-    out[:min(n, SPECIALS.size)] = SPECIALS[:n]
-    return out
-
-
 def check_counts(wire):
     for port in (0, 1):
         c = wire.counters[port]
@@ -100,41 +59,6 @@ def check_headers(sent: Ether, original: Ether, payload: bytes):
 
 # -- frames that pass ------------------------------------------------------------------------
 
-#: frames neither NIC path touches: both directions
-PASS_THROUGH = {
-    "arp for another host": Ether(src=A_MAC, dst="ff:ff:ff:ff:ff:ff") / ARP(psrc=A_IP, pdst=B_IP),
-    "icmp echo": Ether(src=A_MAC, dst=B_MAC) / IP(src=A_IP, dst=B_IP) / ICMP() / b"ping",
-    "tcp": Ether(src=A_MAC, dst=B_MAC) / IP(src=A_IP, dst=B_IP) / TCP(dport=WIRE_GRADIENT_PORT),
-    "other udp port": gradient(raw_packet(SPECIALS), dport=WIRE_GRADIENT_PORT + 1),
-    "udp wrong checksum, other port": wrong_udp_checksum(gradient(b"x" * 40, dport=9)),
-    "ipv6 udp": Ether(src=A_MAC, dst=B_MAC) / IPv6() / UDP(dport=WIRE_GRADIENT_PORT)
-    / Raw(raw_packet(SPECIALS)),
-    "vlan tagged": Ether(src=A_MAC, dst=B_MAC) / Dot1Q(vlan=7) / IP(src=A_IP, dst=B_IP)
-    / UDP(dport=WIRE_GRADIENT_PORT) / Raw(raw_packet(SPECIALS)),
-    "ip options": gradient(raw_packet(SPECIALS), options=b"\x01\x01\x01\x00"),
-    "fragment": gradient(raw_packet(SPECIALS), flags="MF"),
-    "fragment offset": gradient(raw_packet(SPECIALS), frag=100),
-    "bad ip checksum": gradient(raw_packet(SPECIALS), chksum=0x1234),
-    "jumbo": gradient(b"\x55" * (9018 - 46), dport=9),
-    "broadcast to the board's ip": Ether(src=A_MAC, dst="ff:ff:ff:ff:ff:ff")
-    / IP(src=A_IP, dst=DEFAULT_IP) / UDP(dport=47573) / b"hello",
-    "not compress": gradient(raw_packet(SPECIALS, compress=False)),
-    "aggregator packet": gradient(Header(type=PacketType.AGG_ADD_I32, count=2).pack() + bytes(8)),
-}
-#: gradient datagrams the transmit path passes (from the host only)
-TX_PASSES = {
-    "inc_f32": gradient(Packet(Header(type=PacketType.INC_F32, k=10, count=8),
-                               inceptionn.encode(SPECIALS[:8], 10)).to_bytes()),
-    "bad k": gradient(raw_packet(SPECIALS, k=0)),
-    "too large": gradient(raw_packet(np.ones(2049, np.uint32))),
-    "short, no header": gradient(b"\x47\x01\x00\x01"),
-}
-#: gradient datagrams the receive path passes (from the network only)
-RX_PASSES = {
-    "raw_f32 compress": gradient(raw_packet(SPECIALS)),
-    "raw_f32 too large": gradient(raw_packet(np.ones(2049, np.uint32))),
-    "ctrl": gradient(Header(type=PacketType.CTRL, count=1).pack() + bytes(8)),
-}
 PASSES = ([(name, pkt, port) for name, pkt in PASS_THROUGH.items() for port in (0, 1)]
           + [(name, pkt, 0) for name, pkt in TX_PASSES.items()]
           + [(name, pkt, 1) for name, pkt in RX_PASSES.items()])
@@ -221,23 +145,6 @@ def test_custom_gradient_port():
     assert port == 1 and Header.parse(bytes(sent[UDP].payload)).type == PacketType.INC_F32
 
 
-def _inc(count=8, k=10, words=SPECIALS[:8], **fields):
-    header = Header(type=PacketType.INC_F32, k=k, count=count, **fields)
-    return header.pack() + inceptionn.encode(words, k if 1 <= k <= 15 else 10)
-
-
-MALFORMED = {
-    "short": (b"\x47\x01\x01\x00" + bytes(20), None),
-    "bad magic": (b"\x46" + _inc()[1:], "drop_bad_header"),
-    "bad version": (b"\x47\x02" + _inc()[2:], "drop_bad_header"),
-    "not this protocol": (b"hello, world" * 4, "drop_bad_header"),
-    "bad k": (_inc(k=0), "drop_bad_k"),
-    "too large": (_inc(count=2049), "drop_too_large"),
-    "truncated": (_inc(count=64), "drop_truncated"),
-    "overlong": (_inc() + bytes(8), "drop_overlong"),
-}
-
-
 @pytest.mark.parametrize("name", MALFORMED)
 def test_network_side_drops_what_the_receive_path_drops(name):
     payload, cause = MALFORMED[name]
@@ -252,7 +159,7 @@ def test_network_side_drops_what_the_receive_path_drops(name):
 @pytest.mark.parametrize("port", [0, 1])
 def test_udp_checksum_on_the_gradient_port(port):
     wire = GoldenWire(KEY)
-    payload = raw_packet(SPECIALS) if port == 0 else _inc()
+    payload = raw_packet(SPECIALS) if port == 0 else inc_bytes()
     good = gradient(payload)
     good[UDP].chksum = Ether(bytes(good))[UDP].chksum        # computed by scapy
     assert good[UDP].chksum != 0
@@ -268,7 +175,7 @@ def test_udp_checksum_on_the_gradient_port(port):
 @pytest.mark.parametrize("port", [0, 1])
 def test_udp_length_disagreeing_with_ip_is_dropped(port):
     wire = GoldenWire(KEY)
-    pkt = gradient(raw_packet(SPECIALS) if port == 0 else _inc(), checksum=False)
+    pkt = gradient(raw_packet(SPECIALS) if port == 0 else inc_bytes(), checksum=False)
     pkt[UDP].len = 8 + 4
     long_ip = gradient(raw_packet(SPECIALS), checksum=False)
     long_ip[IP].len = 2000
@@ -351,13 +258,6 @@ def test_ping_reply():
     big[Raw].load = bytes(129)                      # beyond LiteEth's 128-byte buffer
     assert wire.receive(0, frame(big)) == []
     assert wire.counters[0]["drop_unanswered"] == 1
-
-
-def ctrl_request(pairs, *, key=KEY, op=CtrlOp.READ):
-    header = bytearray(Header(type=PacketType.CTRL, count=len(pairs), seq=11).pack())
-    header[4] = op
-    header[24:32] = key.to_bytes(8, "little")
-    return bytes(header) + b"".join(struct.pack("<II", a, v) for a, v in pairs)
 
 
 def wire_address(block, counter):

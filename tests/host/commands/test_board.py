@@ -111,8 +111,7 @@ def test_wire_status_reads_the_wire_counters(capsys, monkeypatch):
     ``wire-status`` reads each port's and the NIC engines' counters, exactly the golden
     model's; a network board reads the wire's region as 0 and the command says so."""
     from host.board.wire_golden import GoldenWire
-    from tests.host.board.test_wire_golden import KEY, PASS_THROUGH, frame, gradient, \
-        raw_packet, values
+    from sim.frames import KEY, PASS_THROUGH, frame, gradient, raw_packet, values
     for name in ("GRADWIRE_BOARD", "GRADWIRE_PORT_BASE", "GRADWIRE_KEY", "GRADWIRE_MTU"):
         monkeypatch.delenv(name, raising=False)
     wire = GoldenWire(KEY)

@@ -2,7 +2,7 @@
 (TickFaults) and the virtual board's wire (WireFaults) share."""
 import pytest
 
-from host.board.wire import WireFaults
+from host.board.link_faults import WireFaults
 from host.switchml.faults import NetworkFaults
 from host.switchml.network import TickFaults
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from contract.network import NIC_VALUES_PER_MTU
-from host.board.wire import WireFaults
+from host.board.link_faults import WireFaults
 from host.wire_ring import RingStalled, golden_ring, ring_over_wire
 from host.wire_ring.host import ring_schedule
 from host.wire_ring.network import MAX_WORKERS, bits_equal, ring_addresses

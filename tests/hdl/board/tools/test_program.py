@@ -11,7 +11,7 @@ from hdl.board.program import (ProgramError, build_folder, loader_path, main,
                                program_command)
 from hdl.board.boards import load_boards
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 BOARDS = load_boards()
 
 
@@ -56,20 +56,22 @@ def test_openfpgaloader_knows_every_board_name():
             assert board.program["cable"] in known_cables, board.name
 
 
-def _make_program(*options, cwd=REPO):
-    return subprocess.run(["make", "--no-print-directory", "program", *options,
-                           f"PYTHON={sys.executable}"], cwd=cwd, capture_output=True,
-                          text=True, env=dict(os.environ, MAKEFLAGS=""))
+def _make_program(*options, cwd=REPO, dry_run=False):
+    """``make program OPTIONS`` with the virtualenv running the tests (never set up again
+    here: its stamp is taken as up to date); ``dry_run``: ``make -n``, the command only."""
+    venv = Path(sys.prefix)
+    return subprocess.run(["make", "--no-print-directory", *(["-n"] if dry_run else []),
+                           "-o", str(venv / ".gradwire-installed"), "program", *options,
+                           f"VENV={venv}", f"PYTHON={sys.executable}"], cwd=cwd,
+                          capture_output=True, text=True, env=dict(os.environ, MAKEFLAGS=""))
 
 
 def test_no_build_is_one_line_and_says_what_to_run(tmp_path, capsys):
     assert main(["--board", "versa", "--top", "selftest", "--build-root",
                  str(tmp_path)]) == 1
     out, err = capsys.readouterr()
-    # the command it would run, then the reason
-    assert out.split()[1:] == ["--board", "ecp5_evn", "--write-sram",
-                               str(tmp_path / "versa-selftest" / "gradwire.bit")]
-    assert err.count("\n") == 1 and "Traceback" not in err
+    # the reason, nothing else (the command is printed only when it has run)
+    assert out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith("make program: no bitstream at ")
     assert "make bitstream BOARD=versa TOP=selftest" in err
 
@@ -100,7 +102,7 @@ def test_no_board_on_the_cable_is_one_line(tmp_path):
     (tmp_path / "ecpix5" / "gradwire.bit").write_bytes(b"\xff" * 64)
     result = subprocess.run([sys.executable, "-m", "hdl.board.program", "--build-root",
                              str(tmp_path)], capture_output=True, text=True, cwd=REPO)
-    assert result.returncode == 1
+    assert result.returncode == 1 and result.stdout == ""
     assert result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
     assert result.stderr.startswith("make program: openFPGALoader failed: ")
     assert "no board on the cable" in result.stderr
@@ -124,14 +126,29 @@ def test_loader_that_cannot_start_is_one_line(tmp_path):
                              "missing (as root: apt-get install libusb-1.0-0 libftdi1-2)\n")
 
 
-def test_make_program_passes_the_options(tmp_path):
-    """``make program`` itself, with no build of a board nobody built here."""
+def test_make_program_passes_the_options():
+    """``make program``'s recipe hands every option to ``hdl.board.program``."""
+    result = _make_program("BOARD=colorlight", "TOP=selftest", "FLASH=1", "CABLE=dirtyJtag",
+                           dry_run=True)
+    assert result.returncode == 0, result.stderr
+    assert "-m hdl.board.program --board colorlight --top selftest --engine all" \
+        in result.stdout
+    assert "--flash" in result.stdout and "--cable dirtyJtag" in result.stdout
+
+
+def test_make_program_without_a_build_is_one_line():
+    """``make program`` itself, with no build of a board nobody built here: the one line of
+    docs/bring-up.md (step 2), then make's own line for a failed recipe (its status 2)."""
     result = _make_program("BOARD=colorlight", "TOP=selftest", "FLASH=1", "CABLE=dirtyJtag")
-    assert result.returncode != 0
-    assert "--board colorlight --cable dirtyJtag --write-flash" in result.stdout
-    assert "build/bitstream/colorlight-selftest/gradwire.bit" in result.stdout
-    assert "make program: no bitstream at" in result.stderr
-    assert "Traceback" not in result.stderr
+    assert result.returncode == 2 and result.stdout == "", result
+    ours, made = result.stderr.splitlines()
+    assert ours.startswith("make program: no bitstream at ")
+    assert ours.endswith("build/bitstream/colorlight-selftest/gradwire.bit: build it first "
+                         "(make bitstream BOARD=colorlight)")
+    assert made.startswith("make: *** [") and made.endswith("Error 1")
+    page = " ".join((REPO / "docs" / "bring-up.md").read_text().split())
+    assert "no build or the wrong board: one line saying which" in page
+    assert "exit status 1" in page and "make exits 2" in page
 
 
 def test_a_board_without_a_loader_name_is_refused():

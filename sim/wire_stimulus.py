@@ -1,7 +1,8 @@
-"""Frames and MAC-side stimulus shared by the simulator tests of the NIC in the wire
+"""MAC-side stimulus of the NIC in the wire, shared by its simulator tests
 (``tests/hdl/wire/test_path.py``: one direction, ``tests/hdl/wire/test_engine.py``: the
-whole wire): named cases of every kind, beats scheduled as a LiteEth MAC delivers them, and
-frames gathered back from a MAC-side output stream.
+whole wire) and its cocotb bench (``sim/tb_wire.py``): named cases of every kind, beats
+scheduled as a LiteEth MAC delivers them, and frames gathered back from a MAC-side output
+stream. The frames themselves are :mod:`sim.frames`'.
 
 A case is ``(name, data)`` (a frame with its FCS), ``(name, data, error_beat)`` (a receive
 error on that beat) or ``("pause", cycles)`` (the input idle that long).
@@ -12,20 +13,19 @@ import numpy as np
 from scapy.layers.inet import ICMP, IP
 from scapy.layers.l2 import ARP, Ether
 
+from contract.frames import MAX_BODY_BYTES, MIN_BODY_BYTES, with_fcs
 from contract.header import Header, PacketType
 from contract.network import DEFAULT_IP, DEFAULT_MAC, network_address
-from contract.registers import WIRE_REGISTERS
 from contract.packet import Packet
-from hdl.wire.classify import MAX_BODY_BYTES, MIN_BODY_BYTES
-from host.board.wire_golden import with_fcs
+from contract.registers import WIRE_REGISTERS
 from host.golden import inceptionn
-from tests.hdl.wire.test_classify import bad_fcs, body_of, mac_beats, no_udp_checksum
-from tests.host.board.test_wire_golden import (A_IP, A_MAC, MALFORMED, PASS_THROUGH,
-                                               RX_PASSES, SPECIALS, TX_PASSES, frame, gradient,
-                                               raw_packet, values)
+from sim.frames import (A_IP, A_MAC, MALFORMED, PASS_THROUGH, RX_PASSES, SPECIALS, TX_PASSES,
+                        bad_fcs, body_of, frame, gradient, mac_beats, no_udp_checksum,
+                        raw_packet, values)
 
-__all__ = ["MAX_COUNT", "same_frames", "gateware_counters", "beat_schedule", "spaced", "FrameCollector", "inc_packet", "checksummed",
-           "gradient_cases", "pass_cases", "malformed_cases", "bad_cases"]
+__all__ = ["MAX_COUNT", "same_frames", "gateware_counters", "beat_schedule", "spaced",
+           "FrameCollector", "inc_packet", "checksummed", "gradient_cases", "pass_cases",
+           "malformed_cases", "bad_cases"]
 
 #: the NIC receive path's largest packet in these tests (an MTU's 360 values fit)
 MAX_COUNT = 512

@@ -26,7 +26,7 @@ from hdl.board.boards import load_boards
 from tests.conftest import (BITSTREAM_TEST_KEY, DEFAULT_BITSTREAM_COMMAND,
                             default_bitstream_result)
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[4]
 BOARDS = load_boards()
 
 

@@ -1,10 +1,11 @@
-"""The wire fault injector (``host/board/wire.py``): seeded, its rates, and its three rules."""
+"""The link fault injector (``host/board/link_faults.py``): seeded, its rates, and its three
+rules."""
 import numpy as np
 import pytest
 
 from contract.header import Header, PacketType
 from contract.packet import Packet
-from host.board.wire import INBOUND, OUTBOUND, WireFaults
+from host.board.link_faults import INBOUND, OUTBOUND, WireFaults
 
 SRC = ("127.0.0.1", 40000)
 

@@ -1,11 +1,12 @@
-"""The wire core (LiteEth's PHY and MAC on both ports): configuration, generation, wrapper."""
+"""The wire's MAC (``hdl/wire/mac.py``: LiteEth's PHY and MAC on both ports): configuration,
+generation, wrapper."""
 import pytest
 from amaranth.hdl import Fragment
 
 from hdl.net.core.eth_core import rgmii_ports
 from hdl.net.core.liteeth import (CORE_MODULES, RGMII_PINS, generate, load_network_config,
                                   parse_ports)
-from hdl.net.core.wire_core import LiteEthWireCore
+from hdl.wire.mac import LiteEthWireCore
 from tests.hdl.net.core.test_eth_core import BOARDS, platform_of
 
 TWO_PORT_BOARDS = ("versa",)
