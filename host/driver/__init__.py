@@ -1,7 +1,7 @@
 """The host driver: one API over every backend (Glasgow's split).
 
-- Interfaces: :mod:`~host.driver.nic`, :mod:`~host.driver.switch`, on
-  :mod:`~host.driver.registers`.
+- Interfaces: :mod:`~host.driver.nic`, :mod:`~host.driver.switch`, on the register maps of
+  :mod:`contract.registers`.
 - Transports: :mod:`~host.driver.transport` (the API), :mod:`~host.driver.models` (golden),
   :mod:`~host.driver.lockstep` (two side by side), :mod:`~host.driver.backends` (the seam
   to the simulator and the board).

@@ -2,7 +2,7 @@
 
 The same :class:`NicInterface` runs over any transport with streams ``tx`` and ``rx`` and
 the NIC register map: the golden model (:class:`~host.driver.models.NicModelTransport`),
-the Verilated gateware (:func:`open_nic` with ``backend="verilator"``), or, later, a board.
+the Verilated gateware (:func:`open_nic` with ``backend="verilator"``), or a board over UDP.
 """
 from __future__ import annotations
 

@@ -2,8 +2,8 @@
 
 The same :class:`SwitchInterface` runs over any transport with the stream ``agg`` and the
 switch register map: the reference model (:class:`~host.driver.models.SwitchModelTransport`),
-the Verilated gateware (:func:`open_switch` with ``backend="verilator"``), or, later, a
-board. Windowing, resends and result collection are ``host.switchml.network``'s.
+the Verilated gateware (:func:`open_switch` with ``backend="verilator"``), or a board over
+UDP. Windowing, resends and result collection are ``host.switchml.network``'s.
 """
 from __future__ import annotations
 

@@ -2,7 +2,8 @@
 
 The driver talks to every engine through the same small interface, :class:`Transport`, so
 its code is the same whether the engine is the NumPy reference model
-(``host.driver.models``), the Verilated gateware (``sim.cocotb_transport``, reached through
+(``host.driver.models``), the Verilated gateware (the compiled harness,
+``sim.harness.transport``, or cocotb, ``sim.cocotb_transport``, both reached through
 ``host.driver.backends``), or a board behind UDP sockets (``host.driver.udp``):
 
 - ``exchange(stream, packets) -> list[Packet]``: send packets into one of the engine's
