@@ -470,6 +470,7 @@ class _CommHook:
         self.dense_ring_bytes = 0
         self.control_bytes = 0
         self._worker = None                   # started at the first asynchronous call
+        self._groups = {}                     # the hook's private gloo groups (cpu_group)
         self._failed_pass = FailedIteration()
 
     #: the hardware path (None: the golden models)
@@ -530,7 +531,7 @@ class _CommHook:
 
     def __call__(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         who = type(self).__name__
-        group = cpu_group(who, state)
+        group = cpu_group(who, state, self._groups)
         buffer = bucket.buffer()
         check_bucket(who, buffer)
         # Everything the exchange needs is taken now: DDP owns the bucket object and its
