@@ -95,10 +95,17 @@ def run(args) -> int:
           f"on {settings.world_size} gloo processes, compressed rows through {where}",
           flush=True)
     from torch.multiprocessing import ProcessRaisedException
+
+    from ..ddp.launch import RendezvousError, sigterm_raises
     try:
-        results = run_experiment(settings, board=board, key=key)
+        # SIGTERM unwinds (stopping the ranks and a virtual board) instead of killing this
+        # process alone.
+        with sigterm_raises():
+            results = run_experiment(settings, board=board, key=key)
     except ProcessRaisedException as exc:
         raise CliError(f"the training run stopped: {_reason(str(exc))}") from None
+    except RendezvousError as exc:
+        raise CliError(str(exc)) from None
     paths = write_outputs(results, args.out)
     print()
     print(results_table(results))
