@@ -34,7 +34,8 @@ import threading
 import time
 
 __all__ = ["RENDEZVOUS_TIMEOUT", "STOP_GRACE", "RendezvousError", "free_loopback_port",
-           "check_rendezvous_address", "stop_processes", "sigterm_raises", "run_local_group"]
+           "check_rendezvous_address", "stop_processes", "sigterm_raises", "run_local_group",
+           "init_process_group_from_env"]
 
 #: Seconds a rank may take to connect to the rendezvous store (and the first rank to see
 #: every other one arrive): generous for spawned interpreters that import torch on a busy
@@ -141,10 +142,14 @@ def _local_group_entry(rank, world_size, port, timeout, rendezvous_timeout, out_
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     torch.set_num_threads(1)
     try:
+        if rank != 0:
+            wait_for_listener(LOOPBACK, port, rendezvous_timeout)
         store = dist.TCPStore(LOOPBACK, port, world_size, is_master=rank == 0,
                               timeout=datetime.timedelta(seconds=rendezvous_timeout),
                               wait_for_workers=True)
     except Exception as exc:                         # noqa: BLE001 (reported in one line)
+        if isinstance(exc, RendezvousError):
+            exc = str(exc).split(" (", 1)[-1].rstrip(")")
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         with open(os.path.join(out_dir, f"rendezvous{rank}.txt"), "w") as f:
             f.write(f"rank {rank} could not reach the rendezvous at {LOOPBACK}:{port} within "
@@ -176,6 +181,25 @@ def _local_group_entry(rank, world_size, port, timeout, rendezvous_timeout, out_
     # down while joinable, and the process aborts ("terminate called without an active
     # exception", SIGABRT) now and then although its work is done.
     os._exit(0)
+
+
+def wait_for_listener(address: str, port: int, timeout: float) -> None:
+    """Connect (and close again) to ``address:port`` until it accepts, at most ``timeout``
+    seconds; :class:`RendezvousError` with the last reason otherwise. Done before a store
+    client connects, whose own retries print C++ traces for every try."""
+    deadline = time.monotonic() + timeout
+    reason = "nobody accepted"
+    while True:
+        try:
+            with socket.create_connection((address, port),
+                                          timeout=max(0.1, min(2.0, timeout))):
+                return
+        except OSError as exc:
+            reason = exc.strerror or str(exc) or type(exc).__name__
+        if time.monotonic() + 0.2 > deadline:
+            raise RendezvousError(f"nothing answered at {address}:{port} within "
+                                  f"{timeout:.0f} s ({reason})")
+        time.sleep(0.2)
 
 
 def _rendezvous_failure(out_dir):
@@ -233,3 +257,40 @@ def run_local_group(fn, world_size: int, *args, timeout: float = 300.0,
             with open(os.path.join(out_dir, f"rank{rank}.pkl"), "rb") as f:
                 results.append(pickle.load(f))
         return results
+
+
+def init_process_group_from_env(backend: str, *, timeout: float = 1800.0,
+                                rendezvous_timeout: float = RENDEZVOUS_TIMEOUT) -> None:
+    """``dist.init_process_group(backend)`` from torchrun's environment (``RANK``,
+    ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``), with the connection to the rendezvous
+    store bounded by ``rendezvous_timeout`` seconds instead of the group's ``timeout``.
+
+    Raises :class:`RendezvousError` (one line, naming the address) when the store cannot
+    be reached in time. The examples use it.
+    """
+    import torch.distributed as dist
+
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    address = os.environ.get("MASTER_ADDR", LOOPBACK)
+    port = int(os.environ.get("MASTER_PORT", "29500"))
+    # torchrun hosts the store in its agent (TORCHELASTIC_USE_AGENT_STORE=True); otherwise
+    # rank 0 does.
+    agent_store = os.environ.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() == "true"
+    master = rank == 0 and not agent_store
+    try:
+        if not master:
+            wait_for_listener(address, port, rendezvous_timeout)
+        store = dist.TCPStore(address, port, world, is_master=master,
+                              timeout=datetime.timedelta(seconds=rendezvous_timeout),
+                              wait_for_workers=master,
+                              multi_tenant=not agent_store)
+    except Exception as exc:                         # noqa: BLE001 (one line)
+        if isinstance(exc, RendezvousError):
+            exc = str(exc).split(" (", 1)[-1].rstrip(")")
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise RendezvousError(f"rank {rank} could not reach the rendezvous at "
+                              f"{address}:{port} within {rendezvous_timeout:.0f} s "
+                              f"({first[:200]})") from None
+    store.set_timeout(datetime.timedelta(seconds=timeout))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=timeout))
