@@ -398,3 +398,85 @@ def test_fsdp2_training_through_the_objects(ranks, name, precision):
     # near FSDP2's own reduce-scatter after 3 steps of lr 0.1 (bf16/fp16 parameters round)
     tolerance = {"fp32": 2e-3, "factor": 2e-3, "bf16": 5e-2, "fp16": 2e-2}[precision]
     assert np.max(np.abs(runs[0]["params"] - base)) < tolerance
+
+
+# ---------------------------------------------------------------------------------------
+# CUDA with NCCL, where GPUs exist: the same objects, unchanged (private gloo groups)
+
+def _nccl_rank(rank, world, port, out_dir):
+    import datetime
+    import os
+    import pickle
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh("cuda", (world,))
+    out = {}
+    for precision, policy in (("fp32", MixedPrecisionPolicy()),
+                              ("bf16", MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                                            reduce_dtype=torch.bfloat16))):
+        for name, factory in (("inceptionn", lambda: fsdp.InceptionnReduceScatter(k=10)),
+                              ("lhc", lambda: fsdp.LhcReduceScatter())):
+            torch.manual_seed(0)
+            net = _Net().cuda()
+            for layer in (net.a, net.b):
+                fully_shard(layer, mesh=mesh, mp_policy=policy)
+            fully_shard(net, mesh=mesh, mp_policy=policy)
+            objects = fsdp.set_reduce_scatter(net, factory)
+            optimizer = torch.optim.SGD(net.parameters(), lr=0.1)
+            generator = torch.Generator().manual_seed(rank)
+            for _ in range(3):
+                optimizer.zero_grad()
+                net(torch.randn(8, 5, generator=generator).cuda()).pow(2).mean().backward()
+                optimizer.step()
+            out[name, precision] = torch.cat([p.full_tensor().detach().float().reshape(-1)
+                                              for p in net.parameters()]).cpu().numpy()
+            for obj in objects:
+                obj.close()
+    # the same inputs on CPU through the golden objects over gloo give the same sums
+    x = torch.from_numpy(_inputs(rank, world, 100, "random")).cuda()
+    inc = fsdp.InceptionnReduceScatter(k=10)
+    result = torch.empty(100, device="cuda")
+    work = inc(result, x, dist.group.WORLD, dist.ReduceOp.SUM, async_op=True)
+    work.wait()
+    out["direct"] = result.cpu().numpy()
+    inc.close()
+    dist.barrier()
+    dist.destroy_process_group()
+    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
+        pickle.dump(out, f)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="two CUDA devices are needed for the NCCL path")
+def test_nccl_fsdp2_through_the_objects():
+    import os
+    import pickle
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    from host.ddp import free_loopback_port
+
+    world = 2
+    with tempfile.TemporaryDirectory(prefix="gradwire-fsdp-nccl-") as out_dir:
+        mp.start_processes(_nccl_rank, args=(world, free_loopback_port(), out_dir),
+                           nprocs=world, join=True, start_method="spawn")
+        results = []
+        for rank in range(world):
+            with open(os.path.join(out_dir, f"rank{rank}.pkl"), "rb") as f:
+                results.append(pickle.load(f))
+    for key in results[0]:
+        if key != "direct":
+            assert np.array_equal(results[0][key], results[1][key]), key
+            assert np.isfinite(results[0][key]).all()
+    for rank in range(world):
+        everyone = [_inputs(r, world, 100, "random") for r in range(world)]
+        exact = np.sum(np.stack(everyone).astype(np.float64), axis=0)[rank * 100:(rank + 1) * 100]
+        bound = fsdp.reduce_scatter_error_bound(everyone, 10)[rank * 100:(rank + 1) * 100]
+        assert np.all(np.abs(results[rank]["direct"] - exact) < bound)
