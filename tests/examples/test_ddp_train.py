@@ -91,3 +91,34 @@ def test_savings_are_worded_so_that_they_read_right_both_ways():
     assert ddp_train.compared(103, 100) == "103.0 % of the dense bytes, 1.03x more"
     assert ddp_train.compared(100, 100) == "100.0 % of the dense bytes, as many"
     assert "less" not in ddp_train.compared(97, 100) + ddp_train.compared(103, 100)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_sigterm_and_ctrl_c_stop_torchrun_and_every_rank(how):
+    import signal
+    import time
+
+    from tests.host.test_launch import _alive, _descendants, _session, _wait_for
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
+               "--nproc_per_node=2", "--master_addr=127.0.0.1",
+               f"--master_port={free_loopback_port()}", str(EXAMPLE), "--device", "cpu",
+               "--steps", "1000000", "--hidden", "32"]
+    process = subprocess.Popen(command, cwd=REPO, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True,
+                               env=dict(os.environ, GLOO_SOCKET_IFNAME="lo",
+                                        OMP_NUM_THREADS="1"))
+    try:
+        assert _wait_for(lambda: len(_descendants(process.pid)) >= 2, 120)
+        time.sleep(5.0)                                 # the ranks training
+        started = _descendants(process.pid)
+        if how == "SIGTERM":
+            process.send_signal(signal.SIGTERM)
+        else:
+            os.killpg(process.pid, signal.SIGINT)       # Ctrl-C: the foreground group
+        process.wait(timeout=30)
+        assert _wait_for(lambda: not any(_alive(p) for p in started), 30)
+        assert _wait_for(lambda: not _session(process.pid), 30)
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
