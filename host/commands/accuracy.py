@@ -65,6 +65,11 @@ def run(args) -> int:
         raise CliError(f"missing {', '.join(missing)}: install the 'ddp' extra "
                        f"(pip install -e '.[ddp]', or make setup)")
     from ..ddp.accuracy import Settings, results_table, run_experiment, write_outputs
+    from ..ddp.launch import raise_on_sigterm
+
+    # SIGTERM unwinds (stopping the ranks and a virtual board) instead of killing this
+    # process alone.
+    raise_on_sigterm()
 
     import os
 
@@ -96,12 +101,9 @@ def run(args) -> int:
           flush=True)
     from torch.multiprocessing import ProcessRaisedException
 
-    from ..ddp.launch import RendezvousError, sigterm_raises
+    from ..ddp.launch import RendezvousError
     try:
-        # SIGTERM unwinds (stopping the ranks and a virtual board) instead of killing this
-        # process alone.
-        with sigterm_raises():
-            results = run_experiment(settings, board=board, key=key)
+        results = run_experiment(settings, board=board, key=key)
     except ProcessRaisedException as exc:
         raise CliError(f"the training run stopped: {_reason(str(exc))}") from None
     except RendezvousError as exc:

@@ -621,6 +621,8 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
     """
     from .launch import check_rendezvous_address, run_local_group
 
+    # Fail at once, in one line, where the ranks could not meet (before a virtual board).
+    check_rendezvous_address()
     unknown = set(settings.codecs) - set(CODECS) or set(settings.tasks) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown codec or task: {sorted(unknown)}")
@@ -629,8 +631,6 @@ def run_experiment(settings: Settings, *, board: str | None = None, key=None) ->
                          f"{settings.backend!r}")
     if settings.backend != "udp" and (board is not None or key is not None):
         raise ValueError("board and key are for the udp backend")
-    # Fail at once, in one line, where the ranks could not meet (before a virtual board).
-    check_rendezvous_address()
     datasets = prepare_datasets(settings)
     hardware = None if settings.backend == "golden" else {"backend": settings.backend}
     started = time.perf_counter()

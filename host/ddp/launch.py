@@ -34,7 +34,8 @@ import threading
 import time
 
 __all__ = ["RENDEZVOUS_TIMEOUT", "STOP_GRACE", "RendezvousError", "free_loopback_port",
-           "check_rendezvous_address", "stop_processes", "sigterm_raises", "run_local_group",
+           "check_rendezvous_address", "stop_processes", "sigterm_raises", "raise_on_sigterm",
+           "run_local_group",
            "init_process_group_from_env"]
 
 #: Seconds a rank may take to connect to the rendezvous store (and the first rank to see
@@ -119,6 +120,13 @@ def sigterm_raises():
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def raise_on_sigterm() -> None:
+    """From now on SIGTERM raises ``SystemExit(143)`` in the main thread (for a command's
+    whole run; :func:`sigterm_raises` for a block). Outside the main thread: nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _raise_exit)
 
 
 def _die_with_parent() -> None:
