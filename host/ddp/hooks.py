@@ -42,7 +42,7 @@ bit, the arithmetic of the gateware.
 Both hooks are asynchronous by default (the future comes back at once, a worker thread of
 the hook's own runs the exchange while the backward pass goes on; ``asynchronous=False``
 runs it inside the call), take float32, float16 and bfloat16 buckets on CPU and CUDA devices,
-and carry their traffic on a gloo group of their own when DDP's group is NCCL's: see
+and carry their traffic on a gloo group of their own, never on DDP's communicator: see
 :mod:`host.ddp.hook_worker`.
 
 Both return the *average* DDP expects, computed in one fixed order on every rank: first the
