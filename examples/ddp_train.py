@@ -33,6 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from host import ddp  # noqa: E402
+from host.ddp.launch import RendezvousError, init_process_group_from_env  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -63,6 +64,12 @@ def parse_args(argv=None):
                         help="the model's (and so the gradient buckets') dtype")
     parser.add_argument("--sync", action="store_true",
                         help="run the hook's exchange inside the call (asynchronous=False)")
+    parser.add_argument("--uneven", action="store_true",
+                        help="rank r runs r fewer steps than rank 0 (at least 1), under "
+                             "DDP's join(): the hook serves the ranks that ran out")
+    parser.add_argument("--rendezvous-timeout", type=float, default=60.0,
+                        help="seconds to reach the rendezvous (MASTER_ADDR:MASTER_PORT) "
+                             "before failing (default 60)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.steps < 1:
@@ -90,22 +97,44 @@ def make_hook(args):
     return ddp.LhcHook(**options)
 
 
+def compared(sent: int, dense: int) -> str:
+    """``sent`` bytes against ``dense`` as words that read right either way: "31.2 % of
+    the dense bytes, 3.21x fewer" or "103.0 % of the dense bytes, 1.03x more"."""
+    if dense <= 0:
+        return "no dense bytes to compare with"
+    share = f"{100.0 * sent / dense:.1f} % of the dense bytes"
+    if sent == dense:
+        return share + ", as many"
+    if sent < dense:
+        return share + (f", {dense / sent:.2f}x fewer" if sent else ", none sent")
+    return share + f", {sent / dense:.2f}x more"
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if "RANK" not in os.environ:
         print("run me with torchrun: torchrun --nproc_per_node=2 examples/ddp_train.py ...",
               file=sys.stderr)
         return 2
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("ddp_train.py: error: --device cuda, but CUDA is not available here "
+              "(use --device cpu or auto)", file=sys.stderr)
+        return 2
     use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-        device = torch.device("cuda", local_rank)
-        dist.init_process_group("nccl")       # the hooks make their own gloo group
-    else:
-        device = torch.device("cpu")
-        torch.set_num_threads(1)
-        dist.init_process_group("gloo")
+    try:
+        if use_cuda:
+            torch.cuda.set_device(local_rank)
+            device = torch.device("cuda", local_rank)
+            # the hooks make their own gloo group
+            init_process_group_from_env("nccl", rendezvous_timeout=args.rendezvous_timeout)
+        else:
+            device = torch.device("cpu")
+            torch.set_num_threads(1)
+            init_process_group_from_env("gloo", rendezvous_timeout=args.rendezvous_timeout)
+    except RendezvousError as exc:
+        print(f"ddp_train.py: error: {exc}", file=sys.stderr)
+        return 2
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[args.dtype]
 
@@ -122,18 +151,21 @@ def main(argv=None) -> int:
     optimizer = torch.optim.SGD(ddp_model.parameters(), lr=args.lr, momentum=0.9)
 
     data = torch.Generator().manual_seed(args.seed * 1000 + rank + 1)  # each rank its own
+    # --uneven: rank r runs r fewer steps; join() lets the others finish theirs.
+    steps = max(1, args.steps - rank) if args.uneven else args.steps
     started = time.perf_counter()
-    for step in range(args.steps):
-        x = torch.randn(args.batch_size, 32, generator=data)
-        with torch.no_grad():
-            y = teacher(x)
-        x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
-        optimizer.zero_grad()
-        loss = torch.nn.functional.mse_loss(ddp_model(x), y)
-        loss.backward()
-        optimizer.step()
-        if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
-            print(f"step {step:4d}  loss {loss.item():.5f}", flush=True)
+    with ddp_model.join(enable=args.uneven):
+        for step in range(steps):
+            x = torch.randn(args.batch_size, 32, generator=data)
+            with torch.no_grad():
+                y = teacher(x)
+            x, y = x.to(device=device, dtype=dtype), y.to(device=device, dtype=dtype)
+            optimizer.zero_grad()
+            loss = torch.nn.functional.mse_loss(ddp_model(x), y)
+            loss.backward()
+            optimizer.step()
+            if rank == 0 and (step % 10 == 0 or step == steps - 1):
+                print(f"step {step:4d}  loss {loss.item():.5f}", flush=True)
     seconds = time.perf_counter() - started
 
     # Bytes on the wire, summed over the ranks (a tensor on the model's device: the
@@ -146,10 +178,8 @@ def main(argv=None) -> int:
               f"{'' if hook is None else f' ({hook!r})'} on {device.type}, {args.dtype}")
         if hook is not None:
             sent, dense = (int(v) for v in totals.tolist())
-            saved = dense - sent
             print(f"bytes sent by the hook: {sent} (all ranks); a dense fp32 ring "
-                  f"all-reduce: {dense}; saved: {saved} ({100.0 * saved / dense:.1f} %, "
-                  f"{dense / sent if sent else float('inf'):.2f}x less)")
+                  f"all-reduce: {dense}; saved: {dense - sent} ({compared(sent, dense)})")
     if hook is not None:
         hook.close()
     # No rank tears the group down while a peer may still use it. DDP's reducer sits in

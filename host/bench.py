@@ -34,6 +34,7 @@ SECTIONS = {
     "deployment": "sim.benchmarks.deployment",
     "ddp_hardware": "host.benchmarks.ddp_hardware",
     "ddp_overlap": "host.benchmarks.ddp_overlap",
+    "fsdp_overlap": "host.benchmarks.fsdp_overlap",
 }
 
 

@@ -9,7 +9,18 @@ the hook's exchanges) from the same weights on the same batches, four ways, in o
   baseline of every ratio;
 - ``plain DDP``: DDP's own fp32 all-reduce over gloo, overlapped by DDP itself;
 - ``sync hook`` / ``async hook``: ``InceptionnHook(k=10, backend="udp")`` with
-  ``asynchronous=False`` and ``True``.
+  ``asynchronous=False`` and ``True``;
+- the same pair for ``InceptionnHook(k=10)`` on the golden backend (``inceptionn-golden``),
+  ``LhcHook()`` on the golden backend (``lhc-golden``) and through the board's switch
+  (``lhc-udp``).
+
+Where the time goes, per hook and mode (milliseconds per step, rank 0, from the hooks'
+:class:`~host.ddp.hooks.CallStats`): ``codec`` (``path_seconds``: the golden model, the
+NIC's exchanges, or the sketch's phases), ``exchange`` (the rest of the calls: the ring's
+messages, the preflight, the float32 division), and, for the asynchronous hook, ``waiting``:
+how much longer the same calls took than in the synchronous run (where the autograd thread
+waits for them and nothing competes), the time the worker thread waited for the interpreter
+and the cores while autograd ran.
 
 The hook compresses through a virtual board's NIC whose wire delays every datagram by up to
 :data:`WIRE_DELAY` seconds (``host/board/link_faults.py``; no loss, no duplicates), so that the
@@ -49,7 +60,42 @@ MTU = 9000
 STEPS = 12
 QUICK_STEPS = 4
 WARMUP = 2
-MODES = ("backward alone", "plain DDP", "sync hook", "async hook")
+#: hook name -> factory(asynchronous, board address, key); "inceptionn-udp" is the
+#: original pair ("sync hook" / "async hook")
+HOOKS = {
+    "inceptionn-udp": lambda a, address, key: _ddp().InceptionnHook(
+        k=K, backend="udp", board=address, mtu=MTU, asynchronous=a),
+    "inceptionn-golden": lambda a, address, key: _ddp().InceptionnHook(k=K, asynchronous=a),
+    "lhc-golden": lambda a, address, key: _ddp().LhcHook(asynchronous=a),
+    "lhc-udp": lambda a, address, key: _ddp().LhcHook(backend="udp", board=address, key=key,
+                                                      asynchronous=a),
+}
+
+
+def _mode_names():
+    modes = ["backward alone", "plain DDP", "sync hook", "async hook"]
+    for name in HOOKS:
+        if name != "inceptionn-udp":
+            modes += [f"sync {name}", f"async {name}"]
+    return tuple(modes)
+
+
+MODES = _mode_names()
+
+
+def _ddp():
+    from host import ddp
+    return ddp
+
+
+def _hook_of(mode):
+    """(hook name, asynchronous) of a hook mode, or None."""
+    if mode in ("sync hook", "async hook"):
+        return "inceptionn-udp", mode == "async hook"
+    if mode.startswith(("sync ", "async ")):
+        kind, name = mode.split(" ", 1)
+        return name, kind == "async"
+    return None
 
 
 def _model():
@@ -69,7 +115,7 @@ def _digest(net) -> str:
     return hashlib.sha256(words.numpy().tobytes()).hexdigest()
 
 
-def _steps(rank, mode, steps, batch, board):
+def _steps(rank, mode, steps, batch, board, key=None):
     """Train ``WARMUP + steps`` steps in ``mode``; (seconds of each timed step, digest of
     the parameters after the last, hook statistics)."""
     import torch
@@ -83,9 +129,10 @@ def _steps(rank, mode, steps, batch, board):
         # One bucket per layer (its weight and bias), so that each can go while the
         # backward pass computes the layers before it.
         model = DistributedDataParallel(net, bucket_cap_mb=(WIDTH * WIDTH + WIDTH) * 4 / 2**20)
-    if mode.endswith("hook"):
-        hook = ddp.InceptionnHook(k=K, backend="udp", board=f"{board[0]}:{board[1]}", mtu=MTU,
-                                  asynchronous=mode == "async hook")
+    which = _hook_of(mode)
+    if which is not None:
+        name, asynchronous = which
+        hook = HOOKS[name](asynchronous, f"{board[0]}:{board[1]}", key)
         model.register_comm_hook(state=None, hook=hook)
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
     generator = torch.Generator().manual_seed(100 + rank)
@@ -100,14 +147,20 @@ def _steps(rank, mode, steps, batch, board):
             seconds.append(time.perf_counter() - started)
     stats = None
     if hook is not None:
+        timed = list(hook.calls)[-len(hook.calls) * steps // (WARMUP + steps):]
+        per_step = 1e3 / steps
+        call_ms = sum(c.seconds for c in timed) * per_step
+        codec_ms = sum(c.path_seconds for c in timed) * per_step
         stats = {"calls_per_step": len(hook.calls) / (WARMUP + steps),
                  "bytes_sent": hook.bytes_sent, "dense_ring_bytes": hook.dense_ring_bytes,
-                 "resends": (hook.hardware_totals or {}).get("resends", 0)}
+                 "resends": (hook.hardware_totals or {}).get("resends", 0),
+                 "call_ms_per_step": call_ms, "codec_ms_per_step": codec_ms,
+                 "exchange_ms_per_step": call_ms - codec_ms}
         hook.close()
     return seconds, _digest(net), stats
 
 
-def _rank_main(rank, world, steps, batch, board):
+def _rank_main(rank, world, steps, batch, board, key=None):
     import torch
 
     torch.set_num_threads(1)
@@ -116,10 +169,15 @@ def _rank_main(rank, world, steps, batch, board):
     out = {mode: {"seconds": [], "digests": []} for mode in MODES}
     for _ in range(2):
         for mode in MODES:
-            seconds, digest, stats = _steps(rank, mode, steps, batch, board)
+            seconds, digest, stats = _steps(rank, mode, steps, batch, board, key)
             out[mode]["seconds"] += seconds
             out[mode]["digests"].append(digest)
-            out[mode]["stats"] = stats
+            if stats is not None:
+                # the mean over both rounds
+                kept = out[mode].get("stats")
+                out[mode]["stats"] = stats if kept is None else {
+                    name: (kept[name] + value) / 2 if name.endswith("per_step") else value
+                    for name, value in stats.items()}
     return out
 
 
@@ -136,7 +194,7 @@ def run(quick: bool = False, *, steps: int | None = None, wire_delay: float = WI
     faults = WireFaults(0.0, reorder=0.999, max_delay=wire_delay, seed=35)
     started = time.perf_counter()
     with VirtualBoard("golden", port_base=None, faults=faults) as board:
-        per_rank = run_local_group(_rank_main, WORLD, steps, batch, board.address,
+        per_rank = run_local_group(_rank_main, WORLD, steps, batch, board.address, board.key,
                                    timeout=1800)
     wall = time.perf_counter() - started
     rows = {}
@@ -150,25 +208,47 @@ def run(quick: bool = False, *, steps: int | None = None, wire_delay: float = WI
     for row in rows.values():
         row["vs_backward_alone"] = row["step_ms"] / base
         row["exposed_ms"] = row["step_ms"] - base
+    for mode, row in rows.items():
+        which = _hook_of(mode)
+        if which is not None and which[1]:
+            sync = rows[mode.replace("async", "sync", 1)]["stats"]
+            row["stats"]["waiting_ms_per_step"] = (row["stats"]["call_ms_per_step"]
+                                                   - sync["call_ms_per_step"])
     digests = {mode: {d for r in per_rank for d in r[mode]["digests"]} for mode in MODES}
     identical = len(digests["sync hook"] | digests["async hook"]) == 1
+    pairs = {}
+    for name in HOOKS:
+        sync_mode, async_mode = (("sync hook", "async hook") if name == "inceptionn-udp"
+                                 else (f"sync {name}", f"async {name}"))
+        pairs[name] = len(digests[sync_mode] | digests[async_mode]) == 1
     print(f"DDP hook overlap: {WORLD} ranks, MLP {LAYERS} x {WIDTH} (one bucket per layer, "
           f"{WIDTH * WIDTH + WIDTH} values), batch {batch}, InceptionnHook(k={K}, "
           f"backend='udp') through a virtual board with up to {wire_delay * 1e3:g} ms of wire "
           f"delay per datagram; median of {2 * steps} steps (slowest rank)")
-    print(f"  {'mode':<16}{'step ms':>9}{'x backward':>11}{'exposed ms':>11}")
+    print(f"  {'mode':<26}{'step ms':>9}{'x backward':>11}{'exposed ms':>11}"
+          f"{'calls ms':>10}{'codec ms':>10}{'exch. ms':>10}{'waiting ms':>11}")
     for mode, row in rows.items():
-        print(f"  {mode:<16}{row['step_ms']:>9.1f}{row['vs_backward_alone']:>11.2f}"
-              f"{row['exposed_ms']:>11.1f}")
-    print(f"  parameters after the last step: sync and async hook "
-          f"{'bit for bit identical' if identical else 'DIFFERENT'} (both ranks, both rounds)")
+        stats = row["stats"] or {}
+        extra = "".join(f"{stats[name]:>{width}.1f}" if name in stats else " " * width
+                        for name, width in (("call_ms_per_step", 10), ("codec_ms_per_step", 10),
+                                            ("exchange_ms_per_step", 10),
+                                            ("waiting_ms_per_step", 11)))
+        print(f"  {mode:<26}{row['step_ms']:>9.1f}{row['vs_backward_alone']:>11.2f}"
+              f"{row['exposed_ms']:>11.1f}{extra}")
+    print("  (calls/codec/exchange: ms per step in the hook's calls, rank 0; waiting: the "
+          "async calls' time beyond the sync calls')")
+    for name, same in pairs.items():
+        print(f"  parameters after the last step, {name}: sync and async hook "
+              f"{'bit for bit identical' if same else 'DIFFERENT'} (both ranks, both rounds)")
+    identical = all(pairs.values())
     print(f"  wall time {wall:.0f} s")
     if not identical:
         raise AssertionError("the asynchronous hook's parameters differ from the synchronous "
                              "hook's")
     return {"world_size": WORLD, "layers": LAYERS, "width": WIDTH, "batch": batch, "k": K,
             "wire_delay_s": wire_delay, "steps": 2 * steps, "modes": rows,
-            "sync_async_identical": identical, "wall_seconds": wall}
+            "sync_async_identical": identical, "sync_async_identical_per_hook": pairs,
+            "wall_seconds": wall}
 
 
 def main(argv=None) -> int:

@@ -73,6 +73,11 @@ def run(args) -> int:
         raise CliError(f"missing {', '.join(missing)}: install the 'ddp' extra "
                        f"(pip install -e '.[ddp]', or make setup)")
     from ..ddp.accuracy import Settings, results_table, run_experiment, write_outputs
+    from ..ddp.launch import raise_on_sigterm
+
+    # SIGTERM unwinds (stopping the ranks and a virtual board) instead of killing this
+    # process alone.
+    raise_on_sigterm()
 
     import os
 
@@ -123,11 +128,15 @@ def run(args) -> int:
           f"on {settings.world_size} gloo processes, compressed rows through {where}",
           flush=True)
     from torch.multiprocessing import ProcessRaisedException
+
+    from ..ddp.launch import RendezvousError
     try:
         results = run_experiment(settings, board=board, key=key,
                                  **({"boards": args.boards} if args.boards else {}))
     except ProcessRaisedException as exc:
         raise CliError(f"the training run stopped: {_reason(str(exc))}") from None
+    except RendezvousError as exc:
+        raise CliError(str(exc)) from None
     paths = write_outputs(results, args.out)
     print()
     print(results_table(results))

@@ -20,6 +20,14 @@ The INCEPTIONN rows also report how often the ring's hops changed a value
 that were not on their class's grid) and how often a float32 addition of the partial sums
 rounded (``ring_rounded_fraction``), summed over ranks and steps.
 
+The ``fsdp-*`` rows train the same models sharded with FSDP2 (``fully_shard`` on every
+layer and on the model), whose gradient traffic is one reduce-scatter per layer: ``fsdp-fp32``
+is FSDP2's own fp32 reduce-scatter, ``fsdp-inceptionn-k10(-ef)`` and ``fsdp-lhc`` the
+custom reduce-scatters of :mod:`host.fsdp`; their "dense" bytes are FSDP2's fp32 ring
+reduce-scatter of the same (padded) gradients, ``4 (N - 1) / N`` bytes per value. After the
+run the replicas' full parameters are compared (all-gathered, MIN == MAX over the ranks)
+and against the DDP row of the same path (``max_param_diff_vs_ddp``, when both ran).
+
 Bytes per step are per rank, payload only, as counted by the hooks; the fp32 row is what a
 plain ring all-reduce of the same gradients sends (``host.ddp.dense_ring_bytes``). Results
 go to ``<out>/accuracy.json``, ``<out>/accuracy.png`` (learning curves) and
@@ -61,6 +69,12 @@ CODECS = {
     "inceptionn-k10": ("inceptionn", 10, False),
     "inceptionn-k10-ef": ("inceptionn", 10, True),
     "lhc": ("lhc",),
+    # FSDP2 (fully_shard per layer): its own fp32 reduce-scatter, and the two paths as its
+    # custom reduce-scatter (host.fsdp)
+    "fsdp-fp32": ("fsdp", None),
+    "fsdp-inceptionn-k10": ("fsdp", ("inceptionn", 10, False)),
+    "fsdp-inceptionn-k10-ef": ("fsdp", ("inceptionn", 10, True)),
+    "fsdp-lhc": ("fsdp", ("lhc",)),
 }
 TASKS = ("digits", "ncf")
 #: who computes the compressed rows (see the module docstring)
@@ -309,6 +323,8 @@ def _train_one(task, codec, world, hardware=None):
 
     from . import hooks as ddp
 
+    if CODECS[codec] is not None and CODECS[codec][0] == "fsdp":
+        return _train_fsdp(task, codec, world, hardware)
     torch.manual_seed(task.settings.seed)
     net = task.model()
     numel = sum(p.numel() for p in net.parameters())
@@ -384,6 +400,119 @@ def _train_one(task, codec, world, hardware=None):
             result.update(lhc_mean_rows=float(np.mean(lhc_rows)),
                           lhc_unpeeled_total=int(np.sum(lhc_unpeeled)),
                           lhc_mean_union_density=float(np.mean(lhc_union)))
+    _FINAL_PARAMS[task.name, codec] = torch.cat(
+        [p.detach().reshape(-1) for p in net.parameters()]).clone()
+    return result
+
+
+#: (task, codec) -> this rank's final flat parameters (FSDP rows compare with DDP rows)
+_FINAL_PARAMS = {}
+_MESH = []
+
+
+def _make_reduce_scatter(spec, hardware):
+    """The host.fsdp object of an FSDP row's path (None: FSDP2's own)."""
+    from .. import fsdp
+
+    if spec is None:
+        return None
+    backend = (hardware or {}).get("backend", "golden")
+    if spec[0] == "inceptionn":
+        if backend == "golden":
+            return fsdp.InceptionnReduceScatter(k=spec[1], error_feedback=spec[2])
+        board = {"board": hardware["board"]} if backend == "udp" else {}
+        return fsdp.InceptionnReduceScatter(k=spec[1], error_feedback=spec[2],
+                                            backend=backend, **board)
+    if backend == "udp":
+        return fsdp.LhcReduceScatter(backend="udp", board=hardware["board"],
+                                     key=hardware["key"])
+    return fsdp.LhcReduceScatter()
+
+
+def _train_fsdp(task, codec, world, hardware=None):
+    """One FSDP2 row: the task's model with ``fully_shard`` on every module that holds
+    parameters directly and on the model, the path's reduce-scatter on each."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    from .. import fsdp
+
+    if not _MESH:
+        _MESH.append(init_device_mesh("cpu", (world,)))
+    mesh = _MESH[0]
+    torch.manual_seed(task.settings.seed)
+    net = task.model()
+    numel = sum(p.numel() for p in net.parameters())
+    for module in list(net.modules())[1:]:
+        if any(True for _ in module.parameters(recurse=False)):
+            fully_shard(module, mesh=mesh)
+    fully_shard(net, mesh=mesh)
+    spec = CODECS[codec][1]
+    objects = fsdp.set_reduce_scatter(net, lambda: _make_reduce_scatter(spec, hardware)) \
+        if spec is not None else []
+    # FSDP2's own fp32 reduce-scatter sends 4 (N - 1) / N bytes per (padded) value
+    padded = 0
+    for module in net.modules():
+        for group in getattr(getattr(module, "_get_fsdp_state", lambda: None)(), 
+                             "_fsdp_param_groups", []) or []:
+            padded += sum(p.padded_sharded_param_size.numel() for p in group.fsdp_params)
+    dense_per_step = fsdp.dense_reduce_scatter_bytes(padded * world, world)
+    optimizer = task.optimizer(net.parameters())
+    batches = task.batches()
+    curve, evals = [], []
+    started = time.perf_counter()
+    step_seconds = 0.0
+    for step in range(1, task.steps + 1):
+        inputs, target = next(batches)
+        step_started = time.perf_counter()
+        optimizer.zero_grad()
+        loss = task.loss(net(*inputs), target)
+        loss.backward()
+        optimizer.step()
+        step_seconds += time.perf_counter() - step_started
+        mean_loss = loss.detach().reshape(1) / world
+        dist.all_reduce(mean_loss)
+        curve.append(float(mean_loss))
+        if step % task.settings.eval_every == 0 or step == task.steps:
+            metric, test_loss = task.evaluate(net)
+            evals.append((step, metric, test_loss))
+    seconds = time.perf_counter() - started
+    full = torch.cat([p.full_tensor().detach().reshape(-1) for p in net.parameters()])
+    words = full.view(torch.int32)
+    low, high = words.clone(), words.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    result = {
+        "task": task.name, "codec": codec, "steps": task.steps, "params": numel,
+        "train_loss": curve, "evals": evals,
+        "final_metric": evals[-1][1], "final_test_loss": evals[-1][2],
+        "replicas_identical": bool(torch.equal(low, high)),
+        "train_seconds": seconds, "step_seconds": step_seconds / task.steps,
+        "backend": "gloo" if not objects else objects[0].backend,
+        "dense_ring_bytes_per_step": dense_per_step,
+    }
+    ddp_codec = codec[len("fsdp-"):]
+    if (task.name, ddp_codec) in _FINAL_PARAMS:
+        result["max_param_diff_vs_ddp"] = float(
+            (full - _FINAL_PARAMS[task.name, ddp_codec]).abs().max())
+    if not objects:
+        result["bytes_per_step"] = dense_per_step
+    else:
+        calls = [c for obj in objects for c in obj.calls]
+        result.update(
+            bytes_per_step=sum(obj.bytes_sent for obj in objects) / task.steps,
+            dense_ring_bytes_per_step=sum(obj.dense_bytes for obj in objects) / task.steps,
+            control_bytes_per_step=sum(obj.control_bytes for obj in objects) / task.steps,
+            hook_seconds_per_step=sum(c.seconds for c in calls) / task.steps,
+            path_seconds_per_step=sum(c.path_seconds for c in calls) / task.steps,
+            backend=calls[-1].backend if calls else objects[0].backend)
+        if spec[0] == "lhc":
+            result.update(lhc_mean_rows=float(np.mean([c.details["rows"] for c in calls])),
+                          lhc_unpeeled_total=int(sum(c.details["unpeeled"] for c in calls)))
+        for obj in objects:
+            obj.close()
     return result
 
 
@@ -496,8 +625,10 @@ def run_experiment(settings: Settings, *, board=None, key=None, boards: int = 1)
     port base): the LHC row's switch job spans all of them (``LhcHook(boards=[...])``), the
     INCEPTIONN rows use the first.
     """
-    from .hooks import run_local_group
+    from .launch import check_rendezvous_address, run_local_group
 
+    # Fail at once, in one line, where the ranks could not meet (before a virtual board).
+    check_rendezvous_address()
     unknown = set(settings.codecs) - set(CODECS) or set(settings.tasks) - set(TASKS)
     if unknown:
         raise ValueError(f"unknown codec or task: {sorted(unknown)}")
@@ -631,7 +762,9 @@ def results_table(results: dict) -> str:
     lines.append("")
     lines.append(f"{s['world_size']} gloo processes, seed {s['seed']}; bytes are payload bytes "
                  f"per rank per step (mean over ranks and steps); \"vs fp32 ring\" = bytes "
-                 f"of a plain fp32 ring all-reduce of the same buckets / bytes sent.")
+                 f"of a plain fp32 ring all-reduce of the same buckets / bytes sent; for "
+                 f"the fsdp rows, of FSDP2's own fp32 ring reduce-scatter of the same "
+                 f"(padded) gradients / bytes sent.")
     ring_runs = [run for run in results["runs"] if "ring_offgrid_fraction" in run]
     if ring_runs:
         lines += [

@@ -27,14 +27,16 @@ Asynchronous exchange (:class:`HookWorker`)
     it after the exchanges already handed to it.
 
 Process group (:func:`cpu_group`)
-    The hooks' own traffic is CPU tensors with a bitwise-OR reduction, which NCCL cannot
-    carry. When the group DDP gives them (``state``: ``None`` for the default group, or a
-    ProcessGroup) has no CPU backend, the hooks use a gloo group with the same ranks,
-    created once per group (collectively, at the first bucket on every rank) and shared by
-    every hook, with the group's timeout. A smaller group than the job without a CPU
-    backend is refused (``new_group`` is collective over the job): give the hook a gloo
-    group of its ranks as ``state``. A group with a CPU backend (gloo,
-    ``"cpu:gloo,cuda:nccl"``) is used as it is.
+    The hooks' collectives never share a communicator with DDP's: each hook creates a gloo
+    group of its own with the ranks of the group DDP gives it (``state``: ``None`` for the
+    default group, or a ProcessGroup), once, collectively, at its first bucket (every rank
+    reaches it together), with that group's timeout. DDP's own collectives from the
+    autograd thread (``find_unused_parameters=True``, ``static_graph=True``, join) and the
+    worker's exchanges then cannot interleave differently on different ranks. The private
+    group is gloo, so it also carries the hooks' CPU tensors and bitwise-OR reduction when
+    DDP's group is NCCL's. A group smaller than the job (``new_group`` is collective over
+    the whole job) is used as it is when it has a CPU backend, and must then be the hook's
+    own: ``dist.new_group(ranks, backend="gloo")``; without one it is refused.
 
 Devices and precision (:func:`bucket_to_host`, :func:`result_to_device`)
     A bucket of float32, float16 or bfloat16 is widened to float32 (exactly: every float16
@@ -265,11 +267,6 @@ class HookWorker:
 
 # -- the process group that carries the hooks' CPU traffic -------------------------------------
 
-#: group given to the hooks -> the gloo group with its ranks (for groups without a CPU backend)
-_SIDE_GROUPS: dict = {}
-_SIDE_GROUPS_LOCK = threading.Lock()
-
-
 def _carries_cpu(group) -> bool:
     return torch.device("cpu") in group._device_types
 
@@ -284,8 +281,18 @@ def _timeout(group):
     return None
 
 
-def cpu_group(who: str, state):
-    """The process group for a hook's traffic, from DDP's ``state``.
+def cpu_group(who: str, state, groups: dict | None = None):
+    """The process group for a hook's traffic, from DDP's ``state``: a private gloo group.
+
+    The hooks' collectives never share a communicator with DDP's own. DDP runs collectives
+    of its own on its group from the autograd thread (the unused-parameter map with
+    ``find_unused_parameters=True``, the graph checks of ``static_graph=True``, join's
+    shadow all-reduces) while the hook's worker thread runs its exchanges; on one group the
+    ranks would interleave the two threads' collectives differently, and gloo pairs them
+    by order (a hang, or "collective mismatch"). So every hook (each ``groups`` dict, one
+    per hook) gets a gloo group of its own with the same ranks as the group it was given,
+    created at its first call (collectively: every rank calls the hook for its first
+    bucket, in the same order), with the group's timeout, and kept.
 
     Parameters
     ----------
@@ -293,22 +300,25 @@ def cpu_group(who: str, state):
         The hook's name, for error messages.
     state : None or torch.distributed.ProcessGroup
         What ``register_comm_hook(state=...)`` was given: ``None`` for the default group.
+    groups : dict, optional
+        The caller's own cache (given group -> private group). ``None``: one per call
+        (only for one-off calls).
 
     Returns
     -------
-    None or ProcessGroup
-        ``None`` (the default group) or ``state`` when it has a CPU backend; otherwise the
-        gloo group of the same ranks, created at the first call (collectively: every rank
-        calls the hook for its first bucket) and kept for every later call and every other
-        hook on the same group.
+    ProcessGroup
+        The private gloo group of ``state``'s ranks; or ``state`` itself when it is smaller
+        than the job and has a CPU backend (``new_group`` is collective over the whole job,
+        and only this group's ranks call the hook: such a group must be the hook's own,
+        not DDP's).
 
     Raises
     ------
     TypeError
         ``state`` is neither None nor a ProcessGroup.
     ValueError
-        ``state`` has no CPU backend and not every rank of the job is in it (the ranks
-        outside would not take part in creating the gloo group): give a gloo group.
+        ``state`` has no CPU backend and not every rank of the job is in it: give a gloo
+        group created for the hook.
     RuntimeError
         The default group is not initialised.
     """
@@ -319,22 +329,23 @@ def cpu_group(who: str, state):
         raise RuntimeError(f"{who}: torch.distributed is not initialised "
                            f"(init_process_group first)")
     group = dist.group.WORLD if state is None else state
-    if _carries_cpu(group):
-        return state
-    with _SIDE_GROUPS_LOCK:
-        side = _SIDE_GROUPS.get(group)
-        if side is not None and side in dist.distributed_c10d._world.pg_map:
-            return side
-        ranks = dist.get_process_group_ranks(group)
-        if len(ranks) != dist.get_world_size():
-            # new_group is collective over the whole job, and only this group's ranks call
-            # the hook. (Its use_local_synchronization=True variant hung in the gloo
-            # rendezvous with torch 2.13 once other subgroups existed.)
-            raise ValueError(
-                f"{who}: the process group given as state (ranks {ranks}) has no CPU backend "
-                f"and is smaller than the job, so the hook cannot create its gloo group "
-                f"there; create one with every rank beside it, "
-                f"dist.new_group({ranks}, backend='gloo'), and give that as state")
-        side = dist.new_group(ranks=ranks, backend="gloo", timeout=_timeout(group))
-        _SIDE_GROUPS[group] = side
-        return side
+    if groups is None:
+        groups = {}
+    private = groups.get(group)
+    if private is not None and private in dist.distributed_c10d._world.pg_map:
+        return private
+    ranks = dist.get_process_group_ranks(group)
+    if len(ranks) != dist.get_world_size():
+        if _carries_cpu(group):
+            return state
+        # new_group is collective over the whole job, and only this group's ranks call
+        # the hook. (Its use_local_synchronization=True variant hung in the gloo
+        # rendezvous with torch 2.13 once other subgroups existed.)
+        raise ValueError(
+            f"{who}: the process group given as state (ranks {ranks}) has no CPU backend "
+            f"and is smaller than the job, so the hook cannot create its gloo group "
+            f"there; create one with every rank beside it, "
+            f"dist.new_group({ranks}, backend='gloo'), and give that as state")
+    private = dist.new_group(ranks=ranks, backend="gloo", timeout=_timeout(group))
+    groups[group] = private
+    return private

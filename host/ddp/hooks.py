@@ -42,7 +42,7 @@ bit, the arithmetic of the gateware.
 Both hooks are asynchronous by default (the future comes back at once, a worker thread of
 the hook's own runs the exchange while the backward pass goes on; ``asynchronous=False``
 runs it inside the call), take float32, float16 and bfloat16 buckets on CPU and CUDA devices,
-and carry their traffic on a gloo group of their own when DDP's group is NCCL's: see
+and carry their traffic on a gloo group of their own, never on DDP's communicator: see
 :mod:`host.ddp.hook_worker`.
 
 Both return the *average* DDP expects, computed in one fixed order on every rank: first the
@@ -471,6 +471,7 @@ class _CommHook:
         self.dense_ring_bytes = 0
         self.control_bytes = 0
         self._worker = None                   # started at the first asynchronous call
+        self._groups = {}                     # the hook's private gloo groups (cpu_group)
         self._failed_pass = FailedIteration()
 
     #: the hardware path (None: the golden models)
@@ -531,7 +532,7 @@ class _CommHook:
 
     def __call__(self, state, bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
         who = type(self).__name__
-        group = cpu_group(who, state)
+        group = cpu_group(who, state, self._groups)
         buffer = bucket.buffer()
         check_bucket(who, buffer)
         # Everything the exchange needs is taken now: DDP owns the bucket object and its
@@ -1047,76 +1048,6 @@ class LhcHook(_CommHook):
 
 
 # ---------------------------------------------------------------------------------------
-# running a process group on this machine (tests, the accuracy experiment)
+# running a process group on this machine (tests, the accuracy experiment): host.ddp.launch
 
-def free_loopback_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _local_group_entry(rank, world_size, port, timeout, out_dir, fn, args):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    # Keep gloo's pairwise connections on the loopback interface too.
-    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world_size,
-                            timeout=datetime.timedelta(seconds=timeout))
-    # Keep the cyclic garbage collector off the objects of the imports (torch alone brings
-    # hundreds of thousands): otherwise a full collection stops a rank for 0.2-0.3 s here,
-    # and ranks that do the same work stop at the same moment, which a hardware backend's
-    # timeouts see as a board that went silent.
-    gc.freeze()
-    try:
-        result = fn(rank, world_size, *args)
-        # Nobody tears down its connections while a peer may still use them.
-        dist.barrier()
-        # Free what still holds the group (DDP reducers in reference cycles) now, not
-        # during interpreter shutdown.
-        gc.collect()
-    finally:
-        dist.destroy_process_group()
-    with open(os.path.join(out_dir, f"rank{rank}.pkl"), "wb") as f:
-        pickle.dump(result, f)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # Leave without interpreter finalisation: gloo's worker threads can otherwise be torn
-    # down while joinable, and the process aborts ("terminate called without an active
-    # exception", SIGABRT) now and then although its work is done.
-    os._exit(0)
-
-
-def run_local_group(fn, world_size: int, *args, timeout: float = 300.0) -> list:
-    """Run ``fn(rank, world_size, *args)`` in ``world_size`` fresh processes that form a
-    gloo process group on 127.0.0.1, and return their return values, in rank order.
-
-    ``fn`` must be importable (a module-level function) and its return value picklable.
-    Each process uses one intra-op thread. ``timeout`` (seconds) bounds every collective and
-    the whole run: a hung group is terminated and :class:`TimeoutError` raised. A worker's
-    exception is re-raised here (``torch.multiprocessing.ProcessRaisedException``).
-    """
-    import torch.multiprocessing as mp
-
-    if isinstance(world_size, bool) or not isinstance(world_size, numbers.Integral) \
-            or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, not {world_size!r}")
-    with tempfile.TemporaryDirectory(prefix="gradwire-ddp-") as out_dir:
-        context = mp.start_processes(
-            _local_group_entry, args=(world_size, free_loopback_port(), timeout, out_dir, fn,
-                                      args),
-            nprocs=world_size, join=False, start_method="spawn")
-        deadline = time.monotonic() + timeout + 60.0
-        while not context.join(timeout=1.0):
-            if time.monotonic() > deadline:
-                for process in context.processes:
-                    if process.is_alive():
-                        process.terminate()
-                raise TimeoutError(f"process group of {world_size} did not finish within "
-                                   f"{timeout:.0f} s")
-        results = []
-        for rank in range(world_size):
-            with open(os.path.join(out_dir, f"rank{rank}.pkl"), "rb") as f:
-                results.append(pickle.load(f))
-        return results
+from .launch import free_loopback_port, run_local_group  # noqa: E402,F401 (re-exported)

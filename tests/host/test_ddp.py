@@ -838,7 +838,19 @@ def test_accuracy_pipeline(group_run, tmp_path):
     computed_by = [line.split(" | ")[2:4] for line in table.splitlines()
                    if line.startswith("| ") and " | - | " in line]
     assert sorted(computed_by) == sorted(
-        [["gloo" if r["codec"] == "fp32" else "golden", "-"] for r in runs])
+        [["gloo" if r["codec"] in ("fp32", "fsdp-fp32") else "golden", "-"] for r in runs])
+    # the FSDP2 rows: compressed bytes against FSDP2's own fp32 reduce-scatter
+    fsdp_runs = {(r["task"], r["codec"]): r for r in runs if r["codec"].startswith("fsdp-")}
+    assert fsdp_runs
+    for (task, codec), run in fsdp_runs.items():
+        assert "max_param_diff_vs_ddp" in run
+        if codec == "fsdp-fp32":
+            assert run["bytes_per_step"] == run["dense_ring_bytes_per_step"] > 0
+            assert run["max_param_diff_vs_ddp"] < 1e-6      # the order of fp32 sums
+        if codec.startswith("fsdp-inceptionn"):
+            assert 0 < run["bytes_per_step"] < run["dense_ring_bytes_per_step"]
+            assert run["dense_ring_bytes_per_step"] == \
+                fsdp_runs[task, "fsdp-fp32"]["dense_ring_bytes_per_step"]
     assert {"inceptionn-k6-ef", "inceptionn-k8-ef", "inceptionn-k10-ef"} <= \
         {r["codec"] for r in ring_runs}
 

@@ -337,31 +337,35 @@ def _join(rank, asynchronous):
 
 
 def _no_cpu_group(rank):
-    """The hooks on groups that cannot carry CPU tensors."""
+    """The hooks on groups that cannot carry CPU tensors: their private gloo groups."""
     out = {}
     cuda_only = dist.new_group(backend="cuda:gloo")
     out["device_types"] = [d.type for d in cuda_only._device_types]
-    before = dict(hook_worker._SIDE_GROUPS)
+    out["side-groups"] = {}
     for name, factory in (("inceptionn", lambda: ddp.InceptionnHook(k=K)),
                           ("lhc", lambda: ddp.LhcHook())):
-        out["side", name] = _train(rank, factory(), None, state=cuda_only)
+        hook = factory()
+        out["side", name] = _train(rank, hook, None, state=cuda_only)
+        out["side-groups"][name] = [
+            (g is cuda_only, dist.get_process_group_ranks(s),
+             [d.type for d in s._device_types]) for g, s in hook._groups.items()]
         out["default", name] = _train(rank, factory(), None)
-    new = {g: s for g, s in hook_worker._SIDE_GROUPS.items() if g not in before}
-    out["side-groups"] = [(g is cuda_only, dist.get_process_group_ranks(s),
-                           [d.type for d in s._device_types]) for g, s in new.items()]
-    # A default group without a CPU backend (an NCCL job) as the hooks see it: one gloo
-    # group of every rank, created at the first bucket, shared by both hooks.
+    # A default group without a CPU backend (an NCCL job) as the hooks see it: each hook's
+    # private gloo group of every rank, created at its first bucket.
     carries = hook_worker._carries_cpu
     hook_worker._carries_cpu = lambda group: group is not dist.group.WORLD and carries(group)
     try:
+        groups = []
         for name, factory in (("inceptionn", lambda: ddp.InceptionnHook(k=K)),
                               ("lhc", lambda: ddp.LhcHook())):
-            out["world-side", name] = _train(rank, factory(), None)
+            hook = factory()
+            out["world-side", name] = _train(rank, hook, None)
+            groups.append(hook._groups.get(dist.group.WORLD))
     finally:
         hook_worker._carries_cpu = carries
-    side = hook_worker._SIDE_GROUPS.get(dist.group.WORLD)
-    out["world-side-group"] = None if side is None else (
-        dist.get_process_group_ranks(side), side is not dist.group.WORLD)
+    out["world-side-group"] = [None if side is None else (
+        dist.get_process_group_ranks(side), side is not dist.group.WORLD) for side in groups]
+    out["world-side-distinct"] = groups[0] is not groups[1]
     # A smaller group without a CPU backend: the ranks outside it could not create the side
     # group with it, so the hook says what to give instead.
     small = dist.new_group([0, 1], backend="cuda:gloo")
@@ -613,11 +617,12 @@ def test_a_group_without_cpu_backend_gets_a_gloo_side_group(ranks, name):
             for a, b in zip(out[key, name]["params"], out["default", name]["params"]):
                 assert np.array_equal(a, b)
             assert out[key, name]["calls"] == out["default", name]["calls"]
-        # One side group for the CUDA-only group, shared by both hooks, of every rank,
-        # on gloo; and one for the default group.
-        (for_cuda_only, side_ranks, side_devices), = out["side-groups"]
+        # One private group for the CUDA-only group, of every rank, on gloo; and one of
+        # the default group per hook, never shared between hooks (issue 49).
+        (for_cuda_only, side_ranks, side_devices), = out["side-groups"][name]
         assert for_cuda_only and side_ranks == list(range(WORLD)) and "cpu" in side_devices
-        assert out["world-side-group"] == (list(range(WORLD)), True)
+        assert out["world-side-group"] == [(list(range(WORLD)), True)] * 2
+        assert out["world-side-distinct"]
 
 
 def test_a_smaller_group_without_cpu_backend_is_refused_with_what_to_do(ranks):
