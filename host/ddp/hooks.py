@@ -71,15 +71,8 @@ words for the ring (72 bytes with 4 ranks), 5 for the sketch (120 bytes).
 # hook's annotations and accepts only the real objects, not strings.
 import collections
 import dataclasses
-import datetime
-import gc
 import numbers
-import os
-import pickle
-import socket
 import struct
-import sys
-import tempfile
 import time
 import weakref
 
@@ -95,6 +88,8 @@ from .hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, RING_FAILED, HookBacke
 from ..golden import inceptionn as _inc
 from ..golden import lhc as _lhc
 from ..golden.ring import ring_chunk_bounds
+# the local process-group launcher lives in host.ddp.launch; re-exported for its users
+from .launch import free_loopback_port, run_local_group  # noqa: F401
 
 __all__ = [
     "CallStats", "InceptionnHook", "LhcHook", "DEFAULT_HISTORY", "HookBackendError",
@@ -1045,9 +1040,3 @@ class LhcHook(_CommHook):
     def _allreduce_sum(self, values, group):
         return lhc_allreduce(values, group, load=self.load, r_min=self.r_min, path=self.path,
                              switch=self._hardware)
-
-
-# ---------------------------------------------------------------------------------------
-# running a process group on this machine (tests, the accuracy experiment): host.ddp.launch
-
-from .launch import free_loopback_port, run_local_group  # noqa: E402,F401 (re-exported)

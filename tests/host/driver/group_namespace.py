@@ -310,7 +310,7 @@ def _scenario_ranks(out):
     """Three processes (a gloo group), one worker each, as a training job runs them: each
     binds the group's port in its own process and joins the group."""
     from host.board import VirtualBoard
-    from host.ddp.hooks import run_local_group
+    from host.ddp.launch import run_local_group
     board = VirtualBoard("golden", port_base=None, slots=SLOTS, lanes=LANES).start()
     try:
         settings = {"host": board.host, "port_base": board.port_base, "key": board.key,
@@ -351,7 +351,7 @@ def scenario_boards(out):
         out["boards"] = {"skipped": "no torch"}
         return
     from host.board import VirtualBoard
-    from host.ddp.hooks import run_local_group
+    from host.ddp.launch import run_local_group
     boards = [VirtualBoard("golden", port_base=None, slots=SLOTS, lanes=LANES).start()
               for _ in range(2)]
     try:
