@@ -63,7 +63,13 @@ def _make_program(*options, cwd=REPO, dry_run=False):
     return subprocess.run(["make", "--no-print-directory", *(["-n"] if dry_run else []),
                            "-o", str(venv / ".gradwire-installed"), "program", *options,
                            f"VENV={venv}", f"PYTHON={sys.executable}"], cwd=cwd,
-                          capture_output=True, text=True, env=dict(os.environ, MAKEFLAGS=""))
+                          capture_output=True, text=True, env=_outside_make())
+
+
+def _outside_make():
+    """The environment as a user's shell has it: under ``make test`` the outer make's
+    ``MAKEFLAGS`` and ``MAKELEVEL`` would reach the inner one (which then says ``make[1]``)."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
 
 
 def test_no_build_is_one_line_and_says_what_to_run(tmp_path, capsys):
