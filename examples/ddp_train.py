@@ -33,7 +33,7 @@ from torch.nn.parallel import DistributedDataParallel
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from host import ddp  # noqa: E402
-from host.ddp.launch import RendezvousError, init_process_group_from_env  # noqa: E402
+from host.ddp.launch import bytes_compared, start_example  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -97,44 +97,11 @@ def make_hook(args):
     return ddp.LhcHook(**options)
 
 
-def compared(sent: int, dense: int) -> str:
-    """``sent`` bytes against ``dense`` as words that read right either way: "31.2 % of
-    the dense bytes, 3.21x fewer" or "103.0 % of the dense bytes, 1.03x more"."""
-    if dense <= 0:
-        return "no dense bytes to compare with"
-    share = f"{100.0 * sent / dense:.1f} % of the dense bytes"
-    if sent == dense:
-        return share + ", as many"
-    if sent < dense:
-        return share + (f", {dense / sent:.2f}x fewer" if sent else ", none sent")
-    return share + f", {sent / dense:.2f}x more"
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if "RANK" not in os.environ:
-        print("run me with torchrun: torchrun --nproc_per_node=2 examples/ddp_train.py ...",
-              file=sys.stderr)
-        return 2
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("ddp_train.py: error: --device cuda, but CUDA is not available here "
-              "(use --device cpu or auto)", file=sys.stderr)
-        return 2
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    try:
-        if use_cuda:
-            torch.cuda.set_device(local_rank)
-            device = torch.device("cuda", local_rank)
-            # the hooks make their own gloo group
-            init_process_group_from_env("nccl", rendezvous_timeout=args.rendezvous_timeout)
-        else:
-            device = torch.device("cpu")
-            torch.set_num_threads(1)
-            init_process_group_from_env("gloo", rendezvous_timeout=args.rendezvous_timeout)
-    except RendezvousError as exc:
-        print(f"ddp_train.py: error: {exc}", file=sys.stderr)
-        return 2
+    device = start_example("ddp_train.py", args.device, args.rendezvous_timeout)
+    if isinstance(device, int):
+        return device
     rank, world = dist.get_rank(), dist.get_world_size()
     dtype = DTYPES[args.dtype]
 
@@ -144,7 +111,8 @@ def main(argv=None) -> int:
     model = torch.nn.Sequential(torch.nn.Linear(32, args.hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(args.hidden, args.hidden), torch.nn.ReLU(),
                                 torch.nn.Linear(args.hidden, 4)).to(device=device, dtype=dtype)
-    ddp_model = DistributedDataParallel(model, device_ids=[local_rank] if use_cuda else None)
+    ddp_model = DistributedDataParallel(
+        model, device_ids=[device.index] if device.type == "cuda" else None)
     hook = make_hook(args)
     if hook is not None:
         ddp_model.register_comm_hook(state=None, hook=hook)
@@ -179,7 +147,7 @@ def main(argv=None) -> int:
         if hook is not None:
             sent, dense = (int(v) for v in totals.tolist())
             print(f"bytes sent by the hook: {sent} (all ranks); a dense fp32 ring "
-                  f"all-reduce: {dense}; saved: {dense - sent} ({compared(sent, dense)})")
+                  f"all-reduce: {dense}; saved: {dense - sent} ({bytes_compared(sent, dense)})")
     if hook is not None:
         hook.close()
     # No rank tears the group down while a peer may still use it. DDP's reducer sits in

@@ -33,7 +33,7 @@ import torch.distributed as dist
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from host import fsdp  # noqa: E402
-from host.ddp.launch import RendezvousError, init_process_group_from_env  # noqa: E402
+from host.ddp.launch import bytes_compared, start_example  # noqa: E402
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -88,45 +88,14 @@ def make_reduce_scatter(args):
     return lambda: fsdp.LhcReduceScatter(**options)
 
 
-def compared(sent: int, dense: int) -> str:
-    """``sent`` against ``dense`` in words that read right either way."""
-    if dense <= 0:
-        return "no dense bytes to compare with"
-    share = f"{100.0 * sent / dense:.1f} % of the dense bytes"
-    if sent == dense:
-        return share + ", as many"
-    if sent < dense:
-        return share + (f", {dense / sent:.2f}x fewer" if sent else ", none sent")
-    return share + f", {sent / dense:.2f}x more"
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if "RANK" not in os.environ:
-        print("run me with torchrun: torchrun --nproc_per_node=2 examples/fsdp_train.py ...",
-              file=sys.stderr)
-        return 2
-    if args.device == "cuda" and not torch.cuda.is_available():
-        print("fsdp_train.py: error: --device cuda, but CUDA is not available here "
-              "(use --device cpu or auto)", file=sys.stderr)
-        return 2
+    device = start_example("fsdp_train.py", args.device, args.rendezvous_timeout)
+    if isinstance(device, int):
+        return device
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-    use_cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
-    local_rank = int(os.environ.get("LOCAL_RANK", 0))
-    try:
-        if use_cuda:
-            torch.cuda.set_device(local_rank)
-            device = torch.device("cuda", local_rank)
-            init_process_group_from_env("nccl", rendezvous_timeout=args.rendezvous_timeout)
-        else:
-            device = torch.device("cpu")
-            torch.set_num_threads(1)
-            init_process_group_from_env("gloo", rendezvous_timeout=args.rendezvous_timeout)
-    except RendezvousError as exc:
-        print(f"fsdp_train.py: error: {exc}", file=sys.stderr)
-        return 2
     rank, world = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh(device.type, (world,))
     dtype = DTYPES[args.dtype]
@@ -173,7 +142,7 @@ def main(argv=None) -> int:
         if objects:
             sent, dense = (int(v) for v in totals.tolist())
             print(f"bytes sent by the reduce-scatters: {sent} (all ranks); FSDP2's fp32 "
-                  f"reduce-scatter: {dense}; saved: {dense - sent} ({compared(sent, dense)})")
+                  f"reduce-scatter: {dense}; saved: {dense - sent} ({bytes_compared(sent, dense)})")
     for o in objects:
         o.close()
     dist.barrier()

@@ -302,3 +302,53 @@ def init_process_group_from_env(backend: str, *, timeout: float = 1800.0,
     store.set_timeout(datetime.timedelta(seconds=timeout))
     dist.init_process_group(backend, store=store, rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=timeout))
+
+
+def start_example(prog: str, device: str, rendezvous_timeout: float):
+    """The examples' start under torchrun: the device (``"cpu"``, ``"cuda"`` or ``"auto"``)
+    and the process group (NCCL on CUDA, gloo on the CPU; the hooks and the FSDP2 objects
+    make their own gloo groups), or the exit status after one line on stderr that says why
+    not (no torchrun, no CUDA, a rendezvous that cannot be reached).
+
+    Returns
+    -------
+    torch.device or int
+    """
+    import sys
+
+    import torch
+
+    if "RANK" not in os.environ:
+        print(f"run me with torchrun: torchrun --nproc_per_node=2 examples/{prog} ...",
+              file=sys.stderr)
+        return 2
+    if device == "cuda" and not torch.cuda.is_available():
+        print(f"{prog}: error: --device cuda, but CUDA is not available here "
+              f"(use --device cpu or auto)", file=sys.stderr)
+        return 2
+    use_cuda = device == "cuda" or (device == "auto" and torch.cuda.is_available())
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    try:
+        if use_cuda:
+            torch.cuda.set_device(local_rank)
+            init_process_group_from_env("nccl", rendezvous_timeout=rendezvous_timeout)
+            return torch.device("cuda", local_rank)
+        torch.set_num_threads(1)
+        init_process_group_from_env("gloo", rendezvous_timeout=rendezvous_timeout)
+        return torch.device("cpu")
+    except RendezvousError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def bytes_compared(sent: int, dense: int) -> str:
+    """``sent`` bytes against ``dense`` in words that read right either way: "31.2 % of the
+    dense bytes, 3.21x fewer" or "103.0 % of the dense bytes, 1.03x more"."""
+    if dense <= 0:
+        return "no dense bytes to compare with"
+    share = f"{100.0 * sent / dense:.1f} % of the dense bytes"
+    if sent == dense:
+        return share + ", as many"
+    if sent < dense:
+        return share + (f", {dense / sent:.2f}x fewer" if sent else ", none sent")
+    return share + f", {sent / dense:.2f}x more"

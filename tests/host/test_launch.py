@@ -235,3 +235,12 @@ def test_gradwire_accuracy_stops_every_process_on_signal(tmp_path, how):
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+
+
+def test_savings_are_worded_so_that_they_read_right_both_ways():
+    from host.ddp.launch import bytes_compared
+    assert bytes_compared(100, 400) == "25.0 % of the dense bytes, 4.00x fewer"
+    assert bytes_compared(103, 100) == "103.0 % of the dense bytes, 1.03x more"
+    assert bytes_compared(100, 100) == "100.0 % of the dense bytes, as many"
+    assert bytes_compared(0, 100) == "0.0 % of the dense bytes, none sent"
+    assert "less" not in bytes_compared(97, 100) + bytes_compared(103, 100)
