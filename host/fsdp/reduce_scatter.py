@@ -84,7 +84,7 @@ from ..ddp.hook_worker import (ACCEPTED_DTYPES, HookWorker, bucket_to_host, comp
                                cpu_group, new_future, raise_carried_error)
 from ..golden import inceptionn as _inc
 from ..golden import lhc as _lhc
-from ..golden.ring import ring_chunk_bounds
+from ..golden.ring import chunk_sum_error_bound
 
 __all__ = ["InceptionnReduceScatter", "LhcReduceScatter", "set_reduce_scatter",
            "inceptionn_reduce_scatter", "lhc_reduce_scatter", "reduce_scatter_error_bound",
@@ -113,23 +113,7 @@ def reduce_scatter_error_bound(tensors, k) -> np.ndarray:
     ``2^-24 sum_{j=1}^{N-1} (1 + 2^-24)^j sum_{i=0}^{j} |x_{c+1+i}|``, in float64 (the
     derivation of :mod:`host.golden.ring`). A result element ``y`` of chunk ``c`` satisfies
     ``|y - sum_w x_w| < bound``."""
-    k = _inc.check_k(k)
-    stacked = np.stack([np.asarray(t, dtype=np.float32).reshape(-1) for t in tensors])
-    workers, n = stacked.shape
-    bound = np.zeros(n, dtype=np.float64)
-    if workers == 1:
-        return bound
-    magnitude = np.abs(stacked.astype(np.float64))
-    u = 2.0 ** -24
-    for c, (a, b) in enumerate(ring_chunk_bounds(n, workers)):
-        prefix = np.zeros(b - a, dtype=np.float64)
-        rounding = np.zeros(b - a, dtype=np.float64)
-        for j in range(workers):
-            prefix += magnitude[(c + 1 + j) % workers, a:b]
-            if j:
-                rounding += (1.0 + u) ** j * prefix
-        bound[a:b] = (workers - 1) * 2.0 ** -k + u * rounding
-    return bound
+    return chunk_sum_error_bound(tensors, k, first=1, quantisations=len(tensors) - 1)
 
 
 def inceptionn_reduce_scatter(values, k: int = _inc.K_DEFAULT, group=None, *, codec=None):

@@ -58,7 +58,7 @@ from . import inceptionn
 from contract.header import HEADER_BYTES
 
 __all__ = ["ring_allreduce", "RingStats", "ring_error_bound", "ring_chunk_bounds",
-           "ring_sum_error_bound"]
+           "ring_sum_error_bound", "chunk_sum_error_bound"]
 
 
 @dataclass
@@ -123,6 +123,15 @@ def ring_sum_error_bound(tensors, k) -> np.ndarray:
     numpy.ndarray of float64, flattened. It is computed in float64 (relative rounding
     below 1e-15, far inside the bound's own slack of ``2^-k`` per quantisation).
     """
+    return chunk_sum_error_bound(tensors, k, first=0, quantisations=len(tensors))
+
+
+def chunk_sum_error_bound(tensors, k, *, first: int, quantisations: int) -> np.ndarray:
+    """The bound of a ring whose chunk ``c`` is summed in the workers' order ``c + first,
+    .., c + first + N - 1`` with ``quantisations`` INCEPTIONN quantisations of ``2^-k``
+    on the way: ``quantisations 2^-k + 2^-24 sum_{j=1}^{N-1} (1 + 2^-24)^j sum_{i=0}^{j}
+    |x_{c+first+i}|`` (:func:`ring_sum_error_bound`: ``first`` 0, ``N`` quantisations; the
+    reduce-scatter phase alone, ``host.fsdp``: ``first`` 1, ``N - 1``). 0 for one worker."""
     k = inceptionn.check_k(k)
     stacked = np.stack([np.asarray(t, dtype=np.float32).reshape(-1) for t in tensors])
     workers, n = stacked.shape
@@ -135,10 +144,10 @@ def ring_sum_error_bound(tensors, k) -> np.ndarray:
         prefix = np.zeros(b - a, dtype=np.float64)
         rounding = np.zeros(b - a, dtype=np.float64)
         for j in range(workers):
-            prefix += magnitude[(c + j) % workers, a:b]
+            prefix += magnitude[(c + first + j) % workers, a:b]
             if j:
                 rounding += (1.0 + u) ** j * prefix
-        bound[a:b] = workers * 2.0 ** -k + u * rounding
+        bound[a:b] = quantisations * 2.0 ** -k + u * rounding
     return bound
 
 
