@@ -134,17 +134,7 @@ def _steps(rank, mode, steps, batch, board, key=None):
         name, asynchronous = which
         hook = HOOKS[name](asynchronous, f"{board[0]}:{board[1]}", key)
         model.register_comm_hook(state=None, hook=hook)
-    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(100 + rank)
-    seconds = []
-    for step in range(WARMUP + steps):
-        x = torch.randn(batch, WIDTH, generator=generator)
-        started = time.perf_counter()
-        optimizer.zero_grad()
-        model(x).pow(2).mean().backward()
-        optimizer.step()
-        if step >= WARMUP:
-            seconds.append(time.perf_counter() - started)
+    seconds = timed_steps(model, rank, steps, batch)
     stats = None
     if hook is not None:
         timed = list(hook.calls)[-len(hook.calls) * steps // (WARMUP + steps):]
@@ -158,6 +148,24 @@ def _steps(rank, mode, steps, batch, board, key=None):
                  "exchange_ms_per_step": call_ms - codec_ms}
         hook.close()
     return seconds, _digest(net), stats
+
+
+def timed_steps(model, rank, steps, batch) -> list[float]:
+    """Seconds of each of ``steps`` SGD steps of ``model`` (a rank's own seeded batches of
+    ``batch`` x ``WIDTH``), after ``WARMUP`` untimed ones: forward, backward, update."""
+    import torch
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
+    generator = torch.Generator().manual_seed(100 + rank)
+    seconds = []
+    for step in range(WARMUP + steps):
+        x = torch.randn(batch, WIDTH, generator=generator)
+        started = time.perf_counter()
+        optimizer.zero_grad()
+        model(x).pow(2).mean().backward()
+        optimizer.step()
+        if step >= WARMUP:
+            seconds.append(time.perf_counter() - started)
+    return seconds
 
 
 def _rank_main(rank, world, steps, batch, board, key=None):

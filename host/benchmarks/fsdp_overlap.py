@@ -31,6 +31,8 @@ import time
 
 import numpy as np
 
+from host.benchmarks.ddp_overlap import timed_steps
+
 __all__ = ["run", "MODES"]
 
 WORLD = 2
@@ -85,17 +87,7 @@ def _steps(rank, world, mesh, mode, steps, batch, board):
         factory = _factory(mode, board)
         if factory is not None:
             objects = fsdp.set_reduce_scatter(net, factory)
-    optimizer = torch.optim.SGD(net.parameters(), lr=1e-3)
-    generator = torch.Generator().manual_seed(100 + rank)
-    seconds = []
-    for step in range(WARMUP + steps):
-        x = torch.randn(batch, WIDTH, generator=generator)
-        started = time.perf_counter()
-        optimizer.zero_grad()
-        net(x).pow(2).mean().backward()
-        optimizer.step()
-        if step >= WARMUP:
-            seconds.append(time.perf_counter() - started)
+    seconds = timed_steps(net, rank, steps, batch)
     stats = None
     if objects:
         calls = [c for o in objects for c in o.calls]
