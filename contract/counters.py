@@ -50,7 +50,15 @@ AGG_COUNTERS = (
     "results_multicast",  # results emitted on completion
     "results_unicast",    # results re-sent to one worker (retransmission of a complete slot)
     "retransmit_dropped", # retransmission while the slot is still incomplete: dropped
-) + tuple(f"drop_{cause}" for cause in AGG_DROP_CAUSES)
+) + tuple(f"drop_{cause}" for cause in AGG_DROP_CAUSES) + (
+    # A job with an upstream (aggregator-protocol.md section 4, trees of aggregators):
+    "upstream_sent",      # completed slots sent upstream (the slot is then pending)
+    "upstream_resent",    # a pending slot's aggregate sent upstream again (a retransmission)
+    "results_upstream",   # results from upstream taken (pending -> final, on to the workers)
+    "drop_result_duplicate",   # result from upstream for a slot already final
+    "drop_result_unexpected",  # result from upstream for a slot neither pending nor final,
+                               # or for a job without an upstream
+)
 
 #: Network front end (``docs/protocol/network.md``): frames and datagrams the Ethernet/IP/UDP
 #: core drops before the front end sees them (each counted by exactly one cause).
@@ -86,6 +94,9 @@ NET_COUNTERS = (
     "drop_service_full",  # datagram dropped whole: its service's input buffer was full
     "drop_reply_full",    # reply dropped whole: the output path to the wire was full
     "switch_group_out",   # results sent once to the job's result group (each also a switch_out)
+    "drop_result_source", # AGG result (RESULT set) whose source, port and job are no
+                          # configured job's upstream (aggregator-protocol.md section 4)
+    "switch_upstream_out",  # aggregates sent to a job's upstream (each also a switch_out)
 )
 
 #: The NIC in the wire (``docs/protocol/network.md`` section 6): drop causes of a frame

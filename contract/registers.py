@@ -302,6 +302,18 @@ SWITCH_REGISTERS = RegisterMap("switch", [
                  volatile=JobStatus.BUSY),
     ), "the engine serves its first `jobs`"),
     CounterBlock("counter", 0x100, AGG_COUNTERS, "aggregator counter"),
+    RegisterArray("upstream", 0x200, 4, 64, (
+        Register("ip", 0, Access.RW,
+                 "IPv4 address of the job's upstream aggregator (0: no upstream), pending "
+                 "until the job's commit"),
+        Register("port", 1, Access.RW, "UDP port of the upstream aggregator (its board's "
+                 "port base + 2), pending until the job's commit", width=16),
+        Register("job", 2, Access.RW, "the job number at the upstream, pending until the "
+                 "job's commit", width=8),
+        Register("worker", 3, Access.RW, "this aggregator's worker number in the upstream's "
+                 "job, pending until the job's commit", width=8),
+    ), "each job's upstream (aggregator-protocol.md section 4): with `ip` set, a completed "
+       "slot goes upstream and its workers get the upstream's result"),
     Register("limits", 0x1FE, Access.R, "engine limits: jobs in bits 0-15, max_workers in "
                                         "bits 16-31"),
     Register("params", 0x1FF, Access.R, "engine parameters: slots in bits 0-15, lanes P in "

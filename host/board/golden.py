@@ -167,7 +167,18 @@ class GoldenBoard(BoardBackend):
 
     def _switch(self, d: Datagram) -> list[Datagram]:
         data = d.payload
-        if len(data) >= HEADER_BYTES:
+        if len(data) >= HEADER_BYTES and data[_FLAGS] & Flags.RESULT:
+            # A result from upstream (aggregator-protocol.md section 4): taken only from a
+            # configured job's upstream, for that upstream's job, and handed to the engine
+            # under the leaf's own job number.
+            leaf = self._leaf_of(ip_to_int(d.src_ip), d.src_port, data[_JOB])
+            if leaf is None:
+                self._count("drop_result_source")
+                return []
+            data = bytearray(data)
+            data[_JOB] = leaf
+            data = bytes(data)
+        elif len(data) >= HEADER_BYTES:
             job, worker = data[_JOB], data[_WORKER]
             entry = self._entry(job, worker)
             if entry is None or entry[1] == 0 or entry != (ip_to_int(d.src_ip), d.src_port):
@@ -179,6 +190,15 @@ class GoldenBoard(BoardBackend):
         for result in self.aggregator.process(data):
             h = result.header
             image = result.to_bytes()
+            if not h.flags & Flags.RESULT:
+                # The aggregate of a leaf's slot, to its upstream: the leaf job is the one
+                # whose slot range holds the slot (ranges never overlap).
+                upstream = self._upstream_of_slot(h.slot)
+                if upstream is not None:
+                    self._count("switch_upstream_out")
+                    out.append(self._reply(Service.SWITCH, self._dotted_ip(upstream.ip),
+                                           upstream.port, image))
+                continue
             if h.worker == WORKER_MULTICAST:
                 workers = self.aggregator.job_config(h.job).workers
                 group = self.groups.get(h.job, (0, 0))
@@ -197,6 +217,23 @@ class GoldenBoard(BoardBackend):
                     out.append(self._reply(Service.SWITCH, self._dotted_ip(entry[0]), entry[1],
                                            image))
         return out
+
+    def _leaf_of(self, ip: int, port: int, upstream_job: int) -> int | None:
+        """The lowest configured job whose upstream is ``ip:port``'s job ``upstream_job``."""
+        for job in range(self.params["jobs"]):
+            config = self.aggregator.job_config(job)
+            up = config.upstream if config is not None else None
+            if up is not None and (up.ip, up.port, up.job) == (ip, port, upstream_job):
+                return job
+        return None
+
+    def _upstream_of_slot(self, slot: int):
+        """The upstream of the configured job whose slot range holds ``slot``."""
+        for job in range(self.params["jobs"]):
+            config = self.aggregator.job_config(job)
+            if config is not None and slot in config.slot_range:
+                return config.upstream
+        return None
 
     def _entry(self, job: int, worker: int):
         """The worker table entry ``(ip, port)`` of (job, worker), or None where the board

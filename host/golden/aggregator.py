@@ -67,6 +67,28 @@ payload = the P lanes (little-endian u32). Everything else (type, k, job, slot,
 slot_version as received, seq, offset) is copied from the triggering packet; reserved bytes
 are zero.
 
+Trees (``docs/protocol/aggregator-protocol.md`` section 4)
+---------------------------------------------------------
+A job configured with an :class:`Upstream` is a leaf of the upstream's job. Then:
+
+- a completion sends no result: it emits the aggregate upstream (the completing packet's
+  header with ``RESULT`` clear, ``job`` / ``worker`` the upstream's job and this
+  aggregator's worker number there, the aggregated exponent, ``count = P``; the stored
+  lanes), counts ``upstream_sent``, and (slot, v) is *pending*;
+- a retransmission for a pending (slot, v) emits that packet again (``upstream_resent``);
+  only a *final* (slot, v) answers a retransmission with a unicast result;
+- a packet with ``RESULT`` set is a result from upstream (the network front end passes on
+  only those from the configured upstream, with ``job`` rewritten to the leaf's job; the
+  ``bad_worker`` check does not apply to it): for a pending (slot, v) its lanes and
+  exponent replace the stored ones, (slot, v) is final, ``results_upstream`` counts and the
+  packet goes on as a multicast result (``worker = 0xFF``, ``count = P``, everything else
+  as received); for a final one ``drop_result_duplicate``; otherwise (neither pending nor
+  final, or a job without an upstream) ``drop_result_unexpected``. No state changes on a
+  drop.
+
+A job without an upstream completes final, so everything above section 4 is unchanged for
+it, but for a packet with ``RESULT`` set, which it drops as ``result_unexpected``.
+
 Control registers (:meth:`AggregatorModel.write` / :meth:`AggregatorModel.read`, the
 gateware's ``ctrl_`` port): the map ``contract.registers.SWITCH_REGISTERS``, served as the
 gateware serves it (a model commit takes no time, so ``JobStatus.BUSY`` never reads set).
@@ -84,13 +106,43 @@ from contract.packet import Packet
 from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, switch_limits_word,
                                 switch_params_word)
 
-__all__ = ["AggregatorModel", "JobConfig", "AGG_OPS", "model_transport"]
+__all__ = ["AggregatorModel", "JobConfig", "Upstream", "AGG_OPS", "model_transport"]
 
 #: Packet types the aggregator accepts and the per-lane operation of each.
 AGG_OPS = {PacketType.AGG_ADD_I32: "add", PacketType.AGG_OR32: "or"}
 _JOB_REGS = SWITCH_REGISTERS["job"]
+_UPSTREAM_REGS = SWITCH_REGISTERS["upstream"]
 _COUNTER_MASK = 0xFFFFFFFF
 _NO_OP = 0   # op of a (slot, version) that has never had a contribution
+
+
+@dataclasses.dataclass(frozen=True)
+class Upstream:
+    """A job's upstream aggregator (aggregator-protocol.md section 4).
+
+    ``ip`` and ``port`` are the parent aggregator's address (its board's IPv4 address as an
+    int, its port base + 2), ``job`` the parent's job number, ``worker`` this aggregator's
+    worker number in that job. The engine itself uses ``job`` and ``worker`` only (they go
+    into every packet it sends upstream); the network front end sends those packets to
+    ``ip:port`` and takes results only from there.
+    """
+    ip: int
+    port: int
+    job: int
+    worker: int
+
+    def __post_init__(self):
+        _check_int("upstream ip", self.ip, 1, _COUNTER_MASK)
+        _check_int("upstream port", self.port, 1, 0xFFFF)
+        _check_int("upstream job", self.job, 0, 0xFF)
+        _check_int("upstream worker", self.worker, 0, 0xFF)
+
+    @classmethod
+    def from_registers(cls, ip: int, port: int, job: int, worker: int) -> "Upstream | None":
+        """The upstream the ``upstream`` registers describe (None: ``ip`` or ``port`` 0)."""
+        if ip == 0 or port == 0:
+            return None
+        return cls(ip, port, job, worker)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,6 +150,7 @@ class JobConfig:
     workers: int
     slot_base: int
     slot_count: int
+    upstream: Upstream | None = None
 
     @property
     def slot_range(self) -> range:
@@ -141,6 +194,8 @@ class AggregatorModel:
         # pending job registers (workers, slot_base, slot_count) and last-commit status
         self._staged = [dict.fromkeys(("workers", "slot_base", "slot_count"), 0)
                         for _ in range(jobs)]
+        self._staged_upstream = [dict.fromkeys(("ip", "port", "job", "worker"), 0)
+                                 for _ in range(jobs)]
         self._rejected = [False] * jobs
         # state per (slot, version)
         self._lanes = np.zeros((slots, 2, lanes), dtype=np.uint32)
@@ -148,20 +203,27 @@ class AggregatorModel:
         self._count = np.zeros((slots, 2), dtype=np.int64)
         self._op = np.zeros((slots, 2), dtype=np.int64)
         self._seen = np.zeros((slots, 2), dtype=np.int64)   # bit w = worker w
+        # A complete (slot, version) of a job with an upstream is pending until the
+        # upstream's result makes it final; a job without one completes final.
+        self._final = np.zeros((slots, 2), dtype=bool)
 
     # -- configuration -------------------------------------------------------------------
 
-    def configure_job(self, job: int, workers: int, slot_base: int, slot_count: int) -> None:
+    def configure_job(self, job: int, workers: int, slot_base: int, slot_count: int,
+                      upstream: Upstream | None = None) -> None:
         """Configure ``job`` and reset the state of its slots.
 
+        ``upstream`` makes the job a leaf of an upstream aggregator's job (section 4).
         Raises ValueError for a job number >= ``jobs``, workers outside 1..max_workers, an
         empty range, a range outside the pool, or one overlapping another configured job's.
         """
+        if upstream is not None and not isinstance(upstream, Upstream):
+            raise ValueError(f"upstream must be an Upstream or None, got {upstream!r}")
         _check_int("job", job, 0, self.jobs - 1)
         _check_int("workers", workers, 1, self.max_workers)
         _check_int("slot_count", slot_count, 1, self.slots)
         _check_int("slot_base", slot_base, 0, self.slots - slot_count)
-        config = JobConfig(workers, slot_base, slot_count)
+        config = JobConfig(workers, slot_base, slot_count, upstream)
         for other, other_config in enumerate(self._configs):
             if other != job and other_config is not None:
                 r = other_config.slot_range
@@ -190,6 +252,7 @@ class AggregatorModel:
         self._count[s] = 0
         self._op[s] = _NO_OP
         self._seen[s] = 0
+        self._final[s] = False
 
     # -- control registers ---------------------------------------------------------------
 
@@ -205,9 +268,14 @@ class AggregatorModel:
         _check_int("addr", addr, 0, 0xFFFF)
         _check_int("value", value, 0, _COUNTER_MASK)
         decoded = SWITCH_REGISTERS.decode(addr)
-        if decoded is None or decoded.entry is not _JOB_REGS or decoded.index >= self.jobs:
+        if decoded is None or decoded.index is None or decoded.index >= self.jobs:
             return
         job, field = decoded.index, decoded.register.name
+        if decoded.entry is _UPSTREAM_REGS:
+            self._staged_upstream[job][field] = value & ((1 << decoded.register.width) - 1)
+            return
+        if decoded.entry is not _JOB_REGS:
+            return
         if field != "commit":
             self._staged[job][field] = value
         elif value == COMMIT:
@@ -218,7 +286,8 @@ class AggregatorModel:
                     self.clear_job(job)
                 else:
                     self.configure_job(job, staged["workers"], staged["slot_base"],
-                                       staged["slot_count"])
+                                       staged["slot_count"], Upstream.from_registers(
+                                           **self._staged_upstream[job]))
             except ValueError:
                 self.clear_job(job)
                 self._rejected[job] = True
@@ -239,6 +308,8 @@ class AggregatorModel:
         job = decoded.index
         if job >= self.jobs:    # every commit to a job beyond the engine's is refused
             return JobStatus.REJECTED if decoded.register.name == "commit" else 0
+        if decoded.entry is _UPSTREAM_REGS:
+            return self._staged_upstream[job][decoded.register.name]
         if decoded.register.name == "commit":
             return JobStatus.REJECTED if self._rejected[job] else 0
         return self._staged[job][decoded.register.name]
@@ -292,7 +363,8 @@ class AggregatorModel:
         config = self._configs[header.job] if header.job < self.jobs else None
         if config is None:
             return "unconfigured_job"
-        if header.worker >= config.workers:
+        # A result from upstream numbers workers the upstream's way (section 4).
+        if not header.flags & Flags.RESULT and header.worker >= config.workers:
             return "bad_worker"
         if header.slot not in config.slot_range:
             return "bad_slot"
@@ -305,7 +377,10 @@ class AggregatorModel:
         return None
 
     def _fold(self, header: Header, payload: bytes) -> list[Packet]:
-        n = self._configs[header.job].workers
+        if header.flags & Flags.RESULT:
+            return self._from_upstream(header, payload)
+        config = self._configs[header.job]
+        n, upstream = config.workers, config.upstream
         slot, v, w = header.slot, header.slot_version, header.worker
         bit = 1 << w
         count = int(self._count[slot, v])
@@ -316,6 +391,7 @@ class AggregatorModel:
             self._seen[slot, v] |= bit
             self._seen[slot, 1 - v] &= ~bit
             if count in (0, n):                                 # first of a new round
+                self._final[slot, v] = False
                 self._count[slot, v] = 1
                 self._lanes[slot, v] = values
                 self._exponent[slot, v] = header.exponent
@@ -328,15 +404,46 @@ class AggregatorModel:
                     self._lanes[slot, v] |= values
                 self._exponent[slot, v] = max(int(self._exponent[slot, v]), header.exponent)
             self._bump("accepted")
-            if self._count[slot, v] == n:
-                self._bump("results_multicast")
-                return [self._result(header, slot, v, WORKER_MULTICAST)]
-            return []
-        if count == n:                                          # retransmission
+            if self._count[slot, v] != n:
+                return []
+            if upstream is not None:                            # complete: now pending
+                self._bump("upstream_sent")
+                return [self._upstream_packet(header, slot, v, upstream)]
+            self._final[slot, v] = True
+            self._bump("results_multicast")
+            return [self._result(header, slot, v, WORKER_MULTICAST)]
+        if count == n and self._final[slot, v]:                 # retransmission
             self._bump("results_unicast")
             return [self._result(header, slot, v, w)]
+        if count == n:                                          # pending: upstream again
+            self._bump("upstream_resent")
+            return [self._upstream_packet(header, slot, v, upstream)]
         self._bump("retransmit_dropped")
         return []
+
+    def _from_upstream(self, header: Header, payload: bytes) -> list[Packet]:
+        """A result from the job's upstream (the network front end has checked its source and
+        put this job's number in ``job``): a pending (slot, v) takes its value and is final."""
+        config = self._configs[header.job]
+        slot, v = header.slot, header.slot_version
+        complete = config.upstream is not None and self._count[slot, v] == config.workers
+        if complete and self._final[slot, v]:
+            return self._drop("result_duplicate")
+        if not complete:
+            return self._drop("result_unexpected")
+        self._lanes[slot, v] = np.frombuffer(payload, dtype="<u4")
+        self._exponent[slot, v] = header.exponent
+        self._final[slot, v] = True
+        self._bump("results_upstream")
+        return [self._result(header, slot, v, WORKER_MULTICAST)]
+
+    def _upstream_packet(self, header: Header, slot: int, v: int,
+                         upstream: Upstream) -> Packet:
+        """(slot, v)'s aggregate as a contribution to the upstream's job (section 4)."""
+        up_header = header.replace(flags=int(header.flags) & ~int(Flags.RESULT),
+                                   job=upstream.job, worker=upstream.worker,
+                                   exponent=int(self._exponent[slot, v]), count=self.lanes)
+        return Packet(up_header, self._lanes[slot, v].astype("<u4").tobytes())
 
     def _result(self, header: Header, slot: int, v: int, worker: int) -> Packet:
         result_header = header.replace(flags=int(header.flags) | int(Flags.RESULT), worker=worker,
@@ -348,7 +455,7 @@ class AggregatorModel:
         self.counters[name] = (self.counters[name] + 1) & _COUNTER_MASK
 
     def _drop(self, cause: str) -> list[Packet]:
-        assert cause in AGG_DROP_CAUSES, cause
+        assert f"drop_{cause}" in AGG_COUNTERS, cause
         self._bump(f"drop_{cause}")
         return []
 
@@ -356,19 +463,22 @@ class AggregatorModel:
 
     def slot_state(self, slot: int, version: int) -> dict:
         """One (slot, version): lanes (uint32 copy), exponent, count, op (packet type or 0
-        if never used), seen (bitmap as int)."""
+        if never used), seen (bitmap as int), final (complete and final: a pending slot of
+        a job with an upstream is complete but not final)."""
         _check_int("slot", slot, 0, self.slots - 1)
         _check_int("version", version, 0, 1)
         return {"lanes": self._lanes[slot, version].copy(),
                 "exponent": int(self._exponent[slot, version]),
                 "count": int(self._count[slot, version]),
                 "op": int(self._op[slot, version]),
-                "seen": int(self._seen[slot, version])}
+                "seen": int(self._seen[slot, version]),
+                "final": bool(self._final[slot, version])}
 
     def state(self) -> dict:
         """A deep copy of everything but the counters (for before/after comparisons)."""
         return {"configs": list(self._configs), "staged": copy.deepcopy(self._staged),
-                "rejected": list(self._rejected),
+                "staged_upstream": copy.deepcopy(self._staged_upstream),
+                "rejected": list(self._rejected), "final": self._final.copy(),
                 "lanes": self._lanes.copy(), "exponent": self._exponent.copy(),
                 "count": self._count.copy(), "op": self._op.copy(), "seen": self._seen.copy()}
 
