@@ -8,7 +8,10 @@ A sequence is a list of steps:
 
 - ``("packet", bytes)``: one packet's byte image (malformed ones included);
 - ``("configure", job, workers, slot_base, slot_count)``: commit a job configuration
-  (``workers == 0`` clears the job).
+  (``workers == 0`` clears the job);
+- ``("configure", job, workers, slot_base, slot_count, upstream)``: the same with the job's
+  upstream registers (an :class:`~host.golden.aggregator.Upstream` or None), written before
+  the commit (aggregator-protocol.md section 4).
 
 Every generator takes the engine's parameters (:class:`EngineParams`) and a
 ``random.Random``, so a failing case is reproduced from its seed.
@@ -23,8 +26,7 @@ from contract.packet import Packet
 
 __all__ = ["EngineParams", "NASTY_WORDS", "BAD_CLASSES", "random_payload", "data_packet",
            "bad_packet", "partial_middle_beat", "configure_steps", "protocol_traffic",
-           "hammer_traffic",
-           "chaos_traffic"]
+           "hammer_traffic", "chaos_traffic", "tree_traffic"]
 
 OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
 
@@ -58,7 +60,9 @@ def data_packet(rng, params: EngineParams, *, job, worker, slot, slot_version, o
         type=op, job=job, worker=worker, slot=slot, slot_version=slot_version,
         exponent=rng.randrange(-128, 128) if exponent is None else exponent,
         count=params.lanes, seq=rng.getrandbits(32), offset=rng.getrandbits(32),
-        flags=rng.choice([0, 0, 1, 4, 7]), k=rng.randrange(256))
+        # Any flags but RESULT, which a worker never sets: the engine takes a packet with
+        # RESULT as a result from its upstream (section 4).
+        flags=rng.choice([0, 0, 1, 4, 5]), k=rng.randrange(256))
     header = header.replace(**fields)
     if payload is None:
         payload = random_payload(rng, params.lanes)
@@ -231,4 +235,50 @@ def chaos_traffic(rng, params: EngineParams, *, job, workers, slot_range, packet
             rng, params, job=job, worker=rng.randrange(workers), slot=rng.choice(slots),
             slot_version=rng.randrange(2), op=rng.choice(OPS) if rng.random() < 0.2 else OPS[0],
             exponent=rng.randrange(-3, 3))))
+    return steps
+
+
+def tree_traffic(rng, params: EngineParams, *, job, workers, slot_range, packets):
+    """A leaf's job (one with an upstream, aggregator-protocol.md section 4) in every state.
+
+    Rounds open and complete on a few slots; between contributions come retransmissions
+    (of pending rounds: sent upstream again; of final ones: answered), results from upstream
+    as the network front end hands them on (``RESULT`` set, ``job`` the leaf's, ``worker``
+    0xFF or a leaf worker's number, any payload and exponent) for pending rounds, again
+    (duplicates), for open rounds and the other version (unexpected), and stale ones.
+    What each does is the reference model's to say; the generator only makes sure every
+    case comes up.
+    """
+    steps, sent = [], []
+    slots = list(slot_range)[:3]
+    state = {slot: {"version": rng.randrange(2), "left": [], "op": OPS[0]} for slot in slots}
+    while len(steps) < packets:
+        slot = rng.choice(slots)
+        st = state[slot]
+        r = rng.random()
+        if r < 0.3:                   # a result from upstream, mostly for this round
+            version = st["version"] if rng.random() < 0.8 else 1 - st["version"]
+            header = Header(type=st["op"], flags=rng.choice([2, 2, 3, 6]), job=job,
+                            worker=rng.choice([0xFF, 0xFF, rng.randrange(workers)]),
+                            slot=slot, slot_version=version, count=params.lanes,
+                            exponent=rng.randrange(-128, 128), seq=rng.getrandbits(32),
+                            offset=rng.getrandbits(32), k=rng.randrange(256))
+            image = Packet(header, random_payload(rng, params.lanes)).to_bytes()
+            steps.append(("packet", image))
+            if rng.random() < 0.3:
+                steps.append(("packet", image))     # the same result twice
+            continue
+        if sent and r < 0.45:         # a retransmission (pending: upstream again)
+            steps.append(("packet", rng.choice(sent[-12:])))
+            continue
+        if not st["left"]:
+            st["version"] ^= 1
+            st["left"] = list(range(workers))
+            rng.shuffle(st["left"])
+            st["op"] = rng.choice(OPS)
+        image = data_packet(rng, params, job=job, worker=st["left"].pop(), slot=slot,
+                            slot_version=st["version"], op=st["op"],
+                            exponent=rng.randrange(-4, 5))
+        sent.append(image)
+        steps.append(("packet", image))
     return steps

@@ -117,16 +117,22 @@ class _Packet:
 
 @dataclasses.dataclass(frozen=True)
 class _Decision:
-    """The header stages' reading of the slot: first, retransmission, mixed, completion."""
+    """The header stages' reading of the slot: first, retransmission, mixed, completion, and
+    for a result from upstream whether the slot is pending or final."""
     complete_new: Signal
     complete_stored: Signal
     exponent_new: Signal
     exponent_stored: Signal
+    final_stored: Signal
     first: Signal
+    from_upstream: Signal
+    has_upstream: Signal
     mixed: Signal
     op_or: Signal
     retransmit: Signal
     state: object
+    up_job: Signal
+    up_worker: Signal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,12 +159,14 @@ MAX_JOBS = SWITCH_REGISTERS["job"].count   # the register map holds this many jo
 
 
 def slot_state_layout(max_workers):
-    """Metadata row of one slot: per version (index 0 and 1) bitmap, count, op, exponent."""
+    """Metadata row of one slot: per version (index 0 and 1) bitmap, count, op, exponent, and
+    whether a complete round is final (a job with an upstream completes pending)."""
     version = data.StructLayout({
         "seen": unsigned(max_workers),
         "count": range(max_workers + 1),
         "op_or": unsigned(1),
         "exponent": signed(8),
+        "final": unsigned(1),
     })
     return data.ArrayLayout(version, 2)
 
@@ -374,6 +382,8 @@ class Aggregator(wiring.Component):
         fields = data.StructLayout({
             "worker": unsigned(8), "version": unsigned(1), "exponent": signed(8),
             "op_or": unsigned(1), "workers": range(W + 1),
+            "from_upstream": unsigned(1), "has_upstream": unsigned(1),
+            "up_job": unsigned(8), "up_worker": unsigned(8),
         })
         h1_valid, h2_valid = Signal(), Signal()
         h1, h2 = Signal(fields), Signal(fields)
@@ -385,23 +395,34 @@ class Aggregator(wiring.Component):
                 h1.exponent.eq(hdr.exponent),
                 h1.op_or.eq(hdr.type == PacketType.AGG_OR32),
                 h1.workers.eq(ctl.lookup_workers),
+                # Only results from upstream carry RESULT here: the network front end passes
+                # no other (aggregator-protocol.md section 4).
+                h1.from_upstream.eq((hdr.flags & Flags.RESULT).any()),
+                h1.has_upstream.eq(ctl.lookup_upstream),
+                h1.up_job.eq(ctl.lookup_up_job),
+                h1.up_worker.eq(ctl.lookup_up_worker),
             ]
 
         # Decisions (cycle h+2), registered: valid from h+3 until the next packet's h+2,
         # which covers this packet's payload ALU stages and its verdict at tlast + 2.
         state = meta.read_data
-        worker_bit = Signal(W)   # one-hot; all zero for a worker >= W (dropped anyway)
-        m.d.comb += worker_bit.bit_select(h2.worker, 1).eq(1)
+        # One-hot; all zero for a worker >= W (dropped anyway) and for a result from upstream,
+        # which changes no worker's bit.
+        worker_bit = Signal(W)
+        with m.If(~h2.from_upstream):
+            m.d.comb += worker_bit.bit_select(h2.worker, 1).eq(1)
         cur_seen = Mux(h2.version, state[1].seen, state[0].seen)
         cur_count = Mux(h2.version, state[1].count, state[0].count)
         cur_op_or = Mux(h2.version, state[1].op_or, state[0].op_or)
+        cur_final = Mux(h2.version, state[1].final, state[0].final)
         cur_exponent = Signal(signed(8))
         m.d.comb += cur_exponent.eq(Mux(h2.version, state[1].exponent, state[0].exponent))
         seen = (cur_seen & worker_bit) != 0
         first = (cur_count == 0) | (cur_count == h2.workers)
-        new_count = Mux(first, 1, cur_count + 1)
+        # A result from upstream keeps the count and takes the value and exponent whole.
+        new_count = Mux(h2.from_upstream, cur_count, Mux(first, 1, cur_count + 1))
         new_exponent = Signal(signed(8))
-        m.d.comb += new_exponent.eq(Mux(first | (h2.exponent > cur_exponent),
+        m.d.comb += new_exponent.eq(Mux(first | h2.from_upstream | (h2.exponent > cur_exponent),
                                         h2.exponent, cur_exponent))
         new_state = Signal(slot_state_layout(W))
         for version in (0, 1):
@@ -410,20 +431,33 @@ class Aggregator(wiring.Component):
                 new_state[version].seen.eq(Mux(mine, state[version].seen | worker_bit,
                                                state[version].seen & ~worker_bit)),
                 new_state[version].count.eq(Mux(mine, new_count, state[version].count)),
-                new_state[version].op_or.eq(Mux(mine, h2.op_or, state[version].op_or)),
+                new_state[version].op_or.eq(Mux(mine & ~h2.from_upstream, h2.op_or,
+                                                state[version].op_or)),
                 new_state[version].exponent.eq(Mux(mine, new_exponent,
                                                    state[version].exponent)),
+                # A contribution to a job with an upstream leaves its round pending; the
+                # upstream's result makes it final.
+                new_state[version].final.eq(Mux(mine, h2.from_upstream | ~h2.has_upstream,
+                                                state[version].final)),
             ]
         dec_first, dec_op_or, dec_retransmit, dec_mixed = Signal(), Signal(), Signal(), Signal()
         dec_complete_stored, dec_complete_new = Signal(), Signal()
         dec_exponent_stored, dec_exponent_new = Signal(signed(8)), Signal(signed(8))
+        dec_final_stored, dec_from_upstream, dec_has_upstream = Signal(), Signal(), Signal()
+        dec_up_job, dec_up_worker = Signal(8), Signal(8)
         dec_state = Signal(slot_state_layout(W))
         with m.If(h2_valid):
             m.d.sync += [
-                dec_first.eq(first),
+                # The lane ALU takes a result from upstream as it takes a round's first value.
+                dec_first.eq(first | h2.from_upstream),
                 dec_op_or.eq(h2.op_or),
                 dec_retransmit.eq(seen),
-                dec_mixed.eq(~seen & ~first & (cur_op_or != h2.op_or)),
+                dec_mixed.eq(~seen & ~first & ~h2.from_upstream & (cur_op_or != h2.op_or)),
+                dec_final_stored.eq(cur_final),
+                dec_from_upstream.eq(h2.from_upstream),
+                dec_has_upstream.eq(h2.has_upstream),
+                dec_up_job.eq(h2.up_job),
+                dec_up_worker.eq(h2.up_worker),
                 dec_complete_stored.eq(cur_count == h2.workers),
                 dec_complete_new.eq(new_count == h2.workers),
                 dec_exponent_stored.eq(cur_exponent),
@@ -432,8 +466,10 @@ class Aggregator(wiring.Component):
             ]
         return _Decision(complete_new=dec_complete_new, complete_stored=dec_complete_stored,
                          exponent_new=dec_exponent_new, exponent_stored=dec_exponent_stored,
-                         first=dec_first, mixed=dec_mixed, op_or=dec_op_or,
-                         retransmit=dec_retransmit, state=dec_state)
+                         final_stored=dec_final_stored, first=dec_first,
+                         from_upstream=dec_from_upstream, has_upstream=dec_has_upstream,
+                         mixed=dec_mixed, op_or=dec_op_or, retransmit=dec_retransmit,
+                         state=dec_state, up_job=dec_up_job, up_worker=dec_up_worker)
 
     def _payload_stages(self, blocks, a, dec):
         """B, C: a payload beat meets its slot row; the lane ALU's result goes to staging."""
@@ -508,19 +544,36 @@ class Aggregator(wiring.Component):
         e2_cause, e2_good, e2_hdr, e2_valid = end.cause, end.good, end.hdr, end.valid
         # -- E2 (tlast + 2): verdict --------------------------------------------------------
         good = e2_good            # e2_valid & (e2_cause == CAUSE_NONE)
-        retransmit = good & dec_retransmit
-        mixed = good & ~dec_retransmit & dec_mixed
-        accepted = good & ~dec_retransmit & ~dec_mixed
-        unicast = retransmit & dec_complete_stored
-        multicast = accepted & dec_complete_new
-        result = unicast | multicast
+        # A result from upstream (section 4) for a round of a job with an upstream: pending
+        # (complete, not final) takes it, final drops it as a duplicate.
+        from_up = good & dec.from_upstream
+        up_complete = dec.has_upstream & dec_complete_stored
+        up_taken = from_up & up_complete & ~dec.final_stored
+        up_duplicate = from_up & up_complete & dec.final_stored
+        contribution = good & ~dec.from_upstream
+        retransmit = contribution & dec_retransmit
+        mixed = contribution & ~dec_retransmit & dec_mixed
+        accepted = contribution & ~dec_retransmit & ~dec_mixed
+        unicast = retransmit & dec_complete_stored & dec.final_stored
+        resend = retransmit & dec_complete_stored & ~dec.final_stored
+        completed = accepted & dec_complete_new
+        sent_up = completed & dec.has_upstream
+        upward = sent_up | resend
+        multicast = (completed & ~dec.has_upstream) | up_taken
+        result = unicast | multicast | upward
+        written = accepted | up_taken
         events = {
             "packets": e2_valid,
             "accepted": accepted,
-            "results_multicast": multicast,
+            "results_multicast": completed & ~dec.has_upstream,
             "results_unicast": unicast,
             "retransmit_dropped": retransmit & ~dec_complete_stored,
             "drop_mixed_op": mixed,
+            "upstream_sent": sent_up,
+            "upstream_resent": resend,
+            "results_upstream": up_taken,
+            "drop_result_duplicate": up_duplicate,
+            "drop_result_unexpected": from_up & ~up_complete,
         }
         for cause in AGG_DROP_CAUSES:
             if cause != "mixed_op":
@@ -538,21 +591,26 @@ class Aggregator(wiring.Component):
             ]
         with m.Else():
             m.d.comb += [
-                meta.write_en.eq(accepted),
+                meta.write_en.eq(written),
                 meta.write_addr.eq(e2_hdr.slot[:slot_bits]),
                 meta.write_data.eq(dec_state),
             ]
 
+        # A result, or (upward) the round's aggregate as a contribution to the upstream's job.
         result_hdr = Signal(HeaderLayout)
         m.d.comb += [
             result_hdr.eq(e2_hdr),
-            result_hdr.flags.eq(e2_hdr.flags | Flags.RESULT),
-            result_hdr.worker.eq(Mux(unicast, e2_hdr.worker, WORKER_MULTICAST)),
-            result_hdr.exponent.eq(Mux(unicast, dec_exponent_stored, dec_exponent_new)),
+            result_hdr.flags.eq(Mux(upward, e2_hdr.flags & (0xFF ^ Flags.RESULT),
+                                    e2_hdr.flags | Flags.RESULT)),
+            result_hdr.job.eq(Mux(upward, dec.up_job, e2_hdr.job)),
+            result_hdr.worker.eq(Mux(unicast, e2_hdr.worker,
+                                     Mux(upward, dec.up_worker, WORKER_MULTICAST))),
+            result_hdr.exponent.eq(Mux(unicast | resend, dec_exponent_stored,
+                                       dec_exponent_new)),
             result_hdr.reserved0.eq(0),
             result_hdr.reserved1.eq(0),
         ]
-        return _Verdict(accepted=accepted, result=result, result_hdr=result_hdr)
+        return _Verdict(accepted=written, result=result, result_hdr=result_hdr)
 
     def _commit(self, blocks, inp, end, verdict):
         """Commit, B cycles: staging row i goes to slot row i (if accepted) and to the result

@@ -15,8 +15,9 @@ jobs queue, one per job, a clock apart. Reads of the job registers return the pe
 values, as the reference model's do.
 """
 from amaranth import Array, Cat, Module, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
+from amaranth.hdl import unsigned
 from amaranth.utils import ceil_log2
 
 from contract.counters import AGG_COUNTERS
@@ -24,9 +25,10 @@ from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, switch_limi
                                 switch_params_word)
 from hdl.ctrl_port import RegisterPort
 
-__all__ = ["AggControl"]
+__all__ = ["AggControl", "ActiveJob"]
 
 _JOB = SWITCH_REGISTERS["job"]
+_UPSTREAM = SWITCH_REGISTERS["upstream"]
 _COUNTERS = SWITCH_REGISTERS["counter"]
 _PARAMS = SWITCH_REGISTERS["params"]
 _LIMITS = SWITCH_REGISTERS["limits"]
@@ -34,6 +36,21 @@ assert JobStatus.BUSY == 1   # the status word's bit 0 is `busy` itself
 _REJECTED_BIT = JobStatus.REJECTED.bit_length() - 1
 _FIELD = {name: _JOB.field(name).address
           for name in ("workers", "slot_base", "slot_count", "commit")}
+_UP_FIELDS = tuple(f.name for f in _UPSTREAM.fields)    # ip, port, job, worker
+assert _JOB.field_bits == _UPSTREAM.field_bits and _JOB.index_bits == _UPSTREAM.index_bits
+
+#: One job's active configuration, as the network front end sees every job's at once
+#: (``AggControl.active``): the slot range, and the upstream (aggregator-protocol.md
+#: section 4) that its completed slots go to (``upstream`` 0: none).
+ActiveJob = data.StructLayout({
+    "base": unsigned(16),
+    "end": unsigned(17),
+    "upstream": unsigned(1),
+    "up_ip": unsigned(_UPSTREAM.field("ip").width),
+    "up_port": unsigned(_UPSTREAM.field("port").width),
+    "up_job": unsigned(_UPSTREAM.field("job").width),
+    "up_worker": unsigned(_UPSTREAM.field("worker").width),
+})
 
 
 class AggControl(wiring.Component):
@@ -54,6 +71,10 @@ class AggControl(wiring.Component):
         Job number to look up (combinationally) for the header checks.
     lookup_configured, lookup_workers, lookup_base, lookup_end : Signal, out
         Its active configuration; ``lookup_configured`` is 0 for a job beyond ``jobs``.
+    lookup_upstream, lookup_up_job, lookup_up_worker : Signal, out
+        Whether it has an upstream, the upstream's job and its worker number there.
+    active : Out(ArrayLayout(ActiveJob, jobs))
+        Every job's active slot range and upstream at once (for the network front end's copy).
     drained : Signal(1), in
         The engine holds no packet (nothing in flight, between packets at the input).
     busy : Signal(1), out
@@ -72,6 +93,10 @@ class AggControl(wiring.Component):
             "lookup_workers": Out(range(max_workers + 1)),
             "lookup_base": Out(16),
             "lookup_end": Out(17),
+            "lookup_upstream": Out(1),
+            "lookup_up_job": Out(8),
+            "lookup_up_worker": Out(8),
+            "active": Out(data.ArrayLayout(ActiveJob, jobs)),
             "drained": In(1),
             "busy": Out(1),
             "clear_en": Out(1),
@@ -90,6 +115,12 @@ class AggControl(wiring.Component):
         act_workers = Array(Signal(range(W + 1), name=f"act_workers{j}") for j in range(J))
         act_base = Array(Signal(16, name=f"act_base{j}") for j in range(J))
         act_end = Array(Signal(17, name=f"act_end{j}") for j in range(J))
+        # Each job's upstream registers, pending and active (written and read as declared).
+        pend_up = {f: Array(Signal(_UPSTREAM.field(f).width, name=f"pend_up_{f}{j}")
+                            for j in range(J)) for f in _UP_FIELDS}
+        act_up = {f: Array(Signal(_UPSTREAM.field(f).width, name=f"act_up_{f}{j}")
+                           for j in range(J)) for f in _UP_FIELDS}
+        act_upstream = Signal(J)
         commit_req = Signal(J)
         rejected = Signal(J)
         counters = Array(Signal(32, name=f"counter_{name}") for name in AGG_COUNTERS)
@@ -103,7 +134,16 @@ class AggControl(wiring.Component):
             self.lookup_base.eq(act_base[job_index]),
             self.lookup_end.eq(act_end[job_index]),
             self.lookup_configured.eq(in_range & (act_workers[job_index] != 0)),
+            self.lookup_upstream.eq(act_upstream.bit_select(job_index, 1)),
+            self.lookup_up_job.eq(act_up["job"][job_index]),
+            self.lookup_up_worker.eq(act_up["worker"][job_index]),
         ]
+        for j in range(J):
+            m.d.comb += [
+                self.active[j].base.eq(act_base[j]),
+                self.active[j].end.eq(act_end[j]),
+                self.active[j].upstream.eq(act_upstream[j]),
+            ] + [self.active[j][f"up_{f}"].eq(act_up[f][j]) for f in _UP_FIELDS]
 
         # -- counters ---------------------------------------------------------------------
         for i in range(len(AGG_COUNTERS)):
@@ -124,6 +164,13 @@ class AggControl(wiring.Component):
                     m.d.sync += pend_count[reg_job].eq(self.ctrl.wdata)
                 # The commit field is handled with the grant logic below, so a grant in
                 # the same cycle cannot lose a new request.
+        up_reg = ((self.ctrl.addr >= _UPSTREAM.base) & (self.ctrl.addr < _UPSTREAM.end)
+                  & (reg_job < J))
+        with m.If(self.ctrl.we & up_reg):
+            with m.Switch(reg_field):
+                for f in _UP_FIELDS:
+                    with m.Case(_UPSTREAM.field(f).address):
+                        m.d.sync += pend_up[f][reg_job].eq(self.ctrl.wdata)
 
         # -- commit: wait for the engine to drain, apply, clear the slots -----------------
         clearing = Signal()
@@ -148,7 +195,9 @@ class AggControl(wiring.Component):
         snap_base = Array(Signal(range(S), name=f"snap_base{j}") for j in range(J))
         snap_end = Array(Signal(17, name=f"snap_end{j}") for j in range(J))
         snap_last = Array(Signal(range(S), name=f"snap_last{j}") for j in range(J))
+        snap_upstream = Signal(J)
         for j in range(J):
+            m.d.sync += snap_upstream[j].eq((pend_up["ip"][j] != 0) & (pend_up["port"][j] != 0))
             workers, base, count = pend_workers[j], pend_base[j], pend_count[j]
             # Isolation in hardware (aggregator-protocol.md section 2): a range that
             # overlaps another configured job's is refused, so one job's packets can never
@@ -186,8 +235,10 @@ class AggControl(wiring.Component):
                     act_workers[grant_job].eq(snap_workers[grant_job]),
                     act_base[grant_job].eq(snap_base[grant_job]),
                     act_end[grant_job].eq(snap_end[grant_job]),
+                    act_upstream.bit_select(grant_job, 1).eq(
+                        snap_upstream.bit_select(grant_job, 1)),
                     rejected.bit_select(grant_job, 1).eq(0),
-                ]
+                ] + [act_up[f][grant_job].eq(pend_up[f][grant_job]) for f in _UP_FIELDS]
                 with m.If(snap_clear.bit_select(grant_job, 1)):
                     m.d.sync += [
                         clearing.eq(1),
@@ -199,6 +250,7 @@ class AggControl(wiring.Component):
                     act_workers[grant_job].eq(0),
                     act_base[grant_job].eq(0),
                     act_end[grant_job].eq(0),
+                    act_upstream.bit_select(grant_job, 1).eq(0),
                     rejected.bit_select(grant_job, 1).eq(1),
                 ]
         with m.If(self.ctrl.we & job_reg & (reg_field == _FIELD["commit"])
@@ -219,6 +271,13 @@ class AggControl(wiring.Component):
                     with m.Case(_FIELD["commit"]):
                         m.d.sync += self.ctrl.rdata.eq(
                             self.busy | (rejected.bit_select(reg_job, 1) << _REJECTED_BIT))
+            with m.Elif(up_reg):
+                with m.Switch(reg_field):
+                    for f in _UP_FIELDS:
+                        with m.Case(_UPSTREAM.field(f).address):
+                            m.d.sync += self.ctrl.rdata.eq(pend_up[f][reg_job])
+                    with m.Default():
+                        m.d.sync += self.ctrl.rdata.eq(0)
             with m.Elif((self.ctrl.addr < _JOB.end) & (reg_field == _FIELD["commit"])):
                 # A job beyond the engine's: every commit to it is refused.
                 m.d.sync += self.ctrl.rdata.eq(JobStatus.REJECTED)

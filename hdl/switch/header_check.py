@@ -15,7 +15,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.counters import AGG_DROP_CAUSES
-from contract.header import MAGIC, VERSION, PacketType
+from contract.header import MAGIC, VERSION, Flags, PacketType
 from hdl.header import HeaderLayout
 
 __all__ = ["CAUSE_NONE", "CAUSE", "cause_bits", "HeaderCheck"]
@@ -71,7 +71,8 @@ class HeaderCheck(wiring.Component):
             ("bad_header", (h.magic != MAGIC) | (h.version != VERSION)),
             ("bad_type", (h.type != PacketType.AGG_ADD_I32) & (h.type != PacketType.AGG_OR32)),
             ("unconfigured_job", ~self.job_configured),
-            ("bad_worker", h.worker >= self.workers),
+            # A result from upstream numbers workers the upstream's way (section 4).
+            ("bad_worker", ~(h.flags & Flags.RESULT).any() & (h.worker >= self.workers)),
             ("bad_slot", (h.slot < self.slot_base) | (h.slot >= self.slot_end)),
             # aggregator-protocol.md section 2: a version other than 0 or 1 is a drop
             ("bad_slot_version", h.slot_version > 1),

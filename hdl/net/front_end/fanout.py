@@ -16,6 +16,11 @@ results then leave once, to the group's address and port, without a search (the 
 switches copy them to the members); unicast answers still go to the worker's entry. The
 group is looked up with ``n`` and registered beside it.
 
+An aggregate the engine sends upstream (aggregator-protocol.md section 4; tagged
+``upstream`` with its leaf job, :class:`~hdl.net.front_end.upstream.SlotOwner`) leaves
+once, to the leaf job's upstream address and port (looked up with ``n``), without a
+search.
+
 A result whose job has no worker to go to (an unconfigured job, or no entry among its
 workers) goes nowhere (``undeliverable``): the host cleared the table or reconfigured the
 job while the job was running.
@@ -33,8 +38,9 @@ from hdl.net.front_end.worker_table import GroupLookup, LookupSignature, WorkerE
 
 __all__ = ["ResultTag", "FanOut"]
 
-#: What the switch's output buffer keeps about a result: its job and worker fields.
-ResultTag = data.StructLayout({"job": 8, "worker": 8})
+#: What the switch's output buffer keeps about a result: its job and worker fields, or for
+#: an aggregate going upstream the leaf's job and ``upstream`` set.
+ResultTag = data.StructLayout({"job": 8, "worker": 8, "upstream": 1})
 
 
 class FanOut(wiring.Component):
@@ -63,6 +69,8 @@ class FanOut(wiring.Component):
         One strobe per datagram handed on.
     group_sent : Out(1)
         One strobe per datagram handed on to a job's group (each also a ``sent``).
+    upstream_sent : Out(1)
+        One strobe per aggregate handed on to a job's upstream (each also a ``sent``).
     undeliverable : Out(1)
         One strobe per result that had no worker to go to.
     """
@@ -80,6 +88,7 @@ class FanOut(wiring.Component):
             "group": Out(GroupLookup),
             "sent": Out(1),
             "group_sent": Out(1),
+            "upstream_sent": Out(1),
             "undeliverable": Out(1),
         })
 
@@ -149,13 +158,17 @@ class FanOut(wiring.Component):
         group_entry = Signal(WorkerEntry)
         group_set = Signal()             # the job has a result group
         to_group = Signal()              # the copy being sent goes to the job's group
+        upward = Signal()                # the result is an aggregate for the job's upstream
+        upstream_entry = Signal(WorkerEntry)
+        to_upstream = Signal()           # the copy being sent goes to the job's upstream
         m.d.comb += [
             self.jobs.job.eq(i.p.tag.job),
             self.group.job.eq(i.p.tag.job),
             workers.eq(Mux(job_workers > W, W, job_workers)),
         ]
         current_w = Signal(range(W))
-        m.d.sync += [self.sent.eq(0), self.group_sent.eq(0), self.undeliverable.eq(0)]
+        m.d.sync += [self.sent.eq(0), self.group_sent.eq(0), self.upstream_sent.eq(0),
+                     self.undeliverable.eq(0)]
         with m.FSM():
             with m.State("IDLE"):
                 with m.If(i.valid):
@@ -164,11 +177,22 @@ class FanOut(wiring.Component):
                                  job_workers.eq(self.jobs.workers),
                                  group_entry.eq(self.group.entry),
                                  group_set.eq((self.group.entry.ip_address != 0)
-                                              & (self.group.entry.port != 0))]
+                                              & (self.group.entry.port != 0)),
+                                 upward.eq(i.p.tag.upstream),
+                                 upstream_entry.eq(self.jobs.upstream)]
                     m.next = "START"
             with m.State("START"):
                 m.d.comb += start.eq(1)
-                with m.If(multicast & group_set & (workers != 0)):
+                m.d.sync += to_upstream.eq(0)
+                with m.If(upward):
+                    # one copy, to the upstream (none: reconfigured since, it goes nowhere)
+                    m.d.comb += start_from.eq(W)
+                    m.d.sync += [entry.eq(upstream_entry), to_group.eq(0), to_upstream.eq(1)]
+                    with m.If(upstream_entry.port != 0):
+                        m.next = "SEND"
+                    with m.Else():
+                        m.next = "DRAIN"
+                with m.Elif(multicast & group_set & (workers != 0)):
                     # one copy, to the group: the search looks at nothing
                     m.d.comb += start_from.eq(W)
                     m.d.sync += [entry.eq(group_entry), to_group.eq(1)]
@@ -202,7 +226,8 @@ class FanOut(wiring.Component):
                     self.replay.eq(found),
                 ]
                 with m.If(o.valid & o.ready & o.p.last):
-                    m.d.sync += [self.sent.eq(1), self.group_sent.eq(to_group)]
+                    m.d.sync += [self.sent.eq(1), self.group_sent.eq(to_group),
+                                 self.upstream_sent.eq(to_upstream)]
                     with m.If(found):
                         m.d.sync += [entry.eq(found_entry), current_w.eq(found_w)]
                         m.d.comb += [start.eq(1), start_from.eq(found_w + 1),

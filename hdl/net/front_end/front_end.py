@@ -46,7 +46,8 @@ from hdl.net.front_end.job_workers import JobWorkers
 from hdl.net.front_end.layouts import ReplyTag
 from hdl.net.front_end.registers import NetRegisters, RegisterRouter
 from hdl.net.front_end.reply import OneInFlight, ReplyPort
-from hdl.net.front_end.source_check import SourceCheck
+from hdl.net.front_end.source_check import RESULT_BIT, SourceCheck
+from hdl.net.front_end.upstream import SlotOwner
 from hdl.net.front_end.tx_arbiter import TxArbiter
 from hdl.net.front_end.width import Upsizer
 from hdl.stream.axis import axis_signature
@@ -120,6 +121,7 @@ class NetworkFrontEnd(wiring.Component):
             mac=mac, ip=ip, port_base=port_base, jobs=jobs, max_workers=max_workers,
             services=sum(1 << SERVICE_OFFSETS[s] for s in self.services))
         self.max_workers = max_workers
+        self._jobs_served = jobs
         self._job_workers = (JobWorkers(slots=slots, max_workers=max_workers, jobs=jobs)
                              if switch else None)
         members = {
@@ -224,10 +226,11 @@ class NetworkFrontEnd(wiring.Component):
 
         # -- switch: source check, results to the job's workers ---------------------------
         if self.switch:
-            m.submodules.source_check = check = SourceCheck()
+            m.submodules.source_check = check = SourceCheck(jobs=self._jobs_served)
             wiring.connect(m, dispatch.switch, check.i)
             wiring.connect(m, check.table, registers.check)
-            m.d.comb += events.drop_bad_source.eq(check.bad_source)
+            m.d.comb += [events.drop_bad_source.eq(check.bad_source),
+                         events.drop_result_source.eq(check.result_source)]
             # switch_in counts every datagram that reaches the switch port, as it arrives
             # (docs/network-contract.md), the ones the source check drops included
             arriving = dispatch.switch
@@ -239,9 +242,19 @@ class NetworkFrontEnd(wiring.Component):
             results = egress("switch", sizes.switch_out, ResultTag)
             switch_out = wiring.flipped(self.switch_out)
             wiring.connect(m, switch_out, results.i)
-            job, worker = _FIELDS["job"], _FIELDS["worker"]
-            m.d.comb += [results.tag.job.eq(switch_out.p.data.word_select(job.offset, 8)),
-                         results.tag.worker.eq(switch_out.p.data.word_select(worker.offset, 8))]
+            job, worker, flags = _FIELDS["job"], _FIELDS["worker"], _FIELDS["flags"]
+            slot = _FIELDS["slot"]
+            # An aggregate going upstream (RESULT clear) names the upstream's job: it is
+            # tagged with its leaf job, the owner of its slot, whose upstream it goes to.
+            m.submodules.slot_owner = owner = SlotOwner(jobs=self._jobs_served)
+            upward = ~switch_out.p.data.word_select(flags.offset, 8)[RESULT_BIT]
+            m.d.comb += [
+                owner.slot.eq(switch_out.p.data[8 * slot.offset:8 * slot.offset + 16]),
+                results.tag.job.eq(Mux(upward, owner.job,
+                                       switch_out.p.data.word_select(job.offset, 8))),
+                results.tag.worker.eq(switch_out.p.data.word_select(worker.offset, 8)),
+                results.tag.upstream.eq(upward),
+            ]
             m.submodules.fanout = fanout = FanOut(port=ports[Service.SWITCH],
                                                   max_workers=self.max_workers)
             wiring.connect(m, results.o, fanout.i)
@@ -255,8 +268,11 @@ class NetworkFrontEnd(wiring.Component):
                          job_workers.writes.wdata.eq(self.switch_ctrl.wdata),
                          job_workers.writes.we.eq(self.switch_ctrl.we),
                          job_workers.drained.eq(self.switch_drained)]
+            m.d.comb += [check.active.eq(job_workers.active),
+                         owner.active.eq(job_workers.active)]
             m.d.comb += [events.switch_out.eq(fanout.sent),
-                         events.switch_group_out.eq(fanout.group_sent)]
+                         events.switch_group_out.eq(fanout.group_sent),
+                         events.switch_upstream_out.eq(fanout.upstream_sent)]
             replies.append(fanout.o)
         else:
             m.d.comb += registers.check.en.eq(0)

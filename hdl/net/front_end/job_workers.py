@@ -17,20 +17,23 @@ register reads and counters are unused (and optimised away).
 from __future__ import annotations
 
 from amaranth import Module, Mux
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
 from contract.registers import MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE
 from hdl.ctrl_port import RegisterWrites
-from hdl.switch.control import AggControl
+from hdl.net.front_end.worker_table import WorkerEntry
+from hdl.switch.control import ActiveJob, AggControl
 
 __all__ = ["JobWorkersLookup", "JobWorkers"]
 
 #: A combinational lookup, seen from its user: ``workers`` is job ``job``'s active worker
-#: count (0: unconfigured, or a job beyond the switch's).
+#: count (0: unconfigured, or a job beyond the switch's); ``upstream`` is its upstream
+#: aggregator's address (all zero: none; aggregator-protocol.md section 4).
 JobWorkersLookup = wiring.Signature({
     "job": Out(8),
     "workers": In(range(MAX_WORKERS_IN_TABLE + 1)),
+    "upstream": In(WorkerEntry),
 })
 
 
@@ -50,6 +53,8 @@ class JobWorkers(wiring.Component):
     drained : In(1)
         The switch engine's own ``drained`` (it holds no packet): when a commit is granted.
     lookup : In(JobWorkersLookup)
+    active : Out(ArrayLayout(ActiveJob, jobs))
+        Every job's active slot range and upstream at once.
     """
 
     def __init__(self, *, slots, max_workers, jobs):
@@ -65,6 +70,7 @@ class JobWorkers(wiring.Component):
             "writes": In(RegisterWrites()),
             "drained": In(1),
             "lookup": In(JobWorkersLookup),
+            "active": Out(data.ArrayLayout(ActiveJob, jobs)),
         })
 
     def elaborate(self, platform):
@@ -81,5 +87,14 @@ class JobWorkers(wiring.Component):
             control.drained.eq(self.drained),
             control.lookup_job.eq(self.lookup.job),
             self.lookup.workers.eq(Mux(control.lookup_configured, control.lookup_workers, 0)),
+            self.active.eq(control.active),
         ]
+        # The upstream of a job beyond the switch's reads as none.
+        job_bits = max(1, (self.jobs - 1).bit_length())
+        with m.If(self.lookup.job < self.jobs):
+            chosen = control.active[self.lookup.job[:job_bits]] if self.jobs > 1 \
+                else control.active[0]
+            with m.If(chosen.upstream):
+                m.d.comb += [self.lookup.upstream.ip_address.eq(chosen.up_ip),
+                             self.lookup.upstream.port.eq(chosen.up_port)]
         return m

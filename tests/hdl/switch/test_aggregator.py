@@ -2,6 +2,7 @@
 """The aggregator's parameter checks, and the whole engine against the reference model in
 the Amaranth simulator (small parameters; the long runs are on Verilator,
 ``tests/hdl/switch/test_switch_top.py``)."""
+import dataclasses
 import random
 
 import pytest
@@ -9,12 +10,14 @@ import pytest
 from contract.packet import Packet
 from contract.registers import COMMIT, SWITCH_REGISTERS
 from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
-from host.golden.aggregator import AggregatorModel
+from host.golden.aggregator import AggregatorModel, Upstream
 from sim.switch_traffic import (OPS, EngineParams, bad_packet, chaos_traffic, data_packet,
-                                hammer_traffic, partial_middle_beat, protocol_traffic)
+                                hammer_traffic, partial_middle_beat, protocol_traffic,
+                                tree_traffic)
 from tests.amaranth_sim import RegisterPort, run
 
 JOB = SWITCH_REGISTERS["job"]
+UPSTREAM = SWITCH_REGISTERS["upstream"]
 
 # -- parameters ----------------------------------------------------------------------------
 
@@ -41,8 +44,8 @@ def test_non_integer_parameter():
 def test_ram_bits_per_slot():
     agg = Aggregator(slots=16, lanes=64, max_workers=32, jobs=4)
     # 2 versions x 64 lanes x 32 bits, and per version 32 seen bits, 6 count bits, op, exp.
-    assert agg.ram_bits_per_slot == 2 * 64 * 32 + 2 * (32 + 6 + 1 + 8)
-    assert slot_state_layout(32).size == 94
+    assert agg.ram_bits_per_slot == 2 * 64 * 32 + 2 * (32 + 6 + 1 + 8 + 1)
+    assert slot_state_layout(32).size == 96
 
 
 # -- the whole engine in the Amaranth simulator (small parameters) ------------------------
@@ -57,9 +60,9 @@ def model_replay(params, steps):
         elif step[0] == "beats":
             out.extend(p.to_bytes() for p in model.process_beats(step[1]))
         else:
-            _, job, workers, base, count = step
+            job, workers, base, count, upstream = (step[1:] + (None,))[:5]
             if workers:
-                model.configure_job(job, workers, base, count)
+                model.configure_job(job, workers, base, count, upstream)
             else:
                 model.clear_job(job)
     return out, dict(model.counters)
@@ -76,7 +79,10 @@ def engine_replay(params, steps, *, seed, pause_in=0.0, pause_out=0.0):
         port = RegisterPort(ctx, dut)
         for step in steps:
             if step[0] == "configure":
-                _, job, workers, base, count = step
+                job, workers, base, count, upstream = (step[1:] + (None,))[:5]
+                up = dataclasses.astuple(upstream) if upstream else (0, 0, 0, 0)
+                for field, value in zip(("ip", "port", "job", "worker"), up):
+                    await port.write(UPSTREAM.address(job, field), value)
                 for field, value in (("workers", workers), ("slot_base", base),
                                      ("slot_count", count), ("commit", COMMIT)):
                     await port.write(JOB.address(job, field), value)
@@ -173,6 +179,30 @@ def test_bad_slot_version_and_partial_beats_are_dropped_whole(lanes):
     counters = assert_same(params, steps, seed=lanes, pause_in=0.1, pause_out=0.2)
     assert counters["drop_bad_slot_version"] == 12 and counters["drop_bad_length"] == 12
     assert counters["results_multicast"] == 12
+
+
+@pytest.mark.parametrize("lanes", [8, 16])
+def test_engine_matches_model_with_an_upstream(lanes):
+    """A leaf's job (aggregator-protocol.md section 4) beside a job without an upstream:
+    completions go upstream and stay pending, retransmissions of pending rounds go upstream
+    again, results from upstream make rounds final (or are dropped as duplicates or
+    unexpected), final rounds answer retransmissions; then the upstream is configured
+    away and the same job completes final again."""
+    params = EngineParams(slots=6, lanes=lanes, max_workers=4, jobs=3)
+    rng = random.Random(lanes + 7)
+    upstream = Upstream(ip=0x0A00_0002, port=47572, job=5, worker=3)
+    steps = [("configure", 0, 3, 0, 3, upstream), ("configure", 1, 2, 3, 2)]
+    steps += tree_traffic(rng, params, job=0, workers=3, slot_range=range(0, 3), packets=220)
+    steps += protocol_traffic(rng, params, jobs={1: (2, range(3, 5))}, packets=30)
+    # a result from upstream for a job without one: unexpected
+    steps += tree_traffic(rng, params, job=1, workers=2, slot_range=range(3, 5), packets=20)
+    steps += [("configure", 0, 3, 0, 3, None)]
+    steps += hammer_traffic(rng, params, job=0, workers=3, slot=1, rounds=2)
+    counters = assert_same(params, steps, seed=lanes, pause_in=0.2, pause_out=0.3)
+    for name in ("upstream_sent", "upstream_resent", "results_upstream",
+                 "drop_result_duplicate", "drop_result_unexpected", "results_unicast",
+                 "results_multicast"):
+        assert counters[name] > 0, (name, counters)
 
 
 def test_drained_is_high_only_while_the_engine_holds_no_packet():

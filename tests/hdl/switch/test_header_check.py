@@ -3,7 +3,7 @@
 import random
 
 from contract.counters import AGG_DROP_CAUSES
-from contract.header import MAGIC, VERSION, Header, PacketType
+from contract.header import Flags, MAGIC, VERSION, Header, PacketType
 from hdl.switch.header_check import CAUSE, CAUSE_NONE, HeaderCheck
 from tests.amaranth_sim import run
 
@@ -17,7 +17,7 @@ def reference_header_cause(h: Header, *, lanes, configured, workers, base, end):
         return "bad_type"
     if not configured:
         return "unconfigured_job"
-    if h.worker >= workers:
+    if not h.flags & Flags.RESULT and h.worker >= workers:   # a result from upstream: any
         return "bad_worker"
     if not base <= h.slot < end:
         return "bad_slot"

@@ -29,10 +29,16 @@ HOST = 0xC0A84D0A
 SWITCH_JOB = SWITCH_REGISTERS["job"]
 
 
+def as_result(packet):
+    """``packet`` as the switch stand-in sends it on: RESULT set."""
+    return packet[:3] + bytes([packet[3] | 2]) + packet[4:]
+
+
 class Echo(wiring.Component):
     """Output = input, through one register; `drop_bad` drops packets not starting 0x47;
-    `complete` turns a header whose exponent byte is 0x80 into a multicast result (worker
-    0xFF), as the switch does when a packet completes its slot."""
+    `complete` (the switch) sets RESULT, and turns a header whose exponent byte is 0x80
+    into a multicast result (worker 0xFF), as the switch does when a packet completes its
+    slot."""
     i: In(axis_signature())
     o: Out(axis_signature())
     dropped: Out(1)
@@ -60,6 +66,10 @@ class Echo(wiring.Component):
             with m.If(~drop_now):
                 m.d.sync += [self.o.valid.eq(1), self.o.p.eq(self.i.p)]
                 if self._complete:
+                    # every packet the switch sends its workers is a result (RESULT set;
+                    # one without it would go to the job's upstream)
+                    with m.If(first):
+                        m.d.sync += self.o.p.data[25].eq(1)
                     with m.If(first & (self.i.p.data[56:64] == 0x80)):
                         m.d.sync += self.o.p.data[48:56].eq(0xFF)
         return m
@@ -286,7 +296,7 @@ def test_worker_table_source_check_and_fan_out():
         """A packet from worker 0 that completes its slot: the result, as sent."""
         p = agg(1, 0, completes=True)
         host.datagram(p, src, ip=workers[0][0], sport=workers[0][1])
-        return p[:6] + b"\xff" + p[7:]
+        return as_result(p[:6] + b"\xff" + p[7:])
 
     async def bench(ctx):
         pairs = []
@@ -315,7 +325,7 @@ def test_worker_table_source_check_and_fan_out():
         for raw, ip, port in bad:
             host.datagram(raw, src, ip=ip, sport=port)
         await host.wait(ctx, 1500)
-        assert host.sent == [((workers[1][0], src, workers[1][1]), p1)] + [
+        assert host.sent == [((workers[1][0], src, workers[1][1]), as_result(p1))] + [
             ((workers[w][0], src, workers[w][1]), p2) for w in (0, 1)]
         c1 = counters(ctx, dut)
         assert delta(c0, c1) == {"switch_in": 2 + len(bad), "switch_out": 3,
@@ -368,7 +378,7 @@ def test_result_group_one_datagram_per_result():
     def multicast():
         p = agg(0, completes=True)
         host.datagram(p, src, ip=workers[0][0], sport=workers[0][1])
-        return p[:6] + b"\xff" + p[7:]
+        return as_result(p[:6] + b"\xff" + p[7:])
 
     def group_regs(job, ip, port):
         return [(network_address("net", group.address(job, "ip")), ip),
@@ -404,7 +414,7 @@ def test_result_group_one_datagram_per_result():
         p3 = multicast()
         await host.wait(ctx, 1500)
         assert host.sent == [((group_ip, src, group_port), p1),
-                             ((workers[2][0], src, workers[2][1]), p2),
+                             ((workers[2][0], src, workers[2][1]), as_result(p2)),
                              ((group_ip, src, group_port), p3)]
         assert delta(c0, counters(ctx, dut)) == {"switch_in": 3, "switch_out": 3,
                                                  "switch_group_out": 2}

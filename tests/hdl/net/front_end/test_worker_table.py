@@ -80,7 +80,7 @@ def test_table_registers_and_lookups():
 
 class CheckBench(wiring.Component):
     def __init__(self):
-        self.check = SourceCheck()
+        self.check = SourceCheck(jobs=JOBS)
         self.table = WorkerTable(jobs=JOBS, max_workers=WORKERS)
         super().__init__({})
 
@@ -91,8 +91,10 @@ class CheckBench(wiring.Component):
         return m
 
 
-def agg_datagram(job, worker, length, src_ip, src_port, *, error=False, rng):
+def agg_datagram(job, worker, length, src_ip, src_port, *, error=False, result=False, rng):
     payload = bytearray(rng.getrandbits(8) for _ in range(length))
+    if length > 3:     # a worker's datagram never has RESULT; one from upstream has
+        payload[3] = payload[3] | 2 if result else payload[3] & ~2
     if length > 6:
         payload[5], payload[6] = job, worker
     padded = bytes(payload) + bytes(-len(payload) % 32 or (0 if payload else 32))
@@ -110,7 +112,31 @@ def test_source_check_refuses_strangers(seed, p_stall, p_block):
     entries = {(j, w): (0x0A000000 | rng.getrandbits(8), 40000 + rng.getrandbits(8))
                for j in range(JOBS) for w in range(WORKERS - 1)}
     entries[2, 3] = (0x0A000099, 0)        # port 0: no worker
+    # jobs 1 and 3 have an upstream (job 3's the same aggregator as job 1's, another job
+    # there); job 2 a stale one (its upstream flag clear: not configured)
+    upstreams = {1: (0x0A0000F1, 47572, 9), 2: (0x0A0000F2, 47572, 4),
+                 3: (0x0A0000F1, 47572, 4)}
+    active_upstream = {1, 3}
     cases = []
+    for n in range(60):       # results: from a job's upstream, or a stranger's
+        leaf = rng.choice([1, 2, 3])
+        ip, port, up_job = upstreams[leaf]
+        kind = rng.choice(["good", "good", "ip", "port", "job", "error"])
+        if kind == "ip":
+            ip ^= 1 << rng.randrange(32)
+        if kind == "port":
+            port ^= 1 << rng.randrange(16)
+        if kind == "job":
+            up_job ^= 1 << rng.randrange(8)
+        good = kind in ("good", "error") and leaf in active_upstream
+        length = rng.choice([7, 32, 288])
+        beats = agg_datagram(up_job, rng.choice([0xFF, 2]), length, ip, port,
+                             error=kind == "error", result=True, rng=rng)
+        if good:    # passed on with the leaf's job number in place of the upstream's
+            first = beats[0]["data"] & ~(0xFF << 40) | leaf << 40
+            cases.append((beats, False, kind == "error", first, True))
+        else:
+            cases.append((beats, True, kind == "error", beats[0]["data"], True))
     for n in range(80):
         job, worker = rng.randrange(JOBS + 1), rng.choice([rng.randrange(WORKERS), 0xFF])
         ip, port = entries.get((job, worker), (0x0A000001, 40001))
@@ -123,11 +149,18 @@ def test_source_check_refuses_strangers(seed, p_stall, p_block):
         good = (kind == "short") or (
             kind in ("good", "error") and (job, worker) in entries and entries[job, worker][1])
         beats = agg_datagram(job, worker, length, ip, port, error=kind == "error", rng=rng)
-        cases.append((beats, not good, kind == "error"))
+        cases.append((beats, not good, kind == "error", beats[0]["data"], False))
+    rng.shuffle(cases)
     got = []
-    strobes = []
+    strobes, result_strobes = [], []
 
     async def producer(ctx):
+        for leaf, (ip, port, up_job) in upstreams.items():
+            active = dut.check.active[leaf]
+            ctx.set(active.upstream, leaf in active_upstream)
+            ctx.set(active.up_ip, ip)
+            ctx.set(active.up_port, port)
+            ctx.set(active.up_job, up_job)
         table = dut.table
         for (j, w), (ip, port) in entries.items():
             await write_entry(ctx, table, j, w, ip, port)
@@ -137,23 +170,31 @@ def test_source_check_refuses_strangers(seed, p_stall, p_block):
         total = sum(len(beats) for beats, *_ in cases)
         while len(got) < total:
             ctx.set(dut.check.o.ready, rng.random() >= p_block)
-            _, _, p, valid, ready, bad = await ctx.tick().sample(
-                dut.check.o.p, dut.check.o.valid, dut.check.o.ready, dut.check.bad_source)
+            _, _, p, valid, ready, bad, bad_result = await ctx.tick().sample(
+                dut.check.o.p, dut.check.o.valid, dut.check.o.ready, dut.check.bad_source,
+                dut.check.result_source)
             strobes.append(int(bad))
+            result_strobes.append(int(bad_result))
             if valid and ready:
                 got.append((int(p.data), int(p.last), int(p.drop), int(p.error)))
         for _ in range(4):
-            _, _, bad = await ctx.tick().sample(dut.check.bad_source)
+            _, _, bad, bad_result = await ctx.tick().sample(dut.check.bad_source,
+                                                            dut.check.result_source)
             strobes.append(int(bad))
+            result_strobes.append(int(bad_result))
 
     run(dut, producer, consumer)
     position = 0
-    for n, (beats, refused, error) in enumerate(cases):
+    for n, (beats, refused, error, first, result) in enumerate(cases):
         out = got[position:position + len(beats)]
         position += len(beats)
-        assert [d for d, *_ in out] == [b["data"] for b in beats], n
+        assert [d for d, *_ in out] == [first] + [b["data"] for b in beats[1:]], n
         assert [drop for _, _, drop, _ in out] == [0] * (len(beats) - 1) + [int(refused)], n
-    assert sum(strobes) == sum(refused and not error for _, refused, error in cases)
+    assert sum(strobes) == sum(refused and not error and not result
+                               for _, refused, error, _, result in cases)
+    assert sum(result_strobes) == sum(refused and not error and result
+                                      for _, refused, error, _, result in cases)
+    assert any(result and not refused for _, refused, _, _, result in cases)
 
 
 def test_dispatch_by_port_and_closed_ports():
