@@ -23,10 +23,12 @@ import random
 
 from contract.header import Header, PacketType
 from contract.packet import Packet
+from contract.registers import COMMIT, SWITCH_REGISTERS
 
 __all__ = ["EngineParams", "NASTY_WORDS", "BAD_CLASSES", "random_payload", "data_packet",
            "bad_packet", "partial_middle_beat", "configure_steps", "protocol_traffic",
-           "hammer_traffic", "chaos_traffic", "tree_traffic"]
+           "hammer_traffic", "chaos_traffic", "tree_traffic", "configure_writes",
+           "configure_model"]
 
 OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
 
@@ -141,6 +143,33 @@ def partial_middle_beat(rng, params: EngineParams, *, job, workers, slot_range, 
     bad = rng.randrange(len(beats) - 1)
     beats[bad][1] = rng.choice([0, (1 << 28) - 1, rng.getrandbits(32) & ~1])
     return [tuple(beat) for beat in beats]
+
+
+def _configure_fields(step):
+    """``(job, workers, slot_base, slot_count, upstream)`` of a ``configure`` step."""
+    job, workers, base, count, upstream = (tuple(step[1:]) + (None,))[:5]
+    return job, workers, base, count, upstream
+
+
+def configure_writes(step):
+    """The register writes that carry out a ``configure`` step, the commit last: the job's
+    upstream registers (zero for none, so an old upstream goes) and its job registers."""
+    job, workers, base, count, upstream = _configure_fields(step)
+    up = dataclasses.astuple(upstream) if upstream is not None else (0, 0, 0, 0)
+    up_regs, job_regs = SWITCH_REGISTERS["upstream"], SWITCH_REGISTERS["job"]
+    return ([(up_regs.address(job, f), v) for f, v in zip(("ip", "port", "job", "worker"), up)]
+            + [(job_regs.address(job, f), v) for f, v in (
+                ("workers", workers), ("slot_base", base), ("slot_count", count),
+                ("commit", COMMIT))])
+
+
+def configure_model(model, step):
+    """Carry out a ``configure`` step on an :class:`~host.golden.aggregator.AggregatorModel`."""
+    job, workers, base, count, upstream = _configure_fields(step)
+    if workers:
+        model.configure_job(job, workers, base, count, upstream)
+    else:
+        model.clear_job(job)
 
 
 def configure_steps(params: EngineParams, worker_counts):

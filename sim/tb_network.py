@@ -708,6 +708,9 @@ async def golden_board(dut):
         h = Header(type=PacketType.AGG_OR32, job=other_job, worker=worker, count=64).pack()
         await both(h + bytes(256), Service.SWITCH, src=workers[0])
     await both(b"\x47\x01\x02", Service.SWITCH, src=workers[0])
+    # shorter than a header but naming a (job, worker): checked, from a stranger too
+    await both(chunks[0][0].to_bytes()[:20], Service.SWITCH, src=workers[0])
+    await both(chunks[0][0].to_bytes()[:20], Service.SWITCH, src=(HOST_IP, 40777))
     await both(chunks[0][0].to_bytes()[:-2], Service.SWITCH, src=workers[0])
 
     # the job's result group (and one for a job beyond the switch's, which keeps none):
@@ -729,6 +732,57 @@ async def golden_board(dut):
     await both(chunks[0][1].to_bytes(), Service.SWITCH, src=workers[0])
     await both(ctrl(CtrlOp.READ, [(group_reg(j, f), 0) for j in (job, 6)
                                   for f in ("ip", "port")]), Service.CTRL)
+
+    # a leaf of a tree (aggregator-protocol.md section 4): job 3 again, now with an upstream
+    # (and still its result group). Completions and a resend of a pending round go
+    # upstream; results from upstream make rounds final and go on to the group; a
+    # duplicate, a round neither pending nor final, and results from strangers (another
+    # job at the upstream, another port, a worker's address) are dropped; a final round
+    # answers a resend.
+    up_regs = SWITCH_REGISTERS["upstream"]
+    up_reg = lambda job, field: network_address("switch", up_regs.address(job, field))
+    up_host, up_mac = worker_address(5)
+    bench.hosts[up_host] = up_mac
+    up_port, up_job, up_worker = bench.ports[Service.SWITCH], 9, 4
+    await both(ctrl(CtrlOp.WRITE, [(up_reg(job, "ip"), ip_int(up_host)),
+                                   (up_reg(job, "port"), 0x1_0000 | up_port),
+                                   (up_reg(job, "job"), 0x100 | up_job),
+                                   (up_reg(job, "worker"), up_worker),
+                                   (commit, COMMIT)]), Service.CTRL)
+    await Timer(2000, "ns")
+    # read back from the upstream's host: it asks for the board's MAC first, so the board
+    # knows its MAC when it first sends it an aggregate (the ARP counters stay 0)
+    await both(ctrl(CtrlOp.READ, [(up_reg(job, f), 0) for f in ("ip", "port", "job", "worker")]
+                    + [(up_reg(6, "ip"), 0)]), Service.CTRL, src=(up_host, 40600))
+    chunks = [make_packets(np_rng.integers(0, 2**32, 4 * 64, dtype=np.uint64)
+                           .astype(np.uint32), op=PacketType.AGG_ADD_I32, job=job, worker=w,
+                           slot_base=slot_base, slot_count=4, lanes=64, first_chunk=8)
+              for w in range(2)]
+    sends = [(w, p) for w in range(2) for p in chunks[w][:3]]
+    rng.shuffle(sends)
+    for w, packet in sends:
+        await both(packet.to_bytes(), Service.SWITCH, src=workers[w])
+    await both(chunks[1][0].to_bytes(), Service.SWITCH, src=workers[1])     # pending: again
+    await both(chunks[0][3].to_bytes(), Service.SWITCH, src=workers[0])     # round still open
+
+    def from_upstream(packet, **changes):
+        fields = dict(flags=Flags.RESULT, job=up_job, worker=0xFF,
+                      exponent=rng.randrange(-128, 128))
+        header = packet.header.replace(**{**fields, **changes})
+        return Packet(header, bytes(rng.getrandbits(8) for _ in range(256))).to_bytes()
+
+    upstream_src = (up_host, up_port)
+    result = from_upstream(chunks[0][0])
+    await both(result, Service.SWITCH, src=upstream_src)                     # final: to group
+    await both(result, Service.SWITCH, src=upstream_src)                     # duplicate
+    await both(from_upstream(chunks[0][1], worker=up_worker), Service.SWITCH, src=upstream_src)
+    await both(from_upstream(chunks[0][3]), Service.SWITCH, src=upstream_src)  # open round
+    for stranger, src in ((from_upstream(chunks[0][2], job=up_job + 1), upstream_src),
+                          (from_upstream(chunks[0][2]), (up_host, up_port + 1)),
+                          (from_upstream(chunks[0][2]), workers[0])):
+        await both(stranger, Service.SWITCH, src=src)
+    await both(chunks[1][0].to_bytes(), Service.SWITCH, src=workers[1])     # final: answered
+    await both(chunks[0][2].to_bytes(), Service.SWITCH, src=workers[0])     # pending: again
 
     # control: short, wrong key, refused (count, op, type, payload length)
     request = ctrl(CtrlOp.READ, [(net("ip"), 0)])

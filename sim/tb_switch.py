@@ -27,7 +27,7 @@ from cocotb.triggers import ClockCycles, RisingEdge
 from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSink, AxiStreamSource
 
 from contract.packet import Packet
-from contract.registers import COMMIT, SWITCH_REGISTERS, JobStatus, switch_params_word
+from contract.registers import SWITCH_REGISTERS, JobStatus, switch_params_word
 from host.golden.aggregator import AggregatorModel
 from sim.runner import test_params
 from sim.switch_traffic import (
@@ -35,10 +35,13 @@ from sim.switch_traffic import (
     EngineParams,
     bad_packet,
     chaos_traffic,
+    configure_model,
     configure_steps,
+    configure_writes,
     data_packet,
     hammer_traffic,
     protocol_traffic,
+    tree_traffic,
 )
 
 #: Quiet clocks after which no further result can come (the engine's latency is < 20).
@@ -172,22 +175,18 @@ class Switch:
                 keep = [k >> j & 1 for _, k, _ in step[1] for j in range(32)]
                 await self.source.send(AxiStreamFrame(data, tkeep=keep))
             else:
-                _, job, workers, base, count = step
+                job = step[1]
                 await self.source.wait()
                 regs = SWITCH_REGISTERS["job"]
-                for field, value in (("workers", workers), ("slot_base", base),
-                                     ("slot_count", count), ("commit", COMMIT)):
-                    await self.write(regs.address(job, field), value)
+                for address, value in configure_writes(step):
+                    await self.write(address, value)
                 # The engine stalls its input while it clears the job's slots; a driver
                 # waits for that (so the benches' stall counts are the datapath's own).
                 status = regs.address(job, "commit")
                 while await self.read(status) & JobStatus.BUSY:
                     pass
                 assert not await self.read(status) & JobStatus.REJECTED, "commit rejected"
-                if workers:
-                    self.model.configure_job(job, workers, base, count)
-                else:
-                    self.model.clear_job(job)
+                configure_model(self.model, step)
 
     async def settle(self, max_cycles=2_000_000):
         """Wait for the source to finish and the engine to be quiet; collect the results."""
@@ -349,6 +348,39 @@ async def chaos(dut):
     await sw.replay(steps)
     await sw.check("chaos")
     assert sw.model.counters["drop_unconfigured_job"] == 10
+
+
+@cocotb.test()
+async def tree_leaf(dut):
+    """A leaf of a tree (aggregator-protocol.md section 4) beside a job without an upstream,
+    at full size: completions and resends of pending rounds go upstream, results from
+    upstream make rounds final (duplicates and unexpected ones dropped), then the upstream
+    is configured away and the job completes final again."""
+    from host.golden.aggregator import Upstream
+    p = test_params()
+    params = engine_params()
+    sw = await Switch.start(dut, params, p.get("seed", 8))
+    sw.pauses(p.get("p_in", 0.0), p.get("p_out", 0.0))
+    share = params.slots // 2
+    workers = min(5, params.max_workers)
+    upstream = Upstream(ip=0x0A00_00F0, port=47572, job=sw.rng.randrange(256),
+                        worker=sw.rng.randrange(256))
+    steps = [("configure", 2, workers, 0, share, upstream), ("configure", 0, 3, share, share)]
+    steps += tree_traffic(sw.rng, params, job=2, workers=workers, slot_range=range(0, share),
+                          packets=p.get("packets", 300))
+    steps += protocol_traffic(sw.rng, params, jobs={0: (3, range(share, 2 * share))},
+                              packets=40)
+    steps += tree_traffic(sw.rng, params, job=0, workers=3, slot_range=range(share, 2 * share),
+                          packets=20)
+    steps += [("configure", 2, workers, 0, share, None)]
+    steps += hammer_traffic(sw.rng, params, job=2, workers=workers, slot=1, rounds=2)
+    await sw.replay(steps)
+    await sw.check("tree leaf")
+    counters = sw.model.counters
+    for name in ("upstream_sent", "upstream_resent", "results_upstream",
+                 "drop_result_duplicate", "drop_result_unexpected", "results_unicast"):
+        assert counters[name] > 0, (name, counters)
+    dut._log.info("tree leaf: %s", {k: v for k, v in counters.items() if v})
 
 
 @cocotb.test()

@@ -38,6 +38,9 @@ ALL_SERVICES = tuple(Service)
 _WORD = (1 << DATA_BITS) - 1
 _FIELD = {f.name: f for f in HEADER_FIELDS}
 _FLAGS, _JOB, _WORKER = (_FIELD[name].offset for name in ("flags", "job", "worker"))
+#: A datagram names its (job, worker) when it reaches the worker byte: the source check
+#: applies from there (as the gateware's, ``hdl.net.front_end.source_check``).
+_NAMED = _WORKER + 1
 _WORKER_TABLE = NET_REGISTERS["worker"]
 _GROUP_TABLE = NET_REGISTERS["group"]
 _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
@@ -167,7 +170,7 @@ class GoldenBoard(BoardBackend):
 
     def _switch(self, d: Datagram) -> list[Datagram]:
         data = d.payload
-        if len(data) >= HEADER_BYTES and data[_FLAGS] & Flags.RESULT:
+        if len(data) >= _NAMED and data[_FLAGS] & Flags.RESULT:
             # A result from upstream (aggregator-protocol.md section 4): taken only from a
             # configured job's upstream, for that upstream's job, and handed to the engine
             # under the leaf's own job number.
@@ -178,14 +181,15 @@ class GoldenBoard(BoardBackend):
             data = bytearray(data)
             data[_JOB] = leaf
             data = bytes(data)
-        elif len(data) >= HEADER_BYTES:
+        elif len(data) >= _NAMED:
             job, worker = data[_JOB], data[_WORKER]
             entry = self._entry(job, worker)
             if entry is None or entry[1] == 0 or entry != (ip_to_int(d.src_ip), d.src_port):
                 self._count("drop_bad_source")
                 return []
-        # A datagram shorter than a header names no (job, worker): the engine drops it as
-        # bad_length without a slot being touched.
+        # A datagram too short to name a (job, worker) goes to the engine unchecked, which
+        # drops it as bad_length without a slot being touched (so does one that names
+        # them but is shorter than a header).
         out = []
         for result in self.aggregator.process(data):
             h = result.header

@@ -2,22 +2,19 @@
 """The aggregator's parameter checks, and the whole engine against the reference model in
 the Amaranth simulator (small parameters; the long runs are on Verilator,
 ``tests/hdl/switch/test_switch_top.py``)."""
-import dataclasses
 import random
 
 import pytest
 
 from contract.packet import Packet
-from contract.registers import COMMIT, SWITCH_REGISTERS
+from contract.registers import SWITCH_REGISTERS
 from hdl.switch.aggregator import Aggregator, check_parameters, slot_state_layout
 from host.golden.aggregator import AggregatorModel, Upstream
 from sim.switch_traffic import (OPS, EngineParams, bad_packet, chaos_traffic, data_packet,
-                                hammer_traffic, partial_middle_beat, protocol_traffic,
-                                tree_traffic)
+                                configure_model, configure_writes, hammer_traffic,
+                                partial_middle_beat, protocol_traffic, tree_traffic)
 from tests.amaranth_sim import RegisterPort, run
 
-JOB = SWITCH_REGISTERS["job"]
-UPSTREAM = SWITCH_REGISTERS["upstream"]
 
 # -- parameters ----------------------------------------------------------------------------
 
@@ -60,11 +57,7 @@ def model_replay(params, steps):
         elif step[0] == "beats":
             out.extend(p.to_bytes() for p in model.process_beats(step[1]))
         else:
-            job, workers, base, count, upstream = (step[1:] + (None,))[:5]
-            if workers:
-                model.configure_job(job, workers, base, count, upstream)
-            else:
-                model.clear_job(job)
+            configure_model(model, step)
     return out, dict(model.counters)
 
 
@@ -79,13 +72,8 @@ def engine_replay(params, steps, *, seed, pause_in=0.0, pause_out=0.0):
         port = RegisterPort(ctx, dut)
         for step in steps:
             if step[0] == "configure":
-                job, workers, base, count, upstream = (step[1:] + (None,))[:5]
-                up = dataclasses.astuple(upstream) if upstream else (0, 0, 0, 0)
-                for field, value in zip(("ip", "port", "job", "worker"), up):
-                    await port.write(UPSTREAM.address(job, field), value)
-                for field, value in (("workers", workers), ("slot_base", base),
-                                     ("slot_count", count), ("commit", COMMIT)):
-                    await port.write(JOB.address(job, field), value)
+                for address, value in configure_writes(step):
+                    await port.write(address, value)
                 continue
             if step[0] == "beats":
                 beats = step[1]

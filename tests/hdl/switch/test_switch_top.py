@@ -50,6 +50,11 @@ def test_chaos():
     run("chaos", seed=4, p_in=0.2, p_out=0.2, packets=300)
 
 
+@pytest.mark.parametrize("seed,p_in,p_out", [(8, 0.0, 0.0), (18, 0.3, 0.4)])
+def test_tree_leaf(seed, p_in, p_out):
+    run("tree_leaf", seed=seed, p_in=p_in, p_out=p_out, packets=300)
+
+
 def test_measure_smoke(tmp_path):
     """The benchmark's bench itself, small (full numbers: ``sim/benchmarks/switch.py``)."""
     import json
