@@ -815,6 +815,7 @@ def two_levels(quick, engine_s, phases, values, small, wire_board):
         ``flat[N]``: one level, or why it is impossible; ``flat_same_boards``: at N = 32,
         one level with as many boards as each tree; ``max_fit_deviation``.
     """
+    started = time.perf_counter()
     grid = QUICK_TREE if quick else {"workers": TREE_WORKERS, "leaf_sizes": LEAF_SIZES,
                                      "boards": TREE_BOARDS, "uplinks": tuple(UPLINKS)}
     windows = QUICK_TREE_K1_WINDOWS if quick else TREE_K1_WINDOWS
@@ -905,7 +906,8 @@ def two_levels(quick, engine_s, phases, values, small, wire_board):
                         "boards": total, "densities": allreduces(fit)}
     # leaf boards per leaf group a tree (R = B) needs to beat LHC summed by the hosts in a
     # ring on the same fabric: an estimate, not simulated. While the leaf boards' ports bind
-    # (the root's N / m aggregates per chunk are at most the leaf's m + 1 frames) a tree's
+    # (the root's N / m aggregates per chunk are at most the leaf's m + 1 frames, and the
+    # workers' own ports, one frame per chunk each way, are below (m + 1) / B) a tree's
     # time falls as 1 / B (the B = 1, 2, 4 rows: within 0.2 %), so B = ring / tree(B = 1)
     beat = {}
     for name, by_n in trees.items():
@@ -925,14 +927,15 @@ def two_levels(quick, engine_s, phases, values, small, wire_board):
                                                            uplinks=UPLINKS[name][1])
                     beat.setdefault(name, {}).setdefault(n, {}).setdefault(m, {})[key] = {
                         "estimate": guess, "boards": b, "fits": fits,
-                        "root_binds": int(n) // int(m) > int(m) + 1}
+                        "root_binds": int(n) // int(m) > int(m) + 1,
+                        "workers_bind": b > int(m) + 1}
     return {"grid": {k: list(v) for k, v in grid.items()}, "k1_windows": windows,
             "boards_to_beat_lhc_ring_estimate": beat,
             "switch_ports": SWITCH_PORTS, "max_job_workers": MAX_JOB_WORKERS,
             "uplinks": {k: {"gbps": g, "links": u} for k, (g, u) in UPLINKS.items()
                         if k in grid["uplinks"]},
             "trees": trees, "rings": rings, "flat": flat, "flat_same_boards": same,
-            "max_fit_deviation": worst}
+            "max_fit_deviation": worst, "seconds": time.perf_counter() - started}
 
 
 def _print_two_levels(tl, agg, rings1, bits):
@@ -1003,13 +1006,14 @@ def _print_two_levels(tl, agg, rings1, bits):
     for name, by_n in tl["boards_to_beat_lhc_ring_estimate"].items():
         print(f"leaf boards per leaf group a tree (R=B) needs to beat LHC summed by the hosts "
               f"in a ring ({name} uplinks; estimate, 1/B; * : more than a 48-port leaf switch "
-              f"holds): " + "; ".join(
+              f"holds; ! : the estimate does not hold, another port binds first): " + "; ".join(
                   f"N={n} m={m} " + " ".join(
                       f"{float(k):.0%}:{e['boards']}{'' if e['fits'] else '*'}"
+                      f"{'!' if e['root_binds'] or e['workers_bind'] else ''}"
                       for k, e in by_d.items())
                   for n, by_m in by_n.items() for m, by_d in by_m.items()))
     print(f"largest deviation of a simulated tree round from its line: "
-          f"{tl['max_fit_deviation']:.4%}")
+          f"{tl['max_fit_deviation']:.4%} (the two levels took {tl['seconds']:.0f} s)")
 
 
 def run(quick: bool, out_dir="build/bench") -> dict:
