@@ -602,8 +602,9 @@ class TreeFit(StreamFit):
         self.layout, self.leaf_size, self.boards, self.roots = layout, leaf_size, boards, roots
         self.engine_s, self.uplink_gbps, self.uplinks = engine_s, uplink_gbps, uplinks
         self.simulated_switches = simulated_switches
-        # two windows, as one level (the window is R S chunks: B S with R = B)
-        self._fit(k1 or max(STREAM_K1, 2 * SLOTS * roots))
+        # TREE_K1_WINDOWS windows (the window is R S chunks: B S with R = B): a tree's
+        # queues settle later than one level's
+        self._fit(k1 or max(STREAM_K1, TREE_K1_WINDOWS * SLOTS * roots))
 
     def _simulate(self, chunks):
         return tree_stream(self.layout["leaves"], self.leaf_size, self.boards, chunks,
