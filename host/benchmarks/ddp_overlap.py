@@ -15,7 +15,7 @@ the hook's exchanges) from the same weights on the same batches, four ways, in o
   (``lhc-udp``).
 
 Where the time goes, per hook and mode (milliseconds per step, rank 0, from the hooks'
-:class:`~host.ddp.hooks.CallStats`): ``codec`` (``path_seconds``: the golden model, the
+:class:`~host.ddp.call_stats.CallStats`): ``codec`` (``path_seconds``: the golden model, the
 NIC's exchanges, or the sketch's phases), ``exchange`` (the rest of the calls: the ring's
 messages, the preflight, the float32 division), and, for the asynchronous hook, ``waiting``:
 how much longer the same calls took than in the synchronous run (where the autograd thread

@@ -321,7 +321,7 @@ def _train_one(task, codec, world, hardware=None):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from . import hooks as ddp
+    from .collectives import dense_ring_bytes
 
     if CODECS[codec] is not None and CODECS[codec][0] == "fsdp":
         return _train_fsdp(task, codec, world, hardware)
@@ -369,7 +369,7 @@ def _train_one(task, codec, world, hardware=None):
         "backend": "gloo" if hook is None else hook.backend,
     }
     if hook is None:
-        per_step = ddp.dense_ring_bytes(numel, world, dist.get_rank())
+        per_step = dense_ring_bytes(numel, world, dist.get_rank())
         result.update(bytes_per_step=per_step, dense_ring_bytes_per_step=per_step)
     else:
         # (hook.calls holds every call: the experiment's hooks keep the default history)

@@ -27,7 +27,7 @@ chunk ``r`` of the sum in its ``output`` of ``S`` values. The objects here are
     (:func:`set_reduce_scatter` does).
 
 :class:`LhcReduceScatter`
-    The LHC sum of the whole input (:func:`host.ddp.hooks.lhc_allreduce`: sketch or dense
+    The LHC sum of the whole input (:func:`host.ddp.collectives.lhc_allreduce`: sketch or dense
     int32, chosen per call as :class:`host.ddp.LhcHook` chooses per bucket; the switch
     sends every worker the sum), of which every rank keeps its chunk: bit for bit
     :func:`host.golden.lhc.allreduce`'s chunk, the exact sum of the quantised values.
@@ -63,7 +63,7 @@ Process group
     with NCCL the traffic goes over that gloo group, CUDA gradients copied to pinned host
     memory on FSDP2's reduce-scatter stream and the result copied back on it.
 
-Bytes: every call appends a :class:`host.ddp.hooks.CallStats` to ``calls`` and adds to
+Bytes: every call appends a :class:`host.ddp.call_stats.CallStats` to ``calls`` and adds to
 ``bytes_sent`` (this rank's payload) and ``dense_bytes`` (what FSDP2's own fp32
 reduce-scatter, a ring, sends from this rank: ``4 (N - 1) S``,
 :func:`dense_reduce_scatter_bytes`).
@@ -79,7 +79,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.fsdp._fully_shard._fsdp_api import ReduceScatter
 
+from ..ddp import collectives as _collectives
 from ..ddp import hooks as _hooks
+from ..ddp.call_stats import CallStats
 from ..ddp.hook_worker import (ACCEPTED_DTYPES, HookWorker, bucket_to_host, complete,
                                cpu_group, new_future, raise_carried_error)
 from ..golden import inceptionn as _inc
@@ -89,8 +91,6 @@ from ..golden.ring import chunk_sum_error_bound
 __all__ = ["InceptionnReduceScatter", "LhcReduceScatter", "set_reduce_scatter",
            "inceptionn_reduce_scatter", "lhc_reduce_scatter", "reduce_scatter_error_bound",
            "dense_reduce_scatter_bytes"]
-
-CallStats = _hooks.CallStats
 
 
 def dense_reduce_scatter_bytes(numel: int, world_size: int) -> int:
@@ -126,26 +126,27 @@ def inceptionn_reduce_scatter(values, k: int = _inc.K_DEFAULT, group=None, *, co
     golden model. See the module docstring for the order of the additions and the bound.
     """
     started = time.perf_counter()
-    k = _hooks._check_k(k)
+    k = _collectives._check_k(k)
     if isinstance(values, torch.Tensor):
         values = values.detach().cpu().numpy()
     values = np.asarray(values)
     if values.dtype != np.float32:
         raise TypeError(f"values must be float32, not {values.dtype}")
     acc = values.astype(np.float32, copy=True).reshape(-1)
-    group, rank, world, to_global = _hooks._group_info(group)
+    group, rank, world, to_global = _collectives._group_info(group)
     problem = None
     if acc.size % world:
         problem = f"{acc.size} values do not split into {world} equal shards"
-    preflight = _hooks._preflight(group, world, to_global, "INCEPTIONN ring reduce-scatter",
-                                  acc.size, [("k", k)], problem)
+    preflight = _collectives._preflight(group, world, to_global,
+                                        "INCEPTIONN ring reduce-scatter", acc.size, [("k", k)],
+                                        problem)
     shard = acc.size // world
     if world == 1:
         stats = CallStats(bucket_index=-1, numel=acc.size, bytes_sent=0, dense_ring_bytes=0,
                           details={"k": k, "world_size": 1},
                           seconds=time.perf_counter() - started)
         return acc, stats
-    codec = _hooks._GOLDEN_RING if codec is None else codec
+    codec = _collectives._GOLDEN_RING if codec is None else codec
     codec.start(group, rank, world, to_global)
     before = codec.counts.as_dict() if codec.hardware else None
     right, left = to_global((rank + 1) % world), to_global((rank - 1) % world)
@@ -156,7 +157,7 @@ def inceptionn_reduce_scatter(values, k: int = _inc.K_DEFAULT, group=None, *, co
         t = time.perf_counter()
         payload = codec.encode(acc[sa:sa + shard], k) if shard else None
         path_seconds += time.perf_counter() - t
-        data = _hooks._ring_exchange(payload, shard > 0, right, left, group)
+        data = _collectives._ring_exchange(payload, shard > 0, right, left, group)
         if payload is not None:
             sent += codec.payload_bytes(payload)
             framing += codec.framing_bytes(payload)
@@ -167,7 +168,7 @@ def inceptionn_reduce_scatter(values, k: int = _inc.K_DEFAULT, group=None, *, co
             path_seconds += time.perf_counter() - t
             total = decoded + acc[ra:ra + shard]
             added += shard
-            rounded += _hooks._count_rounded_sums(decoded, acc[ra:ra + shard], total)
+            rounded += _collectives._count_rounded_sums(decoded, acc[ra:ra + shard], total)
             acc[ra:ra + shard] = total
     status = codec.finish(group, world, to_global)
     dense = dense_reduce_scatter_bytes(acc.size, world)
@@ -193,14 +194,14 @@ def lhc_reduce_scatter(values, group=None, *, load: float = _lhc.DEFAULT_LOAD,
     rank keeps chunk ``rank``: (``S`` float32 values, :class:`CallStats`). Bit for bit
     :func:`host.golden.lhc.allreduce`'s chunk. ``switch``: a
     :class:`host.ddp.hardware.UdpSwitch` (a board's switch), default gloo collectives."""
-    group_, rank, world, _ = _hooks._group_info(group)
+    group_, rank, world, _ = _collectives._group_info(group)
     size = int(np.asarray(values).size) if not isinstance(values, torch.Tensor) \
         else values.numel()
     if size % world:
         raise ValueError(f"LHC reduce-scatter: {size} values do not split into {world} "
                          f"equal shards")
-    total, stats = _hooks.lhc_allreduce(values, group, load=load, r_min=r_min, path=path,
-                                        switch=switch)
+    total, stats = _collectives.lhc_allreduce(values, group, load=load, r_min=r_min,
+                                              path=path, switch=switch)
     shard = size // world
     stats.dense_ring_bytes = dense_reduce_scatter_bytes(size, world)
     stats.details["shard"] = shard

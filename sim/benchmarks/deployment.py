@@ -63,6 +63,20 @@ smaller vector and a small Verilator run.
 Reported: per configuration the all-reduce time and the **per-worker Gb/s** (32 x values
 over that time: uncompressed, as the ``aggregation`` tables), and the bytes on a board's
 link per result (with a group one datagram, without ``N``).
+
+**Two levels** (:func:`two_levels`; the one-switch rows above are untouched by it). One
+aggregator serves at most 32 workers of a job, so beyond 32 workers one level is impossible
+and a job needs the tree of ``aggregator-protocol.md`` section 4, on a fabric of several
+switches: ``N`` = 64, 256 and 1024 workers (and 32, as two leaves of 16, beside one level)
+in leaf groups of ``m`` = 32 or 16 workers, each with ``B`` leaf boards (the job's chunks
+striped over them), on 48-port leaf switches with uplinks of a parameter speed
+(:data:`UPLINKS`: one 10 GbE uplink per leaf switch, and one 1 GbE) to one spine switch
+that holds ``R`` root boards (``R = B``: one tree per stripe; ``R = 1``: one root board for
+every stripe); result groups at both levels (the section comment before
+:func:`tree_layout`). The rings (fp32, INCEPTIONN, LHC summed by the hosts) run on the
+same fabric, ordered by leaf switch. A tree's round is fitted as a one-level round is, from
+``K1`` = :data:`TREE_K1_WINDOWS` windows (its queues settle later) and checked for
+linearity the same way; every leaf switch being alike, one is simulated for all.
 """
 from __future__ import annotations
 
@@ -75,9 +89,13 @@ import numpy as np
 from . import links
 
 __all__ = ["run", "Link", "aggregation_stream", "ring_step", "StreamFit", "WORKERS",
-           "DENSITIES", "VALUES", "SLOTS", "AGG_FRAME", "FORWARD_LATENCY_S", "boards_for"]
+           "DENSITIES", "VALUES", "SLOTS", "AGG_FRAME", "FORWARD_LATENCY_S", "boards_for",
+           "tree_layout", "tree_stream", "TreeFit", "fabric_ring_step", "two_levels",
+           "TREE_WORKERS", "LEAF_SIZES", "TREE_BOARDS", "UPLINKS", "MAX_JOB_WORKERS",
+           "SWITCH_PORTS"]
 
-#: Worker counts of the table (trees of aggregators, for more than 32, do not exist yet).
+#: Worker counts of the one-switch table (one level serves at most 32; the two-level rows,
+#: :data:`TREE_WORKERS`, go beyond).
 WORKERS = (2, 4, 8, 16, 32)
 #: Union densities; 1.0 is a dense gradient.
 DENSITIES = (0.01, 0.05, 0.3, 1.0)
@@ -266,7 +284,11 @@ class StreamFit:
     def __init__(self, workers, boards, group, engine_s, k1=None, ports=1):
         self.workers, self.boards, self.group, self.engine_s = workers, boards, group, engine_s
         self.ports = ports
-        self.k1 = k1 or max(STREAM_K1, 2 * SLOTS * boards)
+        self._fit(k1 or max(STREAM_K1, 2 * SLOTS * boards))
+
+    def _fit(self, k1):
+        # the line through K1, 2 K1 and 3 K1 chunks (shared with TreeFit)
+        self.k1 = k1
         self._cache = {}
         points = [(k, self.simulate(k)["seconds"]) for k in (self.k1, 2 * self.k1, 3 * self.k1)]
         x = np.array([p[0] for p in points], dtype=float)
@@ -274,11 +296,13 @@ class StreamFit:
         self.b, self.a = (float(v) for v in np.polyfit(x, y, 1))
         self.deviation = float(np.max(np.abs(self.a + self.b * x - y) / y))
 
+    def _simulate(self, chunks):
+        return aggregation_stream(self.workers, self.boards, chunks, group=self.group,
+                                  engine_s=self.engine_s, ports=self.ports)
+
     def simulate(self, chunks):
         if chunks not in self._cache:
-            self._cache[chunks] = aggregation_stream(self.workers, self.boards, chunks,
-                                                     group=self.group, engine_s=self.engine_s,
-                                                     ports=self.ports)
+            self._cache[chunks] = self._simulate(chunks)
         return self._cache[chunks]
 
     def seconds(self, chunks):
@@ -289,29 +313,394 @@ class StreamFit:
         return self.a + self.b * chunks
 
 
-def _ring_seconds(workers, words, frame_of, wire_of=None):
+def _ring_seconds(workers, words, frame_of, wire_of=None, step=None):
     """A ring all-reduce of ``words`` 4-byte words: ``2 (N - 1)`` steps of the largest chunk
     in packets of at most :data:`links.RING_PACKET_VALUES` words; each step simulated at
     ``RING_P1`` and ``2 RING_P1`` packets of the step's average size and scaled (linear:
-    every packet of a step costs the same on every link); returns seconds."""
+    every packet of a step costs the same on every link); returns seconds.
+
+    ``step(workers, packets, frame, wire)``: one step's seconds; :func:`ring_step` (one
+    switch) unless given (:func:`fabric_ring_step` through :func:`_fabric_step`)."""
     if words <= 0:
         return 0.0
+    if step is None:
+        def step(n, p, f, wire):
+            return ring_step(n, p, f, wire=wire)
     chunk = -(-words // workers)
     packets = -(-chunk // links.RING_PACKET_VALUES)
     per_packet = chunk / packets                       # values per packet, on average
     frame = frame_of(per_packet)
     wire = wire_of(per_packet) if wire_of else None
     if packets <= 2 * RING_P1:
-        step = ring_step(workers, packets, frame, wire=wire)
+        seconds = step(workers, packets, frame, wire)
     else:
-        t1 = ring_step(workers, RING_P1, frame, wire=wire)
-        t2 = ring_step(workers, 2 * RING_P1, frame, wire=wire)
-        step = t2 + (packets - 2 * RING_P1) * (t2 - t1) / RING_P1
-    return 2 * (workers - 1) * step
+        t1 = step(workers, RING_P1, frame, wire)
+        t2 = step(workers, 2 * RING_P1, frame, wire)
+        seconds = t2 + (packets - 2 * RING_P1) * (t2 - t1) / RING_P1
+    return 2 * (workers - 1) * seconds
 
 
 def _raw_frame(values):
     return links.HEADER_BYTES + 4 * values + links.FRAMING_BYTES
+
+
+# ---------------------------------------------------------------------------------------
+# two levels: a tree of aggregators on a two-tier Ethernet fabric
+#
+# One aggregator serves at most 32 workers of a job (aggregator-protocol.md section 2), and
+# 1024 workers do not hang off one switch. The tree of section 4 of that document, on the
+# fabric a user would build for it:
+#
+# - ``N`` workers in ``N / m`` leaf groups of ``m`` workers; each group's job has ``B`` leaf
+#   boards (one 1 GbE port each), chunk ``c`` to leaf board ``c mod B`` (network.md
+#   section 3, as one level does);
+# - **leaf switches** of :data:`SWITCH_PORTS` 1 GbE ports: as many whole leaf groups (their
+#   workers and leaf boards) as fit beside the ``U`` uplinks; store-and-forward as the one
+#   switch of the one-level model, the same :data:`FORWARD_LATENCY_S`;
+# - ``U`` uplinks of ``S`` Gb/s from each leaf switch to **one spine switch**, full duplex
+#   (a parameter: :data:`UPLINKS`); a flow keeps to one uplink (the hash of a link
+#   aggregation): leaf board ``b`` of the switch's ``i``-th group on uplink ``(i B + b) mod
+#   U``, the root's results of stripe ``b`` on ``b mod U``;
+# - ``R`` **root boards** on 1 GbE ports of the spine (``R = B``: leaf board ``b`` of every
+#   group has root board ``b`` as its parent, ``B`` independent trees; ``R = 1``: one root
+#   board holds the ``B`` stripes' root jobs, its 64 slots split between them, so each
+#   stripe has ``64 / B`` slots and the window shrinks to 64 chunks); the root boards are on
+#   the spine even where one leaf switch would do;
+# - a leaf board's engine serves the workers' packets and the root's results (one engine
+#   time each, in arrival order); when its ``m`` workers' packets of a chunk are through,
+#   it sends ONE packet (the aggregate, the size of a contribution) to its root board;
+#   when the root's ``N / m`` leaves' packets are through, the root sends the result to its
+#   **result group** (the stripe's leaf boards: the spine copies it once to every leaf
+#   switch with a member, the leaf switch to each member), and each leaf board passes it on
+#   to its own job's result group (the leaf switch copies it to the group's ``m`` workers);
+# - the window: a worker sends chunk ``c`` once it holds the result of chunk
+#   ``c - S' B`` (``S'`` the stripe's slots), as on one level.
+#
+# Every leaf switch is alike and sees the same traffic at the same times (the root's
+# results reach every leaf switch at one time, the leaves' packets reach the spine at one
+# time), so :func:`tree_stream` may simulate fewer leaf switches than there are and count
+# each leaf packet at the spine as the packets of the switches it stands for (the tests
+# check that this gives the times of the whole fabric).
+
+#: Worker counts of the two-level rows (32: two leaves of 16, the smallest tree, beside one
+#: level at the most workers one level serves).
+TREE_WORKERS = (32, 64, 256, 1024)
+#: Workers per leaf aggregator.
+LEAF_SIZES = (32, 16)
+#: Leaf boards per leaf group (the job's chunks striped over them).
+TREE_BOARDS = (1, 2, 4)
+#: A job's workers on one aggregator, at most (aggregator-protocol.md sections 2 and 4).
+MAX_JOB_WORKERS = 32
+#: Ports of a leaf switch and of the spine (the common 48-port switch).
+SWITCH_PORTS = 48
+#: Uplink settings, name -> (Gb/s of one uplink, uplinks per leaf switch). "10g": one 10 GbE
+#: uplink, as a 48 x 1 GbE switch with SFP+ uplinks has (the realistic setting and the one
+#: the tables lead with); "1g": one 1 GbE uplink, all switches 1 GbE.
+UPLINKS = {"10g": (10.0, 1), "1g": (1.0, 1)}
+#: Quick runs: one worker count, one uplink setting, two board counts.
+QUICK_TREE = {"workers": (64,), "leaf_sizes": (32, 16), "boards": (1, 2), "uplinks": ("10g",)}
+
+
+def tree_layout(workers, leaf_size, boards, roots, *, uplinks=1, ports=SWITCH_PORTS):
+    """Where a two-level job's workers and boards go on the fabric, or why they cannot.
+
+    Parameters
+    ----------
+    workers, leaf_size : int
+        ``N`` and the workers of one leaf aggregator ``m``.
+    boards, roots : int
+        Leaf boards per leaf group ``B`` and root boards ``R`` (``R`` divides ``B``).
+    uplinks : int
+        Uplinks of each leaf switch to the spine.
+    ports : int
+        Ports of every switch.
+
+    Returns
+    -------
+    dict
+        ``leaves``, ``leaves_per_switch`` (whole leaf groups, a divisor of ``leaves``, so
+        that every leaf switch is alike), ``switches``, ``leaf_switch_ports`` and
+        ``spine_ports`` (in use), ``boards`` (leaf and root boards in all); or
+        ``{"impossible": why}``.
+    """
+    if leaf_size > MAX_JOB_WORKERS:
+        return {"impossible": f"a leaf serves at most {MAX_JOB_WORKERS} workers"}
+    if workers % leaf_size:
+        return {"impossible": f"{workers} workers are not whole leaves of {leaf_size}"}
+    if roots < 1 or boards % roots:
+        return {"impossible": f"{roots} root boards do not divide {boards} stripes"}
+    leaves = workers // leaf_size
+    if leaves < 2:
+        return {"impossible": "one leaf: one level serves it"}
+    if leaves > MAX_JOB_WORKERS:
+        return {"impossible": f"{leaves} leaves: a root serves at most {MAX_JOB_WORKERS} "
+                              f"(a third level)"}
+    fit = (ports - uplinks) // (leaf_size + boards)
+    per_switch = max((h for h in range(1, min(fit, leaves) + 1) if leaves % h == 0),
+                     default=0)
+    if per_switch == 0:
+        return {"impossible": f"a leaf group does not fit a {ports}-port switch"}
+    switches = leaves // per_switch
+    spine = switches * uplinks + roots
+    if spine > ports:
+        return {"impossible": f"the spine needs {spine} ports"}
+    return {"leaves": leaves, "leaves_per_switch": per_switch, "switches": switches,
+            "leaf_switch_ports": per_switch * (leaf_size + boards) + uplinks,
+            "spine_ports": spine, "boards": leaves * boards + roots}
+
+
+def tree_stream(leaves, leaf_size, boards, chunks, *, engine_s, roots=None,
+                leaves_per_switch=1, uplink_gbps=10.0, uplinks=1, simulated_switches=None,
+                slots=SLOTS, gbps=GBPS, latency_s=FORWARD_LATENCY_S, frame=AGG_FRAME):
+    """One aggregator round of ``chunks`` chunks through a two-level tree on the two-tier
+    fabric (the section comment above), result groups at both levels.
+
+    Parameters
+    ----------
+    leaves, leaf_size : int
+        Leaf groups (the root's workers, at most 32) and workers per leaf group ``m``.
+    boards : int
+        Leaf boards per leaf group ``B``; chunk ``c`` goes to leaf board ``c mod B``.
+    chunks : int
+        Chunks every worker sends (each ``frame`` bytes on the wire, as its result).
+    engine_s : float
+        Engine seconds per packet of a leaf or root board (contribution or result).
+    roots : int, optional
+        Root boards ``R`` (divides ``B``; default ``B``): stripe ``b`` has root board
+        ``b mod R``, whose slots the ``B / R`` stripes on it share.
+    leaves_per_switch : int
+        Leaf groups on one leaf switch (divides ``leaves``).
+    uplink_gbps, uplinks : float, int
+        Speed and number of each leaf switch's uplinks to the spine.
+    simulated_switches : int, optional
+        Leaf switches simulated packet by packet (divides the switch count; default all);
+        each stands for ``switches / simulated_switches`` alike ones, whose packets reach
+        the spine at the same times.
+    slots, gbps, latency_s, frame
+        Slots per board, the boards' and workers' port speed, the switches' forwarding
+        time, an aggregator datagram's bytes on the wire.
+
+    Returns
+    -------
+    dict
+        ``seconds`` (first send to the last worker holding the last result) and per-chunk
+        byte counts and peak queues of the leaf boards', the root boards' and the uplinks'
+        links.
+
+    Notes
+    -----
+    A board's engine only ever serves what its one port brings in, and that port is a
+    FIFO: the engine's order is the port's, so an engine's time is computed when the frame
+    is put on the port (no event per arrival); a board's outbound port and a worker's
+    uplink are likewise only used at times that only grow (engine completions, results
+    out of a FIFO port), so they are sent on at once. What is shared between boards
+    (switch output queues) is sent on in event order.
+    """
+    roots = boards if roots is None else roots
+    if boards % roots or leaves % leaves_per_switch:
+        raise ValueError("roots must divide boards and leaves_per_switch leaves")
+    per_switch, m = leaves_per_switch, leaf_size
+    switches = leaves // per_switch
+    sim = switches if simulated_switches is None else simulated_switches
+    if switches % sim:
+        raise ValueError("simulated_switches must divide the switches")
+    replicas = switches // sim
+    groups = sim * per_switch
+    # R < B: the root's slots are shared by B / R stripes (their slot ranges must nest in
+    # the root job's), so each stripe has fewer
+    window = slots * roots // boards * boards
+    w_up = [Link(gbps) for _ in range(groups * m)]          # worker -> leaf switch
+    w_down = [Link(gbps) for _ in range(groups * m)]        # leaf switch -> worker
+    l_in = [[Link(gbps) for _ in range(boards)] for _ in range(groups)]   # -> leaf board
+    l_out = [[Link(gbps) for _ in range(boards)] for _ in range(groups)]  # leaf board ->
+    l_free = [[0.0] * boards for _ in range(groups)]
+    l_count = [[0] * chunks for _ in range(groups)]
+    u_up = [[Link(uplink_gbps) for _ in range(uplinks)] for _ in range(sim)]  # -> spine
+    u_down = [[Link(uplink_gbps) for _ in range(uplinks)] for _ in range(sim)]
+    r_in = [Link(gbps) for _ in range(roots)]               # spine -> root board
+    r_out = [Link(gbps) for _ in range(roots)]
+    r_free = [0.0] * roots
+    r_count = [0] * chunks
+    finish = [0.0] * (groups * m)
+    received = [0] * (groups * m)
+    heap, seq = [], 0
+    CONTRIB, UP_AT_LEAF_SWITCH, UP_AT_SPINE, ROOT_RESULT, AT_LEAF_SWITCH, LEAF_RESULT = range(6)
+
+    def push(t, kind, a, c):
+        nonlocal seq
+        seq += 1
+        heapq.heappush(heap, (t, seq, kind, a, c))
+
+    def leaf_engine(g, b, t):            # a frame onto leaf board (g, b)'s port at t
+        done = max(l_in[g][b].send(t, frame), l_free[g][b]) + engine_s
+        l_free[g][b] = done
+        return done
+
+    for w in range(groups * m):
+        for c in range(min(window, chunks)):
+            push(w_up[w].send(0.0, frame) + latency_s, CONTRIB, w, c)
+    while heap:
+        t, _, kind, a, c = heapq.heappop(heap)
+        b = c % boards
+        if kind == CONTRIB:                     # a worker's packet at its leaf switch
+            g = a // m
+            done = leaf_engine(g, b, t)
+            l_count[g][c] += 1
+            if l_count[g][c] == m:              # the leaf's aggregate: one packet upstream
+                push(l_out[g][b].send(done, frame) + latency_s, UP_AT_LEAF_SWITCH, g, c)
+        elif kind == UP_AT_LEAF_SWITCH:         # onto the leaf switch's uplink
+            s, i = divmod(a, per_switch)
+            push(u_up[s][(i * boards + b) % uplinks].send(t, frame) + latency_s, UP_AT_SPINE,
+                 a, c)
+        elif kind == UP_AT_SPINE:               # at the spine: to the stripe's root board,
+            r = b % roots                       # with the same packet of each alike switch
+            for _ in range(replicas):
+                done = max(r_in[r].send(t, frame), r_free[r]) + engine_s
+                r_free[r] = done
+                r_count[c] += 1
+            if r_count[c] == leaves:            # the root's result, once, to its group
+                push(r_out[r].send(done, frame) + latency_s, ROOT_RESULT, r, c)
+        elif kind == ROOT_RESULT:               # the spine copies it to each leaf switch
+            for s in range(sim):
+                push(u_down[s][b % uplinks].send(t, frame) + latency_s, AT_LEAF_SWITCH, s, c)
+        elif kind == AT_LEAF_SWITCH:            # the leaf switch copies it to its members
+            for g in range(a * per_switch, (a + 1) * per_switch):
+                done = leaf_engine(g, b, t)     # the leaf passes it on to its job's group
+                push(l_out[g][b].send(done, frame) + latency_s, LEAF_RESULT, g, c)
+        else:                                   # the leaf switch copies it to the workers
+            nxt = c + window
+            for w in range(a * m, (a + 1) * m):
+                arrived = w_down[w].send(t, frame)
+                finish[w] = arrived
+                received[w] += 1
+                if nxt < chunks:                # the slot is free again: the next chunk
+                    push(w_up[w].send(arrived, frame) + latency_s, CONTRIB, w, nxt)
+    if any(r != chunks for r in received) or any(k != leaves for k in r_count):
+        raise AssertionError("a worker is missing results")
+    per_chunk = 1.0 / chunks
+    return {
+        "seconds": max(finish), "chunks": chunks, "window": window,
+        # one leaf group's B boards, all R root boards, one leaf switch's uplinks
+        "leaf_in_bytes_per_chunk": sum(x.bytes for x in l_in[0]) * per_chunk,
+        "leaf_out_bytes_per_chunk": sum(x.bytes for x in l_out[0]) * per_chunk,
+        "root_in_bytes_per_chunk": sum(x.bytes for x in r_in) * per_chunk,
+        "root_out_bytes_per_chunk": sum(x.bytes for x in r_out) * per_chunk,
+        "uplink_up_bytes_per_chunk": sum(x.bytes for x in u_up[0]) * per_chunk,
+        "uplink_down_bytes_per_chunk": sum(x.bytes for x in u_down[0]) * per_chunk,
+        "leaf_in_peak_queue_bytes": max(x.peak_queue for row in l_in for x in row),
+        "root_in_peak_queue_bytes": max(x.peak_queue for x in r_in),
+        "uplink_peak_queue_bytes": max(x.peak_queue for row in u_up + u_down for x in row),
+        "worker_in_bytes": w_down[0].bytes, "worker_out_bytes": w_up[0].bytes}
+
+
+class TreeFit(StreamFit):
+    """:class:`StreamFit` for a two-level tree (:func:`tree_stream`, one leaf switch
+    simulated for all alike ones): exact up to ``3 K1`` chunks, the line beyond."""
+
+    def __init__(self, layout, leaf_size, boards, roots, engine_s, *, uplink_gbps, uplinks,
+                 k1=None, simulated_switches=1):
+        self.layout, self.leaf_size, self.boards, self.roots = layout, leaf_size, boards, roots
+        self.engine_s, self.uplink_gbps, self.uplinks = engine_s, uplink_gbps, uplinks
+        self.simulated_switches = simulated_switches
+        # TREE_K1_WINDOWS windows (the window is R S chunks: B S with R = B): a tree's
+        # queues settle later than one level's
+        self._fit(k1 or max(STREAM_K1, TREE_K1_WINDOWS * SLOTS * roots))
+
+    def _simulate(self, chunks):
+        return tree_stream(self.layout["leaves"], self.leaf_size, self.boards, chunks,
+                           engine_s=self.engine_s, roots=self.roots,
+                           leaves_per_switch=self.layout["leaves_per_switch"],
+                           uplink_gbps=self.uplink_gbps, uplinks=self.uplinks,
+                           simulated_switches=self.simulated_switches)
+
+
+def fabric_ring_step(workers, per_switch, packets, frame, *, uplink_gbps, gbps=GBPS,
+                     latency_s=FORWARD_LATENCY_S, wire=None):
+    """Seconds of one ring step on the two-tier fabric: :func:`ring_step`, the workers
+    ``per_switch`` to a leaf switch in ring order, a step to a worker on another leaf switch
+    through the sender's leaf switch, its uplink (``uplink_gbps``), the spine, the
+    receiver's leaf switch's downlink and that leaf switch.
+
+    Parameters
+    ----------
+    workers, per_switch : int
+        Ring size and workers per leaf switch.
+    packets, frame : int
+        Packets each worker sends in the step and their bytes on the wire.
+    uplink_gbps : float
+        Speed of the uplink each crossing flow uses (one flow per uplink and direction).
+    wire : tuple, optional
+        ``(compressed_frame, engine_s)``: each worker behind a NIC in the wire, as in
+        :func:`ring_step`; the compressed frame crosses the switches.
+
+    Returns
+    -------
+    float
+        Seconds until the last packet is received.
+
+    Notes
+    -----
+    In a ring ordered by leaf switch every link carries one flow (a leaf switch's uplink
+    only its last worker's, its downlink only its first worker's), so the step's time is
+    the crossing flow's whatever the number of workers and switches, from two switches on:
+    the bench simulates 2 switches of 2 workers (the tests check it against the whole
+    ring).
+    """
+    n = workers
+    switches = -(-n // per_switch)
+    up = [Link(gbps) for _ in range(n)]
+    down = [Link(gbps) for _ in range(n)]
+    u_up = [Link(uplink_gbps) for _ in range(switches)]
+    u_down = [Link(uplink_gbps) for _ in range(switches)]
+    if wire is not None:
+        net, engine_s = wire
+        h_up = [Link(gbps) for _ in range(n)]
+        h_down = [Link(gbps) for _ in range(n)]
+        tx_free, rx_free = [0.0] * n, [0.0] * n
+    else:
+        net = frame
+    # each flow's route: ("link", Link, bytes, latency after) or ("engine", frees, index)
+    routes = []
+    for w in range(n):
+        r = (w + 1) % n
+        route = []
+        if wire is not None:
+            route += [("link", h_up[w], frame, 0.0), ("engine", tx_free, w)]
+        route.append(("link", up[w], net, latency_s))
+        if w // per_switch != r // per_switch:
+            route += [("link", u_up[w // per_switch], net, latency_s),
+                      ("link", u_down[r // per_switch], net, latency_s)]
+        route.append(("link", down[r], net, 0.0))
+        if wire is not None:
+            route += [("engine", rx_free, r), ("link", h_down[r], frame, 0.0)]
+        routes.append(route)
+    heap, seq, last = [], 0, 0.0
+    for w in range(n):
+        for _ in range(packets):
+            seq += 1
+            heapq.heappush(heap, (0.0, seq, w, 0))
+    while heap:
+        t, _, w, hop = heapq.heappop(heap)
+        step = routes[w][hop]
+        if step[0] == "link":
+            t = step[1].send(t, step[2]) + step[3]
+        else:
+            frees, i = step[1], step[2]
+            t = frees[i] = max(t, frees[i]) + engine_s
+        if hop + 1 < len(routes[w]):
+            seq += 1
+            heapq.heappush(heap, (t, seq, w, hop + 1))
+        else:
+            last = max(last, t)
+    return last
+
+
+def _fabric_step(uplink_gbps):
+    """A ring step on the fabric for :func:`_ring_seconds`: the crossing flow's time, from a
+    ring of 2 leaf switches of 2 workers (:func:`fabric_ring_step`'s notes)."""
+    def step(n, packets, frame, wire):
+        return fabric_ring_step(4, 2, packets, frame, uplink_gbps=uplink_gbps, wire=wire)
+    return step
 
 
 # ---------------------------------------------------------------------------------------
@@ -390,6 +779,242 @@ def _lhc_ring_words(phase):
     words = phase["words"]
     names = ("index", "dense") if phase["chosen"] == "dense" else ("index", "sketch", "fallback")
     return {name: words[name] for name in names}
+
+
+#: The tree's line is fitted from K1 = this many windows: the leaf boards' ports carry the
+#: root's results too, and those join the queues one round trip late, so a tree's round
+#: needs some ten windows to settle (one level's, whose ports carry no results, two); from
+#: 16 windows on the line meets exact rounds of 65,536 chunks within 0.15 %.
+TREE_K1_WINDOWS = 16
+QUICK_TREE_K1_WINDOWS = 4
+
+
+def two_levels(quick, engine_s, phases, values, small, wire_board):
+    """The two-level rows: trees on the two-tier fabric against the rings on that fabric,
+    and, at N = 32, against one level of boards on one switch.
+
+    Parameters
+    ----------
+    quick : bool
+        :data:`QUICK_TREE` instead of the full grid.
+    engine_s : float
+        Engine seconds per packet (measured in this run).
+    phases : dict
+        :func:`lhc_phases` at ``values``.
+    values : int
+        Values per worker.
+    small, wire_board : callable
+        The INCEPTIONN rings' compressed frame and the wire board's ``(frame, engine_s)`` for
+        a packet of ``v`` values (``run``'s).
+
+    Returns
+    -------
+    dict
+        ``trees[uplink][N][m]``: the layout, or why it is impossible, and per ``B`` and
+        root count (``"R=B"``, ``"R=1"``) the fit and per density the LHC and dense
+        all-reduces; ``rings[uplink][N]``: the rings on the fabric (N above 32);
+        ``flat[N]``: one level, or why it is impossible; ``flat_same_boards``: at N = 32,
+        one level with as many boards as each tree; ``max_fit_deviation``.
+    """
+    started = time.perf_counter()
+    grid = QUICK_TREE if quick else {"workers": TREE_WORKERS, "leaf_sizes": LEAF_SIZES,
+                                     "boards": TREE_BOARDS, "uplinks": tuple(UPLINKS)}
+    windows = QUICK_TREE_K1_WINDOWS if quick else TREE_K1_WINDOWS
+    bits = 32 * values
+    trees, rings, worst = {}, {}, 0.0
+
+    def allreduces(fit):
+        per = {}
+        for d in DENSITIES:
+            per[f"{d:g}"] = {}
+            for method in ("lhc_agg", "dense_agg"):
+                chunks = _agg_chunks(phases[d], method)
+                s = sum(fit.seconds(k) for k in chunks.values())
+                per[f"{d:g}"][method] = {"seconds": s, "gbps": bits / s / 1e9, "chunks": chunks}
+        return per
+
+    for name in grid["uplinks"]:
+        uplink_gbps, uplinks = UPLINKS[name]
+        step = _fabric_step(uplink_gbps)
+        rings[name] = {}
+        for n in grid["workers"]:
+            if n <= MAX_JOB_WORKERS:
+                continue                # one switch holds them: the one-level rows' rings
+            fp32 = _ring_seconds(n, values, _raw_frame, step=step)
+            inc_wire = _ring_seconds(n, values, _raw_frame, wire_board, step=step)
+            inc_nic = _ring_seconds(n, values, small, step=step)
+            lhc = {f"{d:g}": sum(_ring_seconds(n, w, _raw_frame, step=step)
+                                 for w in _lhc_ring_words(phases[d]).values())
+                   for d in DENSITIES}
+            rings[name][str(n)] = {
+                **{m: {"seconds": s, "gbps": bits / s / 1e9} for m, s in
+                   (("ring_fp32", fp32), ("ring_inc_wire", inc_wire), ("ring_inc_nic", inc_nic))},
+                "lhc_ring": {d: {"seconds": s, "gbps": bits / s / 1e9} for d, s in lhc.items()}}
+        trees[name] = {}
+        for n in grid["workers"]:
+            trees[name][str(n)] = {}
+            for m in grid["leaf_sizes"]:
+                whole = tree_layout(n, m, 1, 1, uplinks=uplinks)
+                if "impossible" in whole:        # whatever the boards (too many leaves)
+                    trees[name][str(n)][str(m)] = {"impossible": whole["impossible"]}
+                    continue
+                entry = {"boards": {}}
+                for b in grid["boards"]:
+                    entry["boards"][str(b)] = {}
+                    for r in sorted({b, 1}, reverse=True):
+                        layout = tree_layout(n, m, b, r, uplinks=uplinks)
+                        rk = "R=B" if r == b else "R=1"
+                        if "impossible" in layout:
+                            entry["boards"][str(b)][rk] = {"impossible": layout["impossible"]}
+                            continue
+                        fit = TreeFit(layout, m, b, r, engine_s, uplink_gbps=uplink_gbps,
+                                      uplinks=uplinks, k1=max(STREAM_K1, windows * SLOTS * r))
+                        if fit.deviation > LINEARITY_TOLERANCE:
+                            raise AssertionError(
+                                f"tree N={n} m={m} B={b} R={r} {name}: round time not linear "
+                                f"in chunks ({fit.deviation:.3%})")
+                        worst = max(worst, fit.deviation)
+                        sample = fit.simulate(fit.k1)
+                        entry["boards"][str(b)][rk] = {
+                            "roots": r, "layout": layout, "densities": allreduces(fit),
+                            "fit": {"a_s": fit.a, "b_s_per_chunk": fit.b, "k1": fit.k1,
+                                    "max_deviation": fit.deviation,
+                                    "frames_per_chunk": fit.b / (AGG_FRAME * 8 / (GBPS * 1e9))},
+                            **{k: v for k, v in sample.items()
+                               if k.endswith("_per_chunk") or k.endswith("peak_queue_bytes")},
+                            "window": sample["window"]}
+                trees[name][str(n)][str(m)] = entry
+    flat = {str(n): ({"impossible": f"{n} workers: one aggregator serves at most "
+                                    f"{MAX_JOB_WORKERS} of a job"}
+                     if n > MAX_JOB_WORKERS else {"rows": "aggregator"})
+            for n in grid["workers"]}
+    # one level with as many boards as a tree of two 16-worker leaves (2 B + R): where one
+    # level can serve the workers at all, it is the fair comparison
+    same = {}
+    first = grid["uplinks"][0]
+    for n in grid["workers"]:
+        for m, entry in trees[first][str(n)].items():
+            if n > MAX_JOB_WORKERS or "impossible" in entry:
+                continue
+            for b, by_r in entry["boards"].items():
+                for rk, cfg in by_r.items():
+                    if "impossible" in cfg:
+                        continue
+                    total = cfg["layout"]["boards"]
+                    fit = StreamFit(n, total, True, engine_s)
+                    worst = max(worst, fit.deviation)
+                    same.setdefault(str(n), {}).setdefault(m, {}).setdefault(b, {})[rk] = {
+                        "boards": total, "densities": allreduces(fit)}
+    # leaf boards per leaf group a tree (R = B) needs to beat LHC summed by the hosts in a
+    # ring on the same fabric: an estimate, not simulated. While the leaf boards' ports bind
+    # (the root's N / m aggregates per chunk are at most the leaf's m + 1 frames, and the
+    # workers' own ports, one frame per chunk each way, are below (m + 1) / B) a tree's
+    # time falls as 1 / B (the B = 1, 2, 4 rows: within 0.2 %), so B = ring / tree(B = 1)
+    beat = {}
+    for name, by_n in trees.items():
+        for n, by_m in by_n.items():
+            if n not in rings[name]:
+                continue
+            for m, entry in by_m.items():
+                one = entry.get("boards", {}).get("1", {}).get("R=B", {})
+                if "densities" not in one:
+                    continue
+                for d in DENSITIES:
+                    key = f"{d:g}"
+                    guess = (rings[name][n]["lhc_ring"][key]["gbps"]
+                             / one["densities"][key]["lhc_agg"]["gbps"])
+                    b = int(np.ceil(guess - 1e-9))
+                    fits = "impossible" not in tree_layout(int(n), int(m), b, b,
+                                                           uplinks=UPLINKS[name][1])
+                    beat.setdefault(name, {}).setdefault(n, {}).setdefault(m, {})[key] = {
+                        "estimate": guess, "boards": b, "fits": fits,
+                        "root_binds": int(n) // int(m) > int(m) + 1,
+                        "workers_bind": b > int(m) + 1}
+    return {"grid": {k: list(v) for k, v in grid.items()}, "k1_windows": windows,
+            "boards_to_beat_lhc_ring_estimate": beat,
+            "switch_ports": SWITCH_PORTS, "max_job_workers": MAX_JOB_WORKERS,
+            "uplinks": {k: {"gbps": g, "links": u} for k, (g, u) in UPLINKS.items()
+                        if k in grid["uplinks"]},
+            "trees": trees, "rings": rings, "flat": flat, "flat_same_boards": same,
+            "max_fit_deviation": worst, "seconds": time.perf_counter() - started}
+
+
+def _print_two_levels(tl, agg, rings1, bits):
+    """The two-level tables and comparisons (``run``'s output)."""
+    print(f"\ntwo levels: leaf aggregators of m workers, B leaf boards per leaf group, R root "
+          f"boards (R=B: B trees; R=1: one root board for the B stripes); leaf switches of "
+          f"{tl['switch_ports']} x 1 GbE ports, uplinks to one spine switch with the root "
+          f"boards; result groups at both levels; per-worker Gb/s; rings: one switch up to "
+          f"{tl['max_job_workers']} workers, the two-tier fabric beyond")
+
+    def ring_gbps(name, n, method, key):
+        if int(n) in rings1:                     # one switch (the one-level rows' rings)
+            s = rings1[int(n)][method]
+            s = s[float(key)] if method == "lhc_ring" else s
+            return bits / s / 1e9
+        if n not in tl["rings"][name]:
+            return float("nan")
+        r = tl["rings"][name][n][method]
+        return r[key]["gbps"] if method == "lhc_ring" else r["gbps"]
+
+    first = next(iter(tl["trees"]))
+    for name, trees in tl["trees"].items():
+        u = tl["uplinks"][name]
+        print(f"\nuplinks: {u['links']} x {u['gbps']:g} GbE per leaf switch")
+        for d in DENSITIES:
+            key = f"{d:g}"
+            print(f" density {d:g}:   N    fp32 INCwire  INCnic LHCring | LHC through a tree "
+                  f"per m and B (R=B/R=1), dense int32 tree at the largest B | one level (LHC)")
+            for n, by_m in trees.items():
+                line = f"{n:>17} " + "".join(f"{ring_gbps(name, n, m, key):>8.3f}" for m in (
+                    "ring_fp32", "ring_inc_wire", "ring_inc_nic", "lhc_ring")) + " |"
+                for m, entry in by_m.items():
+                    if "impossible" in entry:
+                        line += f" m={m}: impossible ({entry['impossible']}) |"
+                        continue
+                    cells = []
+                    for b, by_r in entry["boards"].items():
+                        g = [by_r[rk]["densities"][key]["lhc_agg"]["gbps"]
+                             if "densities" in by_r[rk] else float("nan")
+                             for rk in ("R=B", "R=1") if rk in by_r]
+                        cells.append(f"B={b}:" + "/".join(f"{x:.3f}" for x in g))
+                    top = entry["boards"][max(entry["boards"], key=int)].get("R=B", {})
+                    dense = (top["densities"][key]["dense_agg"]["gbps"] if "densities" in top
+                             else float("nan"))
+                    line += f" m={m}: " + " ".join(cells) + f" dense {dense:.3f} |"
+                flat = tl["flat"][n]
+                if "impossible" in flat:
+                    line += " impossible"
+                elif int(n) in agg:
+                    line += " " + " ".join(
+                        f"B={b}:{agg[int(n)][b][True]['densities'][d]['lhc_agg']['gbps']:.3f}"
+                        for b in agg[int(n)])
+                print(line)
+    for n, by_m in tl["flat_same_boards"].items():
+        for m, by_b in by_m.items():
+            for b, by_r in by_b.items():
+                for rk, cfg in by_r.items():
+                    tree = tl["trees"][first][n][m]["boards"][b][rk]["densities"]
+                    level = (f"; one level of B={b} boards: "
+                             f"{agg[int(n)][int(b)][True]['densities'][0.01]['lhc_agg']['gbps']:.3f}"
+                             f" / {agg[int(n)][int(b)][True]['densities'][0.05]['lhc_agg']['gbps']:.3f}"
+                             if int(n) in agg and int(b) in agg[int(n)] else "")
+                    print(f"N={n}: tree m={m} B={b} {rk} ({cfg['boards']} boards), LHC Gb/s at "
+                          f"1 % / 5 %: {tree['0.01']['lhc_agg']['gbps']:.3f} / "
+                          f"{tree['0.05']['lhc_agg']['gbps']:.3f}; one level of as many "
+                          f"boards: {cfg['densities']['0.01']['lhc_agg']['gbps']:.3f} / "
+                          f"{cfg['densities']['0.05']['lhc_agg']['gbps']:.3f}{level}")
+    for name, by_n in tl["boards_to_beat_lhc_ring_estimate"].items():
+        print(f"leaf boards per leaf group a tree (R=B) needs to beat LHC summed by the hosts "
+              f"in a ring ({name} uplinks; estimate, 1/B; * : more than a 48-port leaf switch "
+              f"holds; ! : the estimate does not hold, another port binds first): " + "; ".join(
+                  f"N={n} m={m} " + " ".join(
+                      f"{float(k):.0%}:{e['boards']}{'' if e['fits'] else '*'}"
+                      f"{'!' if e['root_binds'] or e['workers_bind'] else ''}"
+                      for k, e in by_d.items())
+                  for n, by_m in by_n.items() for m, by_d in by_m.items()))
+    print(f"largest deviation of a simulated tree round from its line: "
+          f"{tl['max_fit_deviation']:.4%} (the two levels took {tl['seconds']:.0f} s)")
 
 
 def run(quick: bool, out_dir="build/bench") -> dict:
@@ -481,6 +1106,8 @@ def run(quick: bool, out_dir="build/bench") -> dict:
             two_ports[n][b] = {f"{d:g}": bits / sum(fit.seconds(k) for k in
                                                   _agg_chunks(phases[d], "lhc_agg").values()) / 1e9
                                for d in DENSITIES}
+    # two levels: trees of aggregators on a two-tier fabric (N above 32)
+    tree = two_levels(quick, engine_s, phases, values, small, wire_board)
     seconds = time.perf_counter() - started
 
     def gbps_ring(n, method, d):
@@ -539,8 +1166,9 @@ def run(quick: bool, out_dir="build/bench") -> dict:
     targets = _targets(agg, rings, workers_list, bits)
     for t in targets:
         print(f"target: {t['what']}: {'HOLDS' if t['holds'] else 'MISSES'} ({t['detail']})")
+    _print_two_levels(tree, agg, rings, bits)
     png = Path(out_dir) / "deployment.png"
-    _plot(agg, rings, workers_list, bits, png, values)
+    _plot(agg, rings, workers_list, bits, png, values, tree)
     print(f"plot: {png}  ({seconds:.0f} s)")
 
     return {
@@ -566,6 +1194,7 @@ def run(quick: bool, out_dir="build/bench") -> dict:
         "two_port_boards_lhc_agg_gbps": {str(n): {str(b): g for b, g in by_b.items()}
                                          for n, by_b in two_ports.items()},
         "max_fit_deviation": worst, "targets": targets, "plot": str(png),
+        "two_levels": tree,
         "seconds": seconds,
     }
 
@@ -594,7 +1223,7 @@ def _targets(agg, rings, workers_list, bits):
     return out
 
 
-def _plot(agg, rings, workers_list, bits, out_path, values):
+def _plot(agg, rings, workers_list, bits, out_path, values, tree=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -618,18 +1247,60 @@ def _plot(agg, rings, workers_list, bits, out_path, values):
                     style, color="tab:orange", label=f"{METHODS['lhc_agg']}, {label}, group")
         ax.plot(x, [agg[n][1][True]["densities"][d]["dense_agg"]["gbps"] for n in x], "-d",
                 color="tab:blue", label=f"{METHODS['dense_agg']}, B = 1, group")
+        ticks = x + (_plot_two_levels(ax, tree, d) if tree else [])
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(x, [str(n) for n in x])
+        ax.set_xticks(sorted(set(ticks)), [str(n) for n in sorted(set(ticks))])
         ax.set_xlabel("workers N")
         ax.set_title("dense gradient" if d >= 1 else f"union density {d:.0%}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].set_ylabel("Gb/s per worker (uncompressed)")
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="lower center", ncol=3, fontsize=7)
-    fig.suptitle(f"one all-reduce of {values:,} values, every worker and board on a 1 GbE port "
-                 f"of one store-and-forward switch (modelled packet by packet)", fontsize=9)
-    fig.tight_layout(rect=(0, 0.16, 1, 1))
+    title = (f"one all-reduce of {values:,} values, every worker and board on a 1 GbE port "
+             f"of one store-and-forward switch (modelled packet by packet)")
+    if tree:
+        name = next(iter(tree["trees"]))
+        u = tree["uplinks"][name]
+        title += (f";\nred stars and crosses: two levels (N = 32: two leaves of 16); dashed "
+                  f"beyond 32 workers: the rings; both on leaf switches with {u['links']} x "
+                  f"{u['gbps']:g} GbE uplinks to a spine")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout(rect=(0, 0.2 if tree else 0.16, 1, 1))
     out_path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_path, dpi=110)
     plt.close(fig)
+
+
+def _plot_two_levels(ax, tree, d):
+    """The two-level lines on one density's axes (the first uplink setting): LHC through
+    trees of 32- and 16-worker leaves with the most leaf boards and as many roots, and the
+    fp32 and LHC rings on the fabric beyond 32 workers; returns their worker counts."""
+    name = next(iter(tree["trees"]))
+    key = f"{d:g}"
+    shown = []
+    for m, style in (("32", "-*"), ("16", "-x")):
+        points = []
+        for n, by_m in tree["trees"][name].items():
+            entry = by_m.get(m, {})
+            if "boards" not in entry:
+                continue
+            b = max(entry["boards"], key=int)
+            cfg = entry["boards"][b].get("R=B", {})
+            if "densities" in cfg:
+                points.append((int(n), cfg["densities"][key]["lhc_agg"]["gbps"]))
+        if points:
+            ax.plot(*zip(*points), style, color="tab:red", markersize=7,
+                    label=f"LHC through a tree, {m}-worker leaves, B = {b} (R = B), groups")
+            shown += [p[0] for p in points]
+    rings = tree["rings"][name]
+    ns = sorted(int(n) for n in rings)
+    if ns:
+        ax.plot(ns, [rings[str(n)]["ring_fp32"]["gbps"] for n in ns], "k--o", markersize=4,
+                label="fp32 ring on the two-tier fabric")
+        ax.plot(ns, [rings[str(n)]["ring_inc_nic"]["gbps"] for n in ns], "--s",
+                color="tab:purple", markersize=4,
+                label="INCEPTIONN ring, codec in the NIC, on the two-tier fabric")
+        ax.plot(ns, [rings[str(n)]["lhc_ring"][key]["gbps"] for n in ns], "--^",
+                color="tab:green", markersize=4, label="LHC ring on the two-tier fabric")
+    return shown + ns

@@ -86,7 +86,7 @@ def test_sigterm_and_ctrl_c_stop_torchrun_and_every_rank(how):
     import signal
     import time
 
-    from tests.host.test_launch import _alive, _descendants, _session, _wait_for
+    from tests.host.ddp.test_launch import _alive, _descendants, _session, _wait_for
 
     command = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
                "--nproc_per_node=2", "--master_addr=127.0.0.1",

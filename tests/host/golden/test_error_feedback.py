@@ -1,9 +1,9 @@
 """Error feedback's building block in the golden model: ``quantize_with_feedback``.
 
-No process group here (the DDP hook's use of it is in tests/host/test_ddp.py): the identity
-``sent + residual' == values + residual`` (exact), mass conservation over many steps, the
-step at which a value below 2^-k is finally sent, and NaN/Inf, -0.0, denormals and class
-boundaries.
+No process group here (the DDP hook's use of it is in tests/host/ddp/test_hooks.py): the
+identity ``sent + residual' == values + residual`` (exact), mass conservation over many
+steps, the step at which a value below 2^-k is finally sent, and NaN/Inf, -0.0, denormals
+and class boundaries.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 The NIC-driven ring of ``host.golden.ring`` (one NIC model serving every hop, no process
 group) against a model written from that page's text, and against the stated bound with the
 float32 rounding term; the DDP hook's ring is checked against the same bound in
-tests/host/test_ddp.py.
+tests/host/ddp/test_collectives.py.
 """
 from __future__ import annotations
 

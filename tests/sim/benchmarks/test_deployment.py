@@ -171,3 +171,176 @@ def test_quick_section_reports_every_figure(tmp_path):
         assert rings["ring_inc_wire"]["seconds"] >= rings["ring_fp32"]["seconds"]
         assert rings["ring_inc_nic"]["seconds"] < rings["ring_fp32"]["seconds"]
     assert [t["what"] for t in r["targets"]] and r["max_fit_deviation"] < 1e-6
+
+
+# ---- two levels: a tree of aggregators on a two-tier fabric, small cases by hand
+#
+# 2 leaves of 2 workers, one leaf board each, one root board, every leaf group on its own
+# leaf switch, one uplink of Tu per frame to the spine; T, L, E as above.
+
+def _tu(uplink_gbps):
+    return dep.AGG_FRAME * 8 / (uplink_gbps * 1e9)
+
+
+@pytest.mark.parametrize("uplink_gbps", [1.0, 10.0])
+def test_tree_one_chunk_by_hand(uplink_gbps):
+    tu = _tu(uplink_gbps)
+    # worker -> leaf switch T + L; both workers' packets onto the leaf board's port, the
+    # second done at 3T + L, its engine + E; the aggregate out of the board T + L, the uplink
+    # Tu + L, both leaves' aggregates onto the root's port 2T, the engine E; the result out
+    # of the root T + L, the downlink Tu + L, into the leaf board T, its engine E, out T + L,
+    # to the workers T: 10 T + 6 L + 3 E + 2 Tu
+    r = dep.tree_stream(2, 2, 1, 1, engine_s=E, uplink_gbps=uplink_gbps)
+    assert r["seconds"] == pytest.approx(10 * T + 6 * L + 3 * E + 2 * tu, rel=1e-12)
+    # one aggregate up and one result down per leaf; the root: one from each leaf in, one out
+    assert r["leaf_in_bytes_per_chunk"] == 3 * dep.AGG_FRAME
+    assert r["leaf_out_bytes_per_chunk"] == 2 * dep.AGG_FRAME
+    assert r["root_in_bytes_per_chunk"] == 2 * dep.AGG_FRAME
+    assert r["root_out_bytes_per_chunk"] == dep.AGG_FRAME
+    assert r["uplink_up_bytes_per_chunk"] == r["uplink_down_bytes_per_chunk"] == dep.AGG_FRAME
+
+
+@pytest.mark.parametrize("uplink_gbps", [1.0, 10.0])
+def test_tree_two_chunks_by_hand(uplink_gbps):
+    tu = _tu(uplink_gbps)
+    # chunk 1's packets queue behind chunk 0's at the leaf board (done at 5T + L) and at the
+    # root (the second aggregate done at 8T + 3L + E + Tu); its result then goes the way of
+    # chunk 0's, 2T later: 12 T + 6 L + 3 E + 2 Tu
+    r = dep.tree_stream(2, 2, 1, 2, engine_s=E, uplink_gbps=uplink_gbps)
+    assert r["seconds"] == pytest.approx(12 * T + 6 * L + 3 * E + 2 * tu, rel=1e-12)
+
+
+def test_tree_stripes_over_leaf_boards_and_roots_by_hand():
+    tu = _tu(10.0)
+    one = 10 * T + 6 * L + 3 * E + 2 * tu
+    # two leaf boards and two roots: chunk 1 takes chunk 0's way on boards of its own, one
+    # frame later (the workers' ports are the only links the two share besides the uplinks)
+    r = dep.tree_stream(2, 2, 2, 2, engine_s=E, roots=2, uplink_gbps=10.0)
+    assert r["seconds"] == pytest.approx(one + T, rel=1e-12)
+    # one root for both stripes: chunk 1's aggregates wait at the root's port for chunk 0's
+    # (done at 8T + 3L + E + Tu, not 7T), and its result behind chunk 0's: one frame more
+    r = dep.tree_stream(2, 2, 2, 2, engine_s=E, roots=1, uplink_gbps=10.0)
+    assert r["seconds"] == pytest.approx(one + 2 * T, rel=1e-12)
+
+
+def test_tree_window_waits_for_the_root():
+    tu = _tu(10.0)
+    # one slot: chunk 1 leaves the workers only once chunk 0's result is back from the root
+    r = dep.tree_stream(2, 2, 1, 2, engine_s=E, slots=1)
+    assert r["seconds"] == pytest.approx(2 * (10 * T + 6 * L + 3 * E + 2 * tu), rel=1e-12)
+    # one root for 4 stripes shares its 64 slots: 16 each, a window of 64 chunks
+    assert dep.tree_stream(2, 2, 4, 8, engine_s=E, roots=1)["window"] == 64
+    assert dep.tree_stream(2, 2, 4, 8, engine_s=E)["window"] == 256
+
+
+@pytest.mark.parametrize("leaves,leaf_size,boards,roots,frames", [
+    (2, 4, 1, 1, 5),        # a leaf board's port: 4 packets and the root's result per chunk
+    (2, 4, 2, 2, 2.5),      # two leaf boards per leaf: half as many each
+    (8, 2, 1, 1, 8),        # 8 leaves: the root's port binds (8 aggregates per chunk)
+    (8, 2, 2, 2, 4),        # two roots: 4 each
+    (8, 2, 2, 1, 8),        # one root for two stripes: 8 again
+])
+def test_tree_steady_state_is_the_busiest_port(leaves, leaf_size, boards, roots, frames):
+    layout = {"leaves": leaves, "leaves_per_switch": 1}
+    fit = dep.TreeFit(layout, leaf_size, boards, roots, E, uplink_gbps=10.0, uplinks=1,
+                      k1=2048)
+    assert fit.deviation < 1e-9
+    assert fit.b == pytest.approx(frames * T, rel=1e-6)
+
+
+@pytest.mark.parametrize("roots,uplinks,uplink_gbps", [(2, 1, 10.0), (1, 2, 1.0), (2, 2, 1.0)])
+def test_tree_one_leaf_switch_stands_for_all(roots, uplinks, uplink_gbps):
+    # every leaf switch is alike: simulating one and counting its packets at the spine for
+    # all gives the times of the whole fabric, to the last bit
+    kw = dict(engine_s=E, roots=roots, leaves_per_switch=2, uplink_gbps=uplink_gbps,
+              uplinks=uplinks)
+    whole = dep.tree_stream(8, 3, 2, 300, **kw)
+    one = dep.tree_stream(8, 3, 2, 300, simulated_switches=1, **kw)
+    two = dep.tree_stream(8, 3, 2, 300, simulated_switches=2, **kw)
+    assert one["seconds"] == pytest.approx(whole["seconds"], rel=1e-12)
+    assert two["seconds"] == pytest.approx(whole["seconds"], rel=1e-12)
+    for k in ("root_in_bytes_per_chunk", "leaf_in_bytes_per_chunk", "root_in_peak_queue_bytes"):
+        assert one[k] == pytest.approx(whole[k], rel=1e-12)
+    with pytest.raises(ValueError):
+        dep.tree_stream(8, 3, 2, 10, simulated_switches=3, **kw)
+
+
+def test_tree_layout():
+    big = dep.tree_layout(1024, 32, 4, 4)
+    assert (big["leaves"], big["leaves_per_switch"], big["switches"]) == (32, 1, 32)
+    assert (big["leaf_switch_ports"], big["spine_ports"], big["boards"]) == (37, 36, 132)
+    # two 16-worker leaves share a 48-port leaf switch (2 x (16 + 4) + 1 uplink)
+    mid = dep.tree_layout(256, 16, 4, 1)
+    assert (mid["leaves_per_switch"], mid["switches"], mid["leaf_switch_ports"]) == (2, 8, 41)
+    assert mid["boards"] == 16 * 4 + 1
+    assert "third level" in dep.tree_layout(1024, 16, 1, 1)["impossible"]
+    assert "one leaf" in dep.tree_layout(32, 32, 1, 1)["impossible"]
+    assert "impossible" in dep.tree_layout(64, 64, 1, 1)
+    assert "impossible" in dep.tree_layout(64, 32, 4, 3)          # 3 roots, 4 stripes
+    assert "impossible" in dep.tree_layout(1024, 32, 1, 1, uplinks=2)   # 65 spine ports
+
+
+def test_fabric_ring_step_on_one_switch_is_ring_step():
+    frame = 8290
+    for wire in (None, (1000, 1e-6)):
+        for packets in (1, 5):
+            assert dep.fabric_ring_step(4, 4, packets, frame, uplink_gbps=10.0, wire=wire) \
+                == pytest.approx(dep.ring_step(4, packets, frame, wire=wire), rel=1e-12)
+
+
+@pytest.mark.parametrize("uplink_gbps", [1.0, 10.0])
+def test_fabric_ring_step_across_switches_by_hand(uplink_gbps):
+    frame = 8290
+    t, tu = frame * 8 / 1e9, frame * 8 / (uplink_gbps * 1e9)
+    # the crossing flow: the worker's port, the uplink and the downlink, the receiver's port,
+    # three store-and-forward switches; P packets pipeline behind the slowest link (1 GbE)
+    for packets in (1, 5):
+        got = dep.fabric_ring_step(4, 2, packets, frame, uplink_gbps=uplink_gbps)
+        assert got == pytest.approx((packets + 1) * t + 2 * tu + 3 * L, rel=1e-12)
+    # the bench's 2 x 2 ring stands for any ring of 2 switches or more
+    for wire in (None, (1000, 1e-6)):
+        assert dep.fabric_ring_step(64, 32, 3, frame, uplink_gbps=uplink_gbps, wire=wire) \
+            == pytest.approx(dep.fabric_ring_step(4, 2, 3, frame, uplink_gbps=uplink_gbps,
+                                                  wire=wire), rel=1e-12)
+    assert dep._ring_seconds(64, 64 * 2048 * 3, dep._raw_frame,
+                             step=dep._fabric_step(uplink_gbps)) \
+        == pytest.approx(2 * 63 * dep.fabric_ring_step(64, 32, 3, dep._raw_frame(2048),
+                                                       uplink_gbps=uplink_gbps), rel=1e-12)
+
+
+@pytest.mark.cocotb
+def test_quick_section_reports_the_two_level_rows(tmp_path):
+    r = dep.run(quick=True, out_dir=tmp_path)
+    tl = r["two_levels"]
+    assert tl["max_fit_deviation"] < dep.LINEARITY_TOLERANCE
+    assert set(tl["trees"]) == set(dep.QUICK_TREE["uplinks"])
+    for name, by_n in tl["trees"].items():
+        for n, by_m in by_n.items():
+            assert "impossible" in tl["flat"][n]             # N > 32: no one level
+            assert set(tl["rings"][name][n]) == {"ring_fp32", "ring_inc_wire", "ring_inc_nic",
+                                                 "lhc_ring"}
+            for m, entry in by_m.items():
+                leaves = int(n) // int(m)
+                for b, by_r in entry["boards"].items():
+                    assert set(by_r) == ({"R=B"} if b == "1" else {"R=B", "R=1"})
+                    for cfg in by_r.values():
+                        # per chunk of its stripe a leaf board takes m packets and the
+                        # root's result and sends one aggregate and one result (groups);
+                        # the roots take one aggregate per leaf
+                        assert cfg["leaf_in_bytes_per_chunk"] == (int(m) + 1) * dep.AGG_FRAME
+                        assert cfg["leaf_out_bytes_per_chunk"] == 2 * dep.AGG_FRAME
+                        assert cfg["root_in_bytes_per_chunk"] == leaves * dep.AGG_FRAME
+                        assert cfg["root_out_bytes_per_chunk"] == dep.AGG_FRAME
+                        # the busiest port sets the pace: a leaf board's or a root board's
+                        frames = max((int(m) + 1) / int(b), leaves / cfg["roots"])
+                        assert cfg["fit"]["frames_per_chunk"] == pytest.approx(frames, rel=0.01)
+                        for methods in cfg["densities"].values():
+                            for x in methods.values():
+                                assert x["gbps"] == pytest.approx(
+                                    32 * r["values"] / x["seconds"] / 1e9)
+                                if sum(x["chunks"].values()) > 100:
+                                    assert x["seconds"] == pytest.approx(
+                                        frames * T * sum(x["chunks"].values()), rel=0.01)
+    # one level of as many boards as a tree is only defined up to 32 workers
+    assert all(int(n) <= dep.MAX_JOB_WORKERS for n in tl["flat_same_boards"])
+    assert (tmp_path / "deployment.png").is_file()

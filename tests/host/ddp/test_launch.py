@@ -24,7 +24,8 @@ import pytest
 
 pytest.importorskip("torch", reason="PyTorch is not installed (the 'ddp' extra)")
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO  # noqa: E402
+
 #: generous bounds (the machine may be busy); what they prove is "not an hour"
 FAIL_WITHIN = 60.0
 STOP_WITHIN = 30.0
@@ -53,7 +54,7 @@ def _run_python(code, *, netns=False, timeout=FAIL_WITHIN + 30):
 LAUNCH = """
     import sys
     from host.ddp import launch
-    from tests.host.test_launch import {fn}
+    from tests.host.ddp.test_launch import {fn}
     {patch}
     try:
         launch.run_local_group({fn}, 2, timeout=600, rendezvous_timeout=5)
@@ -200,7 +201,7 @@ def _stop_and_check(process, how, started_pids):
 def test_run_local_group_stops_every_rank_on_signal(tmp_path, how):
     code = textwrap.dedent(f"""
         from host.ddp import launch
-        from tests.host.test_launch import sleeper
+        from tests.host.ddp.test_launch import sleeper
         launch.run_local_group(sleeper, 2, {str(tmp_path)!r}, timeout=600)
     """)
     process = _start([sys.executable, "-c", code])

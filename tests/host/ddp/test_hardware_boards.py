@@ -30,7 +30,7 @@ import torch.distributed as dist  # noqa: E402
 from contract.network import NET_REGISTERS, network_address  # noqa: E402
 from host import ddp  # noqa: E402
 from host.board import VirtualBoard  # noqa: E402
-from tests.host.test_ddp_hardware import _bits, _sparse, _train  # noqa: E402
+from tests.host.ddp.test_hardware import _bits, _sparse, _train  # noqa: E402
 
 WORLD = 2
 #: vector lengths of the direct all-reduces: fewer chunks than boards (1 index chunk),

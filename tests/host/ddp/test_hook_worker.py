@@ -9,9 +9,9 @@ One 4-process gloo group on 127.0.0.1 does the distributed work, with one virtua
   every hook and backend, ``asynchronous=True`` against ``asynchronous=False``: the
   parameters after every step and every call's statistics must be the same;
 * direct hook calls (several buckets in flight at once) of 1 to 4099 values and of nasty
-  values against the reference functions of host/ddp/hooks.py, float16 and bfloat16 buckets
-  against the widened float32 computation narrowed once, float64 and integer buckets
-  refused;
+  values against the reference functions of host/ddp/collectives.py, float16 and bfloat16
+  buckets against the widened float32 computation narrowed once, float64 and integer
+  buckets refused;
 * errors (bucket lengths that differ, a wrong key, no board, a switch worker that stops, a
   NaN) come out of every rank's future / ``backward()``, the rest of the failed backward pass
   does not run, and the group stays in step;
@@ -49,7 +49,8 @@ from host import ddp  # noqa: E402
 from host.ddp import hook_worker  # noqa: E402
 from host.board import VirtualBoard  # noqa: E402
 from host.golden import lhc  # noqa: E402
-from tests.host.ddp_models import Buckets  # noqa: E402
+from tests.helpers import REPO  # noqa: E402
+from tests.host.ddp.models import Buckets  # noqa: E402
 
 WORLD = 4
 STEPS = 3
@@ -208,8 +209,8 @@ def _hook_factories(address, key):
 
 
 def _reference(kind, x, group, size):
-    """The synchronous reference: host/ddp/hooks.py's functions, then the division by the world
-    size the hooks do, in float32."""
+    """The synchronous reference: host/ddp/collectives.py's functions, then the division by
+    the world size the hooks do, in float32."""
     if kind == "lhc":
         total = ddp.lhc_allreduce(x, group)[0]
     else:
@@ -654,8 +655,7 @@ def test_interpreter_exit_stops_the_worker_after_its_jobs():
             "w = HookWorker('exit-test')\n"
             "w.submit(lambda: (time.sleep(0.3), print('job done', flush=True)))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=120, cwd=os.path.dirname(os.path.dirname(
-                              os.path.dirname(os.path.abspath(__file__)))))
+                          timeout=120, cwd=REPO)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "job done\n"
 

@@ -17,7 +17,7 @@ through a virtual board, the Verilated NIC where Verilator is installed):
 
 each asynchronously and synchronously: the run must finish (a hang is a bounded
 ``TimeoutError`` of the group) and both must leave the same parameter bits after every step.
-The same rule for the FSDP2 objects is in tests/host/test_fsdp.py.
+The same rule for the FSDP2 objects is in tests/host/fsdp/test_reduce_scatter.py.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import torch.distributed as dist  # noqa: E402
 
 from host import ddp  # noqa: E402
 from host.board import VirtualBoard  # noqa: E402
-from tests.host.ddp_models import Buckets  # noqa: E402
+from tests.host.ddp.models import Buckets  # noqa: E402
 
 WORLD = 2
 STEPS = 3

@@ -34,7 +34,7 @@ import torch.distributed as dist  # noqa: E402
 
 from host import ddp  # noqa: E402
 from host.board import VirtualBoard, free_port_base  # noqa: E402
-from tests.host.ddp_models import Buckets  # noqa: E402
+from tests.host.ddp.models import Buckets  # noqa: E402
 
 WORLD = 4
 STEPS = 4

@@ -3,8 +3,8 @@ a quick run of the experiment's digits model through the gateware gives the gold
 numbers exactly, and the report says which backend computed every row and how many packets
 went through the hardware.
 
-Two ranks and a few steps each (the 4-rank runs are in tests/host/test_ddp_hardware.py): the
-golden run directly, the hardware runs through the command line, the udp one with the
+Two ranks and a few steps each (the 4-rank runs are in tests/host/ddp/test_hardware.py):
+the golden run directly, the hardware runs through the command line, the udp one with the
 virtual board that the command starts in a process of its own.
 """
 from __future__ import annotations
