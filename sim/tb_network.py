@@ -745,8 +745,8 @@ async def golden_board(dut):
     bench.hosts[up_host] = up_mac
     up_port, up_job, up_worker = bench.ports[Service.SWITCH], 9, 4
     await both(ctrl(CtrlOp.WRITE, [(up_reg(job, "ip"), ip_int(up_host)),
-                                   (up_reg(job, "port"), 0x1_0000 | up_port),
-                                   (up_reg(job, "job"), 0x100 | up_job),
+                                   (up_reg(job, "port"), 1 << 16 | up_port),
+                                   (up_reg(job, "job"), 1 << 8 | up_job),
                                    (up_reg(job, "worker"), up_worker),
                                    (commit, COMMIT)]), Service.CTRL)
     await Timer(2000, "ns")
