@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from contract.network import ip_to_int
+from contract.registers import SWITCH_REGISTERS
 from host.golden.aggregator import Upstream
 from tests.host.commands.test_board import REPO, board, run, where  # noqa: F401 (fixture)
 
@@ -87,7 +88,9 @@ def test_a_bad_upstream_is_a_one_line_error_and_nothing_is_written(board, capsys
     assert status == 2 and out == ""
     assert err == f"gradwire board: error: {message}\n"
     assert board.backend.aggregator.job_config(0) is None
-    assert board.backend.aggregator.read(0) == 0        # not even a pending register
+    # not even a pending register
+    assert board.backend.aggregator.read(SWITCH_REGISTERS["job"].address(0, "workers")) == 0
+    assert board.backend.aggregator.read(SWITCH_REGISTERS["upstream"].address(0, "ip")) == 0
 
 
 def test_clear_takes_no_upstream(board, capsys):
