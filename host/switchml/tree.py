@@ -25,6 +25,12 @@ in-process :class:`~host.board.control.BackendControl`):
 
 The root goes first, so that a leaf never sends upstream to a job that is not there yet.
 
+Over a real network (the DDP hook's side, one call each): :func:`open_tree_worker` gives
+rank ``r`` its :class:`~host.driver.udp_worker.UdpSwitchWorker` on its leaf (and checks
+that the process group is the whole tree), :func:`configure_tree_over_udp` configures
+every board from one rank with the boards' control keys (:func:`tree_keys`), and
+:func:`release_tree` unconfigures the tree's jobs again.
+
 The hosts see no change (section 3 of the protocol): worker ``rank`` of the tree is worker
 :meth:`Tree.worker` ``.worker`` of its leaf's job and talks to its leaf board alone, with
 the leaf's :class:`~host.driver.udp_worker.JobLayout`. The only thing a tree changes for a
@@ -43,7 +49,8 @@ import socket
 from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, PORT_BASE, Service,
                               ip_to_int, service_ports)
 
-__all__ = ["BoardAddress", "Tree", "TreeWorker", "TreeLayout", "configure_tree"]
+__all__ = ["BoardAddress", "Tree", "TreeWorker", "TreeLayout", "configure_tree",
+           "tree_keys", "configure_tree_over_udp", "open_tree_worker", "release_tree"]
 
 
 def _integer(name, value, low, high):
@@ -306,3 +313,102 @@ def configure_tree(tree: Tree, controls, addresses) -> TreeLayout:
         leaves.append(layout)
     return TreeLayout(tree=dataclasses.replace(tree, slot_count=slot_count), root=root,
                       leaves=tuple(leaves))
+
+
+def tree_keys(tree: Tree, keys) -> dict:
+    """Every board's control key: ``keys`` is one key (an int or hex digits, the same for
+    every board) or a mapping from a board (:class:`BoardAddress` or ``"HOST:PORT_BASE"``)
+    to its key."""
+    from ..driver.settings import parse_key
+
+    def key_of(value, board):
+        if isinstance(value, str):
+            return parse_key(value)
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                or not 0 <= value < 1 << 64:
+            raise ValueError(f"board {board}'s control key must be 64 bits (an integer or "
+                             f"hex digits), not {value!r}")
+        return int(value)
+
+    if not isinstance(keys, collections.abc.Mapping):
+        return {board: key_of(keys, board) for board in tree.boards}
+    given = {BoardAddress.parse(board): key for board, key in keys.items()}
+    missing = [str(board) for board in tree.boards if board not in given]
+    if missing:
+        raise ValueError(f"no control key for board(s) {', '.join(missing)}")
+    return {board: key_of(given[board], board) for board in tree.boards}
+
+
+def configure_tree_over_udp(tree: Tree, keys, addresses, *, mtu: int | None = None,
+                            **transport_options) -> TreeLayout:
+    """:func:`configure_tree` over each board's control port (a
+    :class:`~host.driver.udp.UdpTransport` per board with its key from :func:`tree_keys`,
+    closed again). ``transport_options`` go to the transports (timeouts, retries).
+
+    Raises what :func:`configure_tree` raises, and
+    :class:`~host.driver.transport.TransportError` naming the board that did not answer.
+    """
+    from ..driver.transport import TransportError
+    from ..driver.udp import UdpTransport
+
+    keys = tree_keys(tree, keys)
+    controls = {}
+    options = {"timeout": 0.1, "min_timeout": 0.02, "max_timeout": 1.0, "retries": 4,
+               **transport_options}
+    if mtu is not None:
+        options["mtu"] = mtu
+
+    def control(board):
+        if board not in controls:
+            controls[board] = UdpTransport(board.host, port_base=board.port_base,
+                                           key=keys[board], region="switch", **options)
+        return controls[board]
+
+    current = [None]
+
+    def tracked(board):
+        current[0] = board
+        return control(board)
+
+    try:
+        return configure_tree(tree, tracked, addresses)
+    except TransportError as exc:
+        raise type(exc)(*((exc.service,) if hasattr(exc, "service") else ()),
+                        f"board {current[0]} ({'root' if current[0] == tree.root else 'leaf'}) "
+                        f"of the tree: {exc}") from None
+    finally:
+        for transport in controls.values():
+            transport.close()
+
+
+def open_tree_worker(tree: Tree, rank: int, world: int | None = None, **worker_options):
+    """Rank ``rank``'s worker of ``tree``: ``(TreeWorker, UdpSwitchWorker)``, the socket
+    bound (its address is what :func:`configure_tree_over_udp` needs from every rank), on
+    its leaf's job. ``world`` (the process group's size) must be the tree's worker count
+    (the sum, and the LHC scale, are over all of them). ``worker_options`` go to
+    :class:`~host.driver.udp_worker.UdpSwitchWorker` (``timeout``, ...)."""
+    from ..driver.udp_worker import UdpSwitchWorker
+
+    plan = tree.worker(rank, world)
+    worker = UdpSwitchWorker(plan.board.host, port_base=plan.board.port_base, job=plan.job,
+                             worker=plan.worker, **worker_options)
+    return plan, worker
+
+
+def release_tree(tree: Tree, keys, **transport_options) -> None:
+    """Unconfigure the tree's jobs, leaves first (best effort: a board that is gone has
+    nothing to free)."""
+    from ..driver.switch import SwitchInterface
+    from ..driver.udp import UdpTransport
+
+    keys = tree_keys(tree, keys)
+    options = {"timeout": 0.05, "min_timeout": 0.02, "max_timeout": 0.2, "retries": 2,
+               **transport_options}
+    for board, job in [(leaf, tree.leaf_job) for leaf in tree.leaves] + \
+            [(tree.root, tree.root_job)]:
+        try:
+            with UdpTransport(board.host, port_base=board.port_base, key=keys[board],
+                              region="switch", **options) as control:
+                SwitchInterface(control).clear_job(job)
+        except Exception:                     # noqa: BLE001 (nothing to free, or no board)
+            pass

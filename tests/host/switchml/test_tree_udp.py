@@ -191,3 +191,55 @@ def test_a_verilated_network_top_as_one_leaf():
             tree = tree_of(root, [leaf0, verilated], [2, 2], slot_count=min(slots, SLOTS))
             boards = dict(zip(tree.boards, (root, leaf0, verilated)))
             check_tree(boards, tree, rng)
+
+
+def test_the_hook_side_one_call_each():
+    """What LhcHook(tree=...) will call: open_tree_worker on every rank (the group must be
+    the whole tree), configure_tree_over_udp on one rank with each board's key,
+    release_tree at the end."""
+    from host.switchml.tree import (configure_tree_over_udp, open_tree_worker, release_tree,
+                                    tree_keys)
+    rng = fresh_rng()
+    backends = [("golden", dict(slots=SLOTS, key=key)) for key in (0x11, 0x22, 0x33)]
+    with serving(backends) as (root, leaf0, leaf1):
+        tree = tree_of(root, [leaf0, leaf1], 2, root_job=3, leaf_job=1, slot_count=4)
+        keys = {str(b): board.key for b, board in zip(tree.boards, (root, leaf0, leaf1))}
+        assert tree_keys(tree, keys)[tree.leaves[1]] == 0x33
+        with pytest.raises(ValueError, match="a process group of 3 ranks cannot run it"):
+            open_tree_worker(tree, 0, 3)
+        opened = [open_tree_worker(tree, rank, 4, **FAST) for rank in range(4)]
+        workers = [worker for _, worker in opened]
+        try:
+            layout = configure_tree_over_udp(tree, keys, [w.address for w in workers])
+            for rank, (plan, worker) in enumerate(opened):
+                assert (plan.leaf, plan.worker, worker.job) == (rank // 2, rank % 2, 1)
+                worker.set_layout(layout.worker_layout(rank)[1])
+            vectors = [rng.integers(0, 2**32, 300, dtype=np.uint64).astype(np.uint32)
+                       for _ in workers]
+            results = in_threads([lambda w=w, v=v: w.aggregate(v, PacketType.AGG_ADD_I32)
+                                  for w, v in zip(workers, vectors)])
+            total = (np.stack(vectors).astype(np.uint64).sum(axis=0) % 2**32).astype(np.uint32)
+            for vector, _ in results:
+                np.testing.assert_array_equal(vector, total)
+            assert leaf1.backend.aggregator.job_config(1).upstream == tree.upstream(1)
+        finally:
+            for w in workers:
+                w.close()
+        release_tree(tree, keys)
+        assert root.backend.aggregator.job_config(3) is None
+        assert leaf0.backend.aggregator.job_config(1) is None
+        with pytest.raises(ValueError, match="no control key for board"):
+            tree_keys(tree, {str(tree.root): 1})
+
+
+def test_configuring_a_tree_with_a_board_gone_names_the_board():
+    from host.driver.transport import TransportError
+    from host.switchml.tree import configure_tree_over_udp
+    with serving([("golden", dict(slots=SLOTS, key=5))] * 2) as (root, leaf0):
+        gone = BoardAddress("127.0.0.1", leaf0.port_base + 100)
+        tree = Tree(BoardAddress(root.host, root.port_base),
+                    [BoardAddress(leaf0.host, leaf0.port_base), gone], 1, slot_count=4)
+        with pytest.raises(TransportError, match=f"board 127.0.0.1:{gone.port_base} .leaf. "
+                                                 f"of the tree"):
+            configure_tree_over_udp(tree, 5, [("127.0.0.1", 40001), ("127.0.0.1", 40002)],
+                                    retries=1)
