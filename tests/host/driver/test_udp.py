@@ -171,7 +171,7 @@ def test_every_writable_register_writes_and_reads_back(board):
         if not register.access.writable or register.name == "commit":
             continue
         decoded = NETWORK_REGIONS[region].registers.decode(local)
-        if name.startswith(("job[", "group[")):
+        if name.startswith(("job[", "group[", "upstream[")):
             if decoded.index >= jobs:
                 continue
         elif name.startswith("worker["):
@@ -179,7 +179,8 @@ def test_every_writable_register_writes_and_reads_back(board):
             if job >= jobs or worker >= workers:
                 continue
         pairs.append((address, int(rng.integers(0, 1 << register.width))))
-    assert len(pairs) == 3 * jobs + 2 * jobs + 2 * jobs * workers   # job, group, worker table
+    # job, group, upstream, worker table
+    assert len(pairs) == 3 * jobs + 2 * jobs + 4 * jobs + 2 * jobs * workers
     with board.transport(**FAST) as t:
         assert t.write_many(pairs) == [v for _, v in pairs]
         assert t.read_many([a for a, _ in pairs]) == [v for _, v in pairs]
