@@ -2,7 +2,8 @@
 #
 #   make test        the whole test suite (golden models, Amaranth simulator, cocotb on Verilator)
 #   make sim         the end-to-end system simulation on Verilator (WORKERS=2..32, BOARDS=1..8,
-#                    SIM_ARGS=...)
+#                    TREE=LxW: a tree of aggregators, L leaves of W workers, on golden
+#                    boards; SIM_ARGS=...)
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
@@ -59,10 +60,13 @@ verilog: $(STAMP)
 	$(PY) -m hdl.export build/verilog
 
 # `make sim WORKERS=32` (2..32); `BOARDS=2`: the LHC jobs striped over two switches (one
-# gateware instance each); SIM_ARGS passes anything else to `gradwire sim`.
+# gateware instance each); `TREE=4x8`: a tree of aggregators (4 leaves of 8 workers and a
+# root) alone, on golden boards until the gateware's boards serve trees; SIM_ARGS passes
+# anything else to `gradwire sim`.
 sim: $(STAMP)
-	$(PY) -m host.cli sim --backend verilator $(if $(WORKERS),--workers $(WORKERS)) \
-		$(if $(BOARDS),--boards $(BOARDS)) $(SIM_ARGS)
+	$(PY) -m host.cli sim --backend $(if $(TREE),golden,verilator) \
+		$(if $(WORKERS),--workers $(WORKERS)) $(if $(BOARDS),--boards $(BOARDS)) \
+		$(if $(TREE),--tree $(TREE)) $(SIM_ARGS)
 
 accuracy: $(STAMP)
 	$(PY) -m host.cli accuracy

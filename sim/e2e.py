@@ -49,7 +49,7 @@ import numpy as np
 
 from contract.header import BEAT_BYTES
 
-__all__ = ["run", "format_report", "clock_mhz", "PATHS"]
+__all__ = ["run", "format_report", "clock_mhz", "PATHS", "TREE_BOARDS", "parse_tree"]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -365,11 +365,87 @@ def run_wire(*, workers, k, steps, seed, progress, size="default", fault_rate=0.
 #: The paths ``run`` knows, in the order it runs them.
 PATHS = ("inceptionn", "lhc", "wire")
 
+#: The boards a tree runs on (``run(tree=...)``): backend name -> factory
+#: ``(host.switchml.tree.BoardAddress, **params) -> BoardBackend`` (None: the golden board,
+#: ``host.switchml.tree_network.TreeNetwork.golden``'s default). The gateware's boards (the
+#: compiled harness's network top, once it holds the upstream registers) plug in here.
+TREE_BOARDS = {"golden": None}
+#: Boards' switch parameters on the tree path: slots per board, lanes, jobs at once.
+TREE_SWITCH = dict(slots=64, lanes=64, jobs=SWITCH_JOBS)
+
+
+def parse_tree(tree) -> tuple[int, int]:
+    """``"LxW"`` (or ``(L, W)``) as ``(leaves, workers per leaf)``, each 1..32."""
+    if isinstance(tree, str):
+        leaves, sep, workers = tree.lower().partition("x")
+        try:
+            if not sep:
+                raise ValueError
+            tree = (int(leaves), int(workers))
+        except ValueError:
+            raise ValueError(f"give a tree as LxW (leaves x workers per leaf, e.g. 4x8), not "
+                             f"{tree!r}") from None
+    leaves, workers = tree
+    for name, value in (("leaves", leaves), ("workers per leaf", workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32:
+            raise ValueError(f"a tree's {name} must be an integer in 1..32, not {value!r}")
+    if leaves * workers < 2:
+        raise ValueError("a tree of one worker aggregates nothing: give at least 2 workers")
+    return leaves, workers
+
+
+def run_tree(*, tree, steps, seed, backend, progress, size="default", lhc_path="auto",
+             fault_rate=0.01, fault_seed=0) -> dict:
+    """The NCF model's training with its gradients all-reduced through a tree of
+    aggregators (``aggregator-protocol.md`` section 4): ``L`` leaf boards of ``W`` workers
+    each and a root board, on the in-process network of ``host.switchml.tree_network``
+    (the boards' backend from :data:`TREE_BOARDS`), seeded loss, duplication and reordering
+    on both levels (``fault_rate`` each), every tensor its own tree job, up to
+    ``SWITCH_JOBS`` at once. Each step is checked bit for bit against the flat golden
+    all-reduce over all ``L x W`` workers; the report counts datagrams and resends per
+    level and sums the boards' counters."""
+    from host.golden import lhc
+    from host.switchml.tree import Tree
+    from host.switchml.tree_network import LEVELS, TreeNetwork, TreeSwitch, tree_faults
+    from sim.workloads import NcfModel
+
+    leaves, per_leaf = parse_tree(tree)
+    if backend not in TREE_BOARDS:
+        raise ValueError(f"the tree runs on {', '.join(TREE_BOARDS)} boards for now, not "
+                         f"{backend!r} (--backend golden)")
+    workers = leaves * per_leaf
+    shape = Tree("10.0.0.1", [f"10.0.1.{leaf + 1}" for leaf in range(leaves)], per_leaf)
+    network = TreeNetwork.golden(shape, board_factory=TREE_BOARDS[backend], **TREE_SWITCH)
+    faults = tree_faults(fault_rate, seed=fault_seed) if fault_rate else None
+    switch = TreeSwitch(network, shape.root, shape.leaves, per_leaf, faults=faults)
+    model = NcfModel(seed=seed, **SIZES[size]["ncf"])
+    started = time.perf_counter()
+    report = _train_lhc(switch, model, workers, steps, lhc_path, progress and (
+        lambda path, done, total: progress("tree", done, total)))
+    levels = {name: {} for name in LEVELS}
+    for call in switch.calls:
+        for stats in call:
+            for name in LEVELS:
+                for key, value in stats.levels[name].as_dict().items():
+                    levels[name][key] = levels[name].get(key, 0) + value
+    counters = {"root": network.counters(shape.root)["switch"], "leaves": {}}
+    for board in shape.leaves:
+        for key, value in network.counters(board)["switch"].items():
+            counters["leaves"][key] = counters["leaves"].get(key, 0) + value
+    report.update(backend=backend, leaves=leaves, workers_per_leaf=per_leaf,
+                  levels=levels, board_counters=counters,
+                  ticks=sum(s.ticks for call in switch.calls for s in call),
+                  faults={"rate": fault_rate, "seed": fault_seed},
+                  seconds=round(time.perf_counter() - started, 1),
+                  scale_workers=workers,
+                  scale_steps_down=lhc.scale_steps_down(workers))
+    return report
+
 
 def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
         out_dir="build/e2e", waves=None, progress=None, board="ecpix5", size="default",
         backend_options=None, lhc_path="auto", wire_steps=1, wire_fault_rate=0.01,
-        wire_fault_seed=0, boards=1):
+        wire_fault_seed=0, boards=1, tree=None, tree_fault_rate=0.01, tree_fault_seed=0):
     """Run the end-to-end simulation; write ``report.json`` and ``report.txt``; return the
     report dict. ``report["ok"]`` is True when every path is bit-exact. ``backend_options``
     go to the backend (``"udp"``: ``host.board.udp_backend.open_top``); ``lhc_path`` ("auto",
@@ -377,8 +453,21 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
     ``wire_fault_rate`` and ``wire_fault_seed`` are the wire path's training steps and the
     probability (each of loss, duplication, reordering) and seed of its network faults.
     ``boards`` > 1 stripes every LHC job over that many switches, one gateware instance
-    (or virtual board) per board (``docs/protocol/network.md`` section 3)."""
-    if not isinstance(workers, int) or not 2 <= workers <= 32:
+    (or virtual board) per board (``docs/protocol/network.md`` section 3). ``tree``
+    (``"LxW"`` or ``(L, W)``) runs the tree of aggregators alone instead of the paths
+    (:func:`run_tree`: ``L`` leaves of ``W`` workers and a root, the boards ``backend``'s
+    of :data:`TREE_BOARDS`, ``tree_fault_rate`` and ``tree_fault_seed`` its network's
+    faults); ``workers`` and ``boards`` are then the tree's."""
+    if tree is not None:
+        leaves, per_leaf = parse_tree(tree)
+        if boards != 1:
+            raise ValueError("a tree's boards are its leaves and root: give --tree or "
+                             "--boards, not both")
+        workers, paths = leaves * per_leaf, ("tree",)
+        if not 0.0 <= tree_fault_rate < 1.0:
+            raise ValueError(f"the tree's fault rate must be in [0, 1), not "
+                             f"{tree_fault_rate!r}")
+    elif not isinstance(workers, int) or not 2 <= workers <= 32:
         raise ValueError(f"workers must be an integer in 2..32, not {workers!r}")
     if size not in SIZES:
         raise ValueError(f"size must be one of {', '.join(SIZES)}, not {size!r}")
@@ -390,7 +479,7 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
             raise ValueError(f"{name} must be a positive integer, not {value!r}")
     if isinstance(boards, bool) or not isinstance(boards, int) or not 1 <= boards <= 8:
         raise ValueError(f"boards must be an integer in 1..8, not {boards!r}")
-    unknown = set(paths) - set(PATHS)
+    unknown = set(paths) - set(PATHS) - ({"tree"} if tree is not None else set())
     if unknown or not paths:
         raise ValueError(f"paths must be some of {', '.join(PATHS)}, not {paths!r}")
     mhz, clock_source = clock_mhz(board)
@@ -417,6 +506,10 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
             # several boards: "switch0_agg", "switch1_agg", ...
             report["engines"][f"switch{name}" if boards > 1 else f"switch_{name}"] = \
                 _engine_report(s, mhz)
+    if "tree" in paths:
+        report["tree"] = run_tree(tree=tree, steps=steps, seed=seed, backend=backend,
+                                  progress=progress, size=size, lhc_path=lhc_path,
+                                  fault_rate=tree_fault_rate, fault_seed=tree_fault_seed)
     if "wire" in paths:
         report["wire"] = run_wire(workers=workers, k=k, steps=wire_steps, seed=seed,
                                   progress=progress, size=size, fault_rate=wire_fault_rate,
@@ -427,6 +520,7 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
         report.get("inceptionn", {}).get("within_error_bound", True),
         report.get("lhc", {}).get("exact", True),
         report.get("wire", {}).get("bit_exact", True),
+        report.get("tree", {}).get("exact", True),
     ])
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -435,6 +529,37 @@ def run(*, workers=4, k=10, steps=3, seed=0, backend="verilator", paths=PATHS,
     (out / "report.txt").write_text(text + "\n")
     report["files"] = [str(out / "report.json"), str(out / "report.txt")]
     return report
+
+
+def _format_tree(t):
+    """The tree path's lines of the report."""
+    lines = ["", f"Tree of aggregators: {t['leaves']} leaves x {t['workers_per_leaf']} workers "
+                 f"= {t['workers']} workers and a root ({t['backend']} boards), {t['model']}, "
+                 f"{t['steps']} steps, path {t['path']} per tensor, {t['seconds']} s",
+             f"  exact (bit for bit vs the flat golden all-reduce over all {t['workers']} "
+             f"workers): {'yes' if t['exact'] else 'NO'}",
+             f"  LHC scale for {t['scale_workers']} workers"
+             + (f" ({t['scale_steps_down']} float32 ulp(s) below the rounded formula)"
+                if t["scale_steps_down"] else ""),
+             f"  network faults: {t['faults']['rate']:g} each (seed {t['faults']['seed']}), "
+             f"{t['ticks']:,} ticks in all",
+             f"  {'level':<10} {'up':>9} {'first':>9} {'resends':>9} {'down':>9} "
+             f"{'unicast':>8} {'lost':>7} {'dup':>7} {'delayed':>7}"]
+    for name, level in t["levels"].items():
+        lines.append(f"  {name:<10} {level['datagrams_up']:>9,} {level['first_up']:>9,} "
+                     f"{level['resends_up']:>9,} {level['datagrams_down']:>9,} "
+                     f"{level['unicast_down']:>8,} {level['lost']:>7,} "
+                     f"{level['duplicated']:>7,} {level['delayed']:>7,}")
+    root, leaves = t["board_counters"]["root"], t["board_counters"]["leaves"]
+    lines += [f"  root: accepted {root['accepted']:,}, results {root['results_multicast']:,} "
+              f"multicast + {root['results_unicast']:,} unicast, retransmits dropped "
+              f"{root['retransmit_dropped']:,}",
+              f"  leaves: accepted {leaves['accepted']:,}, sent up {leaves['upstream_sent']:,} "
+              f"(+{leaves['upstream_resent']:,} again), results from the root "
+              f"{leaves['results_upstream']:,}, duplicates {leaves['drop_result_duplicate']:,}, "
+              f"unexpected {leaves['drop_result_unexpected']:,}",
+              f"  loss {t['loss_before']:.4f} -> {t['loss_after']:.4f}"]
+    return lines
 
 
 def format_report(r):
@@ -487,6 +612,8 @@ def format_report(r):
             c = h["compared_with_golden"]
             lines.append(f"  gateware vs reference model: {c['packets']} packets, {c['bytes']:,} "
                          f"bytes, {c['registers']} counters compared, all identical")
+    if "tree" in r:
+        lines += _format_tree(r["tree"])
     if "wire" in r:
         w = r["wire"]
         t = w["totals"]

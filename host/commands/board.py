@@ -9,6 +9,7 @@
     gradwire board ping [-c COUNT]
     gradwire board configure-job JOB --workers N --slots BASE:COUNT [--worker IP:PORT ...]
                                  [--group ADDR:PORT]
+                                 [--upstream HOST:PORT --upstream-job J --upstream-worker W]
     gradwire board compress IN.npy OUT.gwz [-k K]
     gradwire board decompress IN.gwz OUT.npy
 
@@ -25,7 +26,12 @@ for a board built with the wire top (the NIC in the wire, ``network.md`` section
 the host behind its port 0. ``configure-job --group ADDR:PORT`` gives the job a result group
 (``network.md`` section 3: each multicast result leaves the board once, to that IPv4
 multicast address and UDP port, for the workers that joined it); ``--group 0`` or no
-``--group`` configures the job without one.
+``--group`` configures the job without one. ``configure-job --upstream HOST:PORT
+--upstream-job J --upstream-worker W`` makes the job a leaf of a parent aggregator's job J
+(``aggregator-protocol.md`` section 4: a tree of aggregators), the parent being the board at
+HOST whose switch port is PORT (its port base + 2), this board's job its worker W; its
+completed slots go there and its workers get the parent's results. ``--upstream 0`` or no
+``--upstream`` configures the job without one. ``status`` shows each job's upstream.
 """
 from __future__ import annotations
 
@@ -41,8 +47,8 @@ import time
 from contract.counters import (AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS,
                                WIRE_COUNTERS)
 from contract.header import Header, PacketType
-from contract.network import (MAX_WORKERS_IN_TABLE, NET_REGISTERS, NIC_REGISTERS,
-                              PORT_BASE, SERVICE_OFFSETS, SWITCH_REGISTERS, Service,
+from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS,
+                              NIC_REGISTERS, PORT_BASE, SERVICE_OFFSETS, SWITCH_REGISTERS, Service,
                               group_active, network_address, service_ports)
 from contract.packet import Packet
 from contract.registers import WIRE_REGISTERS, JobStatus, decode_switch_params
@@ -57,6 +63,7 @@ _SERVICE_NAMES = {Service.NIC_TX: "NIC transmit path", Service.NIC_RX: "NIC rece
 _JOB_REGS = SWITCH_REGISTERS["job"]
 _TABLE = NET_REGISTERS["worker"]
 _GROUPS = NET_REGISTERS["group"]
+_UPSTREAMS = SWITCH_REGISTERS["upstream"]
 #: values per progress step of compress / decompress
 
 
@@ -198,6 +205,15 @@ def add_arguments(p):
                          "to this IPv4 multicast address and UDP port (use 239.0.0.0/8; the "
                          "workers join it), instead of once per worker; 0 or absent: no "
                          "group")
+    cj.add_argument("--upstream", metavar="HOST:PORT",
+                    help="make the job a leaf of a parent aggregator (a tree of aggregators): "
+                         "the parent board's address and its switch port (its port base + 2, "
+                         "47572 by default); needs --upstream-job and --upstream-worker; 0 or "
+                         "absent: no upstream")
+    cj.add_argument("--upstream-job", type=int, metavar="J",
+                    help="with --upstream: the parent's job number")
+    cj.add_argument("--upstream-worker", type=int, metavar="W",
+                    help="with --upstream: this job's worker number in the parent's job")
     cj.add_argument("--clear", action="store_true", help="unconfigure the job instead")
     cj.set_defaults(board_run=_configure_job)
 
@@ -470,6 +486,8 @@ def _serve_tap_forever(board):
 
 def _read_status(transport):
     """Everything ``status`` shows, read in a few batched CTRL packets."""
+    from ..driver.switch import UPSTREAM_FIELDS
+    from ..golden.aggregator import Upstream
     names, addresses = [], []
 
     def want(name, region, local):
@@ -501,16 +519,31 @@ def _read_status(transport):
                    for w in range(min(f["workers"], MAX_WORKERS_IN_TABLE))]
         addresses = [network_address("net", _TABLE.address(j * MAX_WORKERS_IN_TABLE + w, field))
                      for j, w in entries for field in ("ip", "port")]
-        # each job's result group, in the same requests
+        # each job's result group and upstream, in the same requests
         addresses += [network_address("net", _GROUPS.address(j, field))
                       for j in jobs for field in ("ip", "port")]
+        addresses += [network_address("switch", _UPSTREAMS.address(j, field))
+                      for j in jobs for field in UPSTREAM_FIELDS]
         words = transport.read_many(addresses, full=True)
-        groups = words[2 * len(entries):]
+        groups = words[2 * len(entries):2 * len(entries) + 2 * len(jobs)]
+        upstreams = words[2 * len(entries) + 2 * len(jobs):]
         for (j, w), ip, port in zip(entries, words[0::2], words[1::2]):
             table.setdefault(j, {})[w] = (ip, port)
         for j, ip, port in zip(jobs, groups[0::2], groups[1::2]):
             jobs[j]["group"] = (ip, port)
+        fields = len(UPSTREAM_FIELDS)
+        for i, j in enumerate(jobs):
+            # a board whose switch predates trees reads them as 0: no upstream
+            jobs[j]["upstream"] = Upstream.from_registers(*upstreams[fields * i:fields * (i + 1)])
     return values, jobs, table
+
+
+def _upstream_json(upstream):
+    """A job's upstream as ``status --json`` shows it (None: no upstream)."""
+    if upstream is None:
+        return None
+    return {"address": f"{_ip_text(upstream.ip)}:{upstream.port}", "job": upstream.job,
+            "worker": upstream.worker}
 
 
 def _ip_text(value):
@@ -541,6 +574,7 @@ def _status(args):
                   "status": str(JobStatus(f["commit"] & (JobStatus.BUSY | JobStatus.REJECTED))),
                   "group": (f"{_ip_text(f['group'][0])}:{f['group'][1]}"
                             if group_active(*f["group"]) else None),
+                  "upstream": _upstream_json(f["upstream"]),
                   "worker_table": {w: f"{_ip_text(ip)}:{port}" if port else None
                                    for w, (ip, port) in table.get(job, {}).items()}}
             for job, f in jobs.items()}},
@@ -566,6 +600,10 @@ def _status(args):
                   f"{j['slot_base'] + j['slot_count'] - 1}, status {j['status']}")
             if j["group"]:
                 print(f"    result group {j['group']} (each multicast result once)")
+            if j["upstream"]:
+                u = j["upstream"]
+                print(f"    upstream {u['address']} job {u['job']} worker {u['worker']} (a leaf: "
+                      f"completed slots go there, its results to the workers)")
             for w, address in j["worker_table"].items():
                 print(f"    worker {w:<3} {address or '(no entry)'}")
     for group, counters in status["counters"].items():
@@ -644,11 +682,14 @@ def _ping(args):
 # -- configure-job -----------------------------------------------------------------------
 
 def _configure_job(args):
-    from ..driver.switch import SwitchInterface
+    from ..driver.switch import NoUpstreamError, SwitchInterface, format_upstream
     if not 0 <= args.job < _JOB_REGS.count:
         raise CliError(f"job must be in 0..{_JOB_REGS.count - 1}, not {args.job}")
-    if args.clear and (args.workers or args.slots or args.worker or args.group is not None):
-        raise CliError("--clear takes no --workers, --slots, --worker or --group")
+    upstream_given = any(value is not None for value in (args.upstream, args.upstream_job,
+                                                         args.upstream_worker))
+    if args.clear and (args.workers or args.slots or args.worker or args.group is not None
+                       or upstream_given):
+        raise CliError("--clear takes no --workers, --slots, --worker, --group or --upstream")
     if not args.clear and args.workers is None:
         raise CliError("give --workers N (or --clear)")
     if args.worker and len(args.worker) != args.workers:
@@ -659,6 +700,7 @@ def _configure_job(args):
         group = parse_group(args.group)
     except ValueError as exc:
         raise CliError(f"--group: {exc}") from None
+    upstream = _upstream_option(args)
     transport, settings = _open(args, region="switch")
     try:
         switch = _control(args, settings, lambda: SwitchInterface(transport))
@@ -678,9 +720,16 @@ def _configure_job(args):
         from ..driver.udp_worker import write_group
         # before the commit, always: without --group a job configured again loses its group
         _control(args, settings, lambda: write_group(transport, args.job, group))
+        def configure():
+            # the upstream registers before the commit, always: without --upstream a job
+            # configured again loses its upstream
+            try:
+                switch.configure_job(args.job, args.workers, base, count, upstream=upstream)
+            except NoUpstreamError as exc:
+                raise CliError(f"--upstream: {exc}") from None
+
         try:
-            _control(args, settings,
-                     lambda: switch.configure_job(args.job, args.workers, base, count))
+            _control(args, settings, configure)
         except ValueError as exc:
             raise CliError(f"{exc} (another job's slots overlap, or the board's switch has "
                            f"fewer jobs or workers)") from None
@@ -689,8 +738,35 @@ def _configure_job(args):
     print(f"job {args.job}: {args.workers} workers, slots {base}..{base + count - 1}"
           + (", worker table " + " ".join(f"{ip}:{port}" for ip, port in args.worker)
              if args.worker else "")
-          + (f", result group {group[0]}:{group[1]}" if group else ""))
+          + (f", result group {group[0]}:{group[1]}" if group else "")
+          + (f", upstream {format_upstream(upstream)}" if upstream else ""))
     return 0
+
+
+def _upstream_option(args):
+    """``--upstream``, ``--upstream-job`` and ``--upstream-worker`` as an ``Upstream`` (or
+    None: no upstream), checked before anything is written."""
+    from ..driver.switch import parse_upstream
+    no_upstream = args.upstream is None or args.upstream.strip() == "0"
+    if no_upstream:
+        if args.upstream_job is not None or args.upstream_worker is not None:
+            raise CliError("--upstream-job and --upstream-worker need --upstream HOST:PORT")
+        return None
+    missing = [name for name, value in (("--upstream-job J", args.upstream_job),
+                                        ("--upstream-worker W", args.upstream_worker))
+               if value is None]
+    if missing:
+        raise CliError(f"--upstream needs {' and '.join(missing)} (the parent's job number and "
+                       f"this job's worker number in it)")
+    for option, value, count in (("--upstream-job", args.upstream_job, MAX_JOBS_IN_TABLE),
+                                 ("--upstream-worker", args.upstream_worker,
+                                  MAX_WORKERS_IN_TABLE)):
+        if not 0 <= value < count:
+            raise CliError(f"{option} must be in 0..{count - 1}, not {value}")
+    try:
+        return parse_upstream(args.upstream, args.upstream_job, args.upstream_worker)
+    except ValueError as exc:
+        raise CliError(f"--upstream: {exc}") from None
 
 
 # -- compress / decompress ---------------------------------------------------------------

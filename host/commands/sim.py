@@ -18,7 +18,7 @@ PATHS = ("inceptionn", "lhc", "wire")
 
 
 def add_arguments(p):
-    p.add_argument("--workers", type=int, default=4, help="number of workers (2..32, default 4)")
+    p.add_argument("--workers", type=int, help="number of workers (2..32, default 4)")
     p.add_argument("-k", type=int, default=10, help="INCEPTIONN error bound 2^-k (1..15, default 10)")
     p.add_argument("--steps", type=int, default=3, help="training steps per path (default 3)")
     p.add_argument("--seed", type=int, default=0, help="seed of data and weights (default 0)")
@@ -56,13 +56,27 @@ def add_arguments(p):
                         "a harness process per board; udp: a virtual board per board), "
                         "chunk c of every phase on board c mod N (docs/protocol/network.md "
                         "section 3); the report says what each board carried")
+    p.add_argument("--tree", metavar="LxW",
+                   help="run a tree of aggregators instead of the paths: L leaf boards of W "
+                        "workers each (1..32 each, up to 32x32 = 1024 workers) and a root "
+                        "board (docs/protocol/aggregator-protocol.md section 4), the NCF "
+                        "model's gradients through it, each step bit-exact against the flat "
+                        "golden all-reduce over every worker; --backend golden (golden "
+                        "boards; the gateware's come later); the report counts datagrams and "
+                        "resends per level")
+    p.add_argument("--tree-fault-rate", type=float, default=0.01,
+                   help="tree: probability of loss, duplication and reordering of each "
+                        "datagram on both levels (default 0.01; 0: none)")
+    p.add_argument("--tree-fault-seed", type=int, default=0,
+                   help="tree: seed of the network faults (default 0)")
     p.add_argument("--lhc-path", choices=("auto", "sketch", "dense"), default="auto",
                    help="how each tensor of the in-network path travels: the cheaper of the "
                         "sketch and a dense int32 all-reduce, chosen after the index phase "
                         "(auto, the default), or always one of them")
-    p.add_argument("--size", choices=("default", "large", "small"), default="default",
+    p.add_argument("--size", choices=("default", "large", "small"),
                    help="model sizes: default 1.3M parameters over both paths, large 11.5M, "
-                        "small a quick smoke run")
+                        "small a quick smoke run (the default with --tree: every worker of "
+                        "the tree is a packet-level host)")
     p.add_argument("--out", default="build/e2e", help="report folder (default build/e2e)")
     p.add_argument("--waves", action="store_true",
                    help="record waveforms of the gateware (also WAVES=1)")
@@ -94,15 +108,27 @@ def run(args):
             backend_options["mtu"] = args.mtu
     elif args.fault_rate or args.mtu is not None or args.board_backend != "golden":
         raise CliError("--fault-rate, --mtu and --board-backend apply to --backend udp")
+    tree = {}
+    if args.tree is not None:
+        given = [option for option, value in (("--workers", args.workers),
+                                              ("--path", args.paths),
+                                              ("--boards", args.boards != 1 or None))
+                 if value]
+        if given:
+            raise CliError(f"--tree runs the tree alone, its workers its leaves': drop "
+                           f"{', '.join(given)}")
+        tree = {"tree": args.tree, "tree_fault_rate": args.tree_fault_rate,
+                "tree_fault_seed": args.tree_fault_seed}
+    size = args.size or ("small" if args.tree is not None else "default")
     try:
-        report = e2e.run(workers=args.workers, k=args.k, steps=args.steps, seed=args.seed,
+        report = e2e.run(workers=args.workers or 4, k=args.k, steps=args.steps, seed=args.seed,
                          backend=args.backend, paths=tuple(args.paths or PATHS),
                          out_dir=args.out, waves=waves, progress=progress, board=args.board,
-                         size=args.size, backend_options=backend_options,
+                         size=size, backend_options=backend_options,
                          lhc_path=args.lhc_path, wire_steps=args.wire_steps,
                          wire_fault_rate=args.wire_fault_rate,
                          wire_fault_seed=args.wire_fault_seed,
-                         **({"boards": args.boards} if args.boards != 1 else {}))
+                         **({"boards": args.boards} if args.boards != 1 else {}), **tree)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     except (TransportError, DeliveryError, RingStalled) as exc:

@@ -228,9 +228,23 @@ class StripedSwitchInterface:
         #: per board, what the all-reduces sent it (first transmissions, resends, bytes)
         self.sent = [dict(packets=0, resends=0, bytes=0) for _ in self.boards]
 
-    def configure_job(self, job, workers, slot_base, slot_count):
-        for interface in self.boards:
-            interface.configure_job(job, workers, slot_base, slot_count)
+    def configure_job(self, job, workers, slot_base, slot_count, upstream=None):
+        """Configure ``job`` alike on every board.
+
+        ``upstream`` is None (no board's job has one) or one
+        :class:`host.golden.aggregator.Upstream` (or None) per board, in board order: each
+        board aggregates other chunks of the job, so each board's job is a leaf of a parent
+        job of its own (one parent job shared by two boards would fold different chunks on
+        the same slots).
+        """
+        upstreams = [None] * len(self.boards) if upstream is None else upstream
+        if not isinstance(upstreams, (list, tuple)) or len(upstreams) != len(self.boards):
+            raise ValueError(f"upstream must be None or one upstream (or None) per board "
+                             f"({len(self.boards)}), each board's job a leaf of its own "
+                             f"parent job; got {upstream!r}")
+        for interface, board_upstream in zip(self.boards, upstreams):
+            interface.configure_job(job, workers, slot_base, slot_count,
+                                    upstream=board_upstream)
         self._next_chunk[job] = [0] * len(self.boards)
 
     def clear_job(self, job):

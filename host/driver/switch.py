@@ -8,22 +8,122 @@ UDP. Windowing, resends and result collection are ``host.switchml.network``'s.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 
-from contract.registers import (COMMIT, SWITCH_REGISTERS, JobStatus, decode_switch_limits,
+from contract.network import PORT_BASE, Service, service_ports
+from contract.registers import (COMMIT, MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE,
+                                SWITCH_REGISTERS, JobStatus, decode_switch_limits,
                                 decode_switch_params)
 from contract.tops import TOP_PORTS
 
 from .backends import open_backend
-from .transport import TransportError
+from .transport import NoReplyError, TransportError
 
-__all__ = ["SwitchInterface", "open_switch", "SWITCH_STREAMS"]
+__all__ = ["SwitchInterface", "open_switch", "SWITCH_STREAMS", "NoUpstreamError",
+           "UPSTREAM_FIELDS", "parse_upstream", "format_upstream"]
 
 _JOB_REGS = SWITCH_REGISTERS["job"]
+_UPSTREAM_REGS = SWITCH_REGISTERS["upstream"]
+#: The ``upstream`` registers of a job, in the order they are written (all before the
+#: job's commit, which applies them with the job's other pending values).
+UPSTREAM_FIELDS = ("ip", "port", "job", "worker")
 #: Status reads beyond one per slot before a commit that stays busy is an error.
 _COMMIT_POLLS = 64
 
 #: The switch top's AXI-Stream path: name -> (sink prefix, source prefix).
 SWITCH_STREAMS = TOP_PORTS["switch_top"].streams
+
+
+def parse_upstream(address, job=None, worker=None):
+    """A job's upstream (``aggregator-protocol.md`` section 4) from its parts, or None.
+
+    Parameters
+    ----------
+    address : str, (str, int) or None
+        The parent aggregator: ``"HOST:PORT"`` or ``(host, port)``, its board's address
+        (an IPv4 address or a name that resolves to one) and its switch port, the board's
+        port base + 2 (47572 on a board with the default base). None, ``0`` or ``"0"``: no
+        upstream (then ``job`` and ``worker`` must be None too).
+    job : int
+        The parent's job number (0..63, the jobs a worker table holds).
+    worker : int
+        This aggregator's worker number in the parent's job (0..31).
+
+    Returns
+    -------
+    host.golden.aggregator.Upstream or None
+
+    Raises
+    ------
+    ValueError
+        One line saying what is wrong.
+    """
+    import ipaddress
+    import socket
+
+    from ..golden.aggregator import Upstream
+
+    if address is None or (isinstance(address, (int, str)) and not isinstance(address, bool)
+                           and str(address).strip() == "0"):
+        if job is not None or worker is not None:
+            raise ValueError("an upstream job or worker without an upstream address")
+        return None
+    example = f"e.g. 192.168.77.3:{service_ports(PORT_BASE)[Service.SWITCH]}"
+    if isinstance(address, str):
+        host, sep, port = address.strip().rpartition(":")
+        if not sep or not host:
+            raise ValueError(f"give the upstream as HOST:PORT, the parent board's address and "
+                             f"its port base + 2 ({example}), or 0 for none, not {address!r}")
+    else:
+        try:
+            host, port = address
+        except (TypeError, ValueError):
+            raise ValueError(f"an upstream is (host, port), HOST:PORT or 0/None, not "
+                             f"{address!r}") from None
+    try:
+        port = int(port)
+    except (TypeError, ValueError):
+        raise ValueError(f"the upstream's port must be an integer in 1..65535 (the parent "
+                         f"board's port base + 2), not {port!r}") from None
+    if not 1 <= port <= 0xFFFF:
+        raise ValueError(f"the upstream's port must be in 1..65535 (the parent board's port "
+                         f"base + 2), not {port}")
+    try:
+        ip = ipaddress.IPv4Address(socket.gethostbyname(str(host)))
+    except (OSError, UnicodeError, ValueError):
+        raise ValueError(f"the upstream's host {host!r} is not an IPv4 address or a name "
+                         f"that resolves to one") from None
+    # The parent is a board: it takes datagrams to its own address only (network.md
+    # section 1), so a group or broadcast address would never reach it, and 0 means none.
+    if ip.is_multicast or ip.is_unspecified or ip == ipaddress.IPv4Address("255.255.255.255"):
+        raise ValueError(f"the upstream's address {ip} is not a board's (a unicast IPv4 "
+                         f"address)")
+    for name, value, count in (("job", job, MAX_JOBS_IN_TABLE),
+                               ("worker", worker, MAX_WORKERS_IN_TABLE)):
+        if value is None:
+            raise ValueError(f"an upstream needs this aggregator's {name} number in the "
+                             f"parent's job" if name == "worker" else
+                             "an upstream needs the parent's job number")
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
+                or not 0 <= value < count:
+            what = "the parent's job" if name == "job" else "the worker number in the parent's job"
+            raise ValueError(f"{what} must be an integer in 0..{count - 1}, not {value!r}")
+    return Upstream(int(ip), port, int(job), int(worker))
+
+
+def format_upstream(upstream) -> str:
+    """``"IP:PORT job J worker W"`` for an ``Upstream`` (``"none"`` for None)."""
+    import ipaddress
+    if upstream is None:
+        return "none"
+    return (f"{ipaddress.IPv4Address(upstream.ip)}:{upstream.port} job {upstream.job} "
+            f"worker {upstream.worker}")
+
+
+class NoUpstreamError(TransportError):
+    """The switch holds no ``upstream`` registers: its gateware predates trees of
+    aggregators (``docs/protocol/aggregator-protocol.md`` section 4), so a job of it cannot
+    be a leaf."""
 
 
 class SwitchInterface:
@@ -48,17 +148,87 @@ class SwitchInterface:
                                f"a gradwire switch?")
         self._next_chunk = {}
 
-    def configure_job(self, job, workers, slot_base, slot_count):
+    def configure_job(self, job, workers, slot_base, slot_count, upstream=None):
         """Give ``job`` ``workers`` workers and the slots [slot_base, slot_base+slot_count);
-        resets the state of those slots."""
+        resets the state of those slots.
+
+        Parameters
+        ----------
+        upstream : host.golden.aggregator.Upstream or None
+            The job's parent aggregator (``docs/protocol/aggregator-protocol.md`` section
+            4): the job becomes a leaf of the parent's job, its completed slots go there
+            and its workers get the parent's results. None: no upstream. The four
+            ``upstream`` registers are written before the commit either way (None writes
+            zeros), so a job configured again without one loses its old upstream.
+
+        Raises
+        ------
+        ValueError
+            A bad range or worker count, an ``upstream`` that is not an ``Upstream``, or a
+            configuration the switch rejects.
+        NoUpstreamError
+            ``upstream`` given to a switch without the upstream registers (they do not read
+            back what was written); the job's registers are left uncommitted.
+        """
         if not 0 <= slot_base < slot_base + slot_count <= self.slots:
             raise ValueError(f"slots {slot_base}..{slot_base + slot_count - 1} are not inside "
                              f"the switch's pool of {self.slots}")
         if not 1 <= workers <= self.max_workers:
             raise ValueError(f"workers must be in 1..{self.max_workers} (the switch's "
                              f"max_workers), not {workers}")
+        self._check_job(job)
+        self._write_upstream(job, upstream)
         self._commit(job, workers=workers, slot_base=slot_base, slot_count=slot_count)
         self._next_chunk[job] = 0
+
+    def upstream(self, job):
+        """``job``'s upstream as the switch holds it (pending until the job's next commit,
+        so after a commit: the applied one): an ``Upstream``, or None (no upstream, or a
+        switch without the registers, which read 0)."""
+        from ..golden.aggregator import Upstream
+        self._check_job(job)
+        values = [self.transport.read(_UPSTREAM_REGS.address(job, field))
+                  for field in UPSTREAM_FIELDS]
+        return Upstream.from_registers(*values)
+
+    def _write_upstream(self, job, upstream):
+        """Write ``job``'s four upstream registers (zeros for None), then, for an upstream,
+        check that they read back: a switch that does not hold them reads 0 (or, over UDP,
+        the transport's own read-back check fails first)."""
+        from ..golden.aggregator import Upstream
+        if upstream is not None and not isinstance(upstream, Upstream):
+            raise ValueError(f"upstream must be a host.golden.aggregator.Upstream or None, "
+                             f"not {upstream!r}")
+        values = dict.fromkeys(UPSTREAM_FIELDS, 0) if upstream is None \
+            else {field: getattr(upstream, field) for field in UPSTREAM_FIELDS}
+        try:
+            for field, value in values.items():
+                self.transport.write(_UPSTREAM_REGS.address(job, field), value)
+            if upstream is None:
+                # zeros read back as zeros whether or not the switch holds the registers
+                return
+            got = {field: self.transport.read(_UPSTREAM_REGS.address(job, field))
+                   for field in UPSTREAM_FIELDS}
+        except NoReplyError:
+            raise
+        except TransportError as exc:
+            # a board over UDP checks every write's read-back; a lockstep run compares the
+            # gateware's read with the model's: either way the registers are not there
+            raise NoUpstreamError(self._no_upstream(job, f"({exc})")) from None
+        if got != values:
+            raise NoUpstreamError(self._no_upstream(job, f"(wrote {values}, read back {got})"))
+
+    @staticmethod
+    def _no_upstream(job, detail):
+        return (f"the switch does not hold job {job}'s upstream registers: its gateware "
+                f"predates trees of aggregators (docs/protocol/aggregator-protocol.md section "
+                f"4), so its jobs cannot have an upstream {detail}")
+
+    def _check_job(self, job):
+        if isinstance(job, bool) or not isinstance(job, numbers.Integral) \
+                or not 0 <= job < self.jobs:
+            raise ValueError(f"job must be in 0..{self.jobs - 1} (the switch has {self.jobs} "
+                             f"jobs), not {job!r}")
 
     def clear_job(self, job):
         """Unconfigure ``job``: its packets are dropped (``drop_unconfigured_job``)."""

@@ -374,7 +374,7 @@ class UdpSwitchWorker:
 
 
 def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
-                  slot_count: int | None = None, group=None) -> JobLayout:
+                  slot_count: int | None = None, group=None, upstream=None) -> JobLayout:
     """Write ``addresses`` (worker w's ``(ip, port)``, in worker order) into the board's
     worker table for ``layout_job`` and (re)configure the job for that many workers over
     ``[slot_base, slot_base + slot_count)`` (default: the rest of the switch's pool), which
@@ -387,6 +387,13 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
     worker table, before the commit, either way (no group writes 0, so a job configured
     again without one loses its old group). The layout carries it to the workers
     (:meth:`UdpSwitchWorker.set_layout` joins it).
+
+    ``upstream`` (a :class:`host.golden.aggregator.Upstream`, or None) makes the job a leaf
+    of a parent aggregator's job (``aggregator-protocol.md`` section 4): its four
+    registers are written before the commit either way, None writing zeros, so a job
+    configured again without one loses its old upstream
+    (:meth:`~host.driver.switch.SwitchInterface.configure_job`). The workers see no
+    difference: the layout does not carry it.
     """
     from .switch import SwitchInterface
 
@@ -407,7 +414,7 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
                    (network_address("net", _WORKER_TABLE.address(entry, "port")), int(port))]
     transport.write_many(writes, full=True)
     write_group(transport, job, group)
-    switch.configure_job(job, workers, slot_base, slot_count)
+    switch.configure_job(job, workers, slot_base, slot_count, upstream=upstream)
     return JobLayout(job=job, workers=workers, slot_base=slot_base, slot_count=slot_count,
                      lanes=switch.lanes, group=group)
 

@@ -77,8 +77,10 @@ import numpy as np
 from .murmur3 import murmur3_32_u32
 
 __all__ = [
-    "B", "N_HASHES", "DEFAULT_LOAD", "MAX_WORKERS", "EXPONENT_ZERO", "INT32_MAX",
+    "B", "N_HASHES", "DEFAULT_LOAD", "MAX_WORKERS", "MAX_TREE_WORKERS", "EXPONENT_ZERO",
+    "INT32_MAX",
     "as_gradient", "worker_exponent", "aggregate_exponent", "scale", "scale_exponent_floor",
+    "scale_steps_down",
     "quantize", "dequantize", "n_blocks", "encode_index", "decode_index", "aggregate_index",
     "column_counts", "rows_for", "block_hashes", "SketchGeometry", "encode_sketch",
     "aggregate_sketch", "count_map", "PeelResult", "peel", "peel_schedule", "decode",
@@ -93,6 +95,11 @@ N_HASHES = 3
 DEFAULT_LOAD = 0.7
 #: The switch's worker bitmap is 32 bits wide.
 MAX_WORKERS = 32
+#: Workers whose exact int32 sum the scale leaves room for: every worker of a tree of
+#: aggregators (``docs/protocol/aggregator-protocol.md`` section 4), two levels of 32. The
+#: scale divides the int32 range by the number of workers in the *sum*, which in a tree is
+#: the whole tree's, not one aggregator's (at most :data:`MAX_WORKERS`).
+MAX_TREE_WORKERS = MAX_WORKERS * MAX_WORKERS
 #: ``e_w`` of an all-zero (or all-denormal) tensor: biased exponent 0 minus 126.
 EXPONENT_ZERO = -126
 INT32_MAX = 2**31 - 1
@@ -168,10 +175,33 @@ def aggregate_exponent(exponents: Sequence[int]) -> int:
 def _unclamped_scale(exponent: int, n_workers: int) -> np.float32:
     with np.errstate(over="ignore"):
         # (2**31-1)/(n*2**e) is rounded to float64 and then to float32. That double rounding
-        # equals the correctly rounded float32 for every n in 1..32 (2**31-1 is prime, so the
+        # equals the correctly rounded float32 for every n in 1..1024 (2**31-1 is prime, so the
         # quotient's binary expansion never has the 28 equal bits a wrong tie would need);
         # tests/host/golden/test_lhc.py checks it against exact rational rounding.
         return np.array((2**31 - 1) / (n_workers * 2.0**exponent)).astype(np.float32)[()]
+
+
+@functools.lru_cache(maxsize=None)
+def scale_steps_down(n_workers: int) -> int:
+    """Float32 steps (ulps) the scale for ``n_workers`` lies below the rounded formula
+    ``float32((2**31-1) / (n * 2**e))``: 0 for every ``n`` whose rounded formula already
+    leaves room for the sum, which is every ``n`` up to 255 (one aggregator's 32 among
+    them); 1 to 4 for some larger counts (a tree's), where the formula rounds up so far
+    that a worker's value just below ``2**e_max``, rounded half away from zero, would reach
+    ``2**31 / n`` and ``n`` of them would wrap int32 (``n = 256``: the formula gives
+    ``2**23 / 2**e`` exactly, and the largest value below ``2**e`` quantises to ``2**23``).
+
+    The steps do not depend on ``e``: a power of two only shifts the scale's exponent, and
+    the worst value (the largest float32 below ``2**e``) shifts with it; a clamped scale
+    (tensors of denormals) only meets smaller values."""
+    _check_workers(n_workers)
+    f = _unclamped_scale(0, n_workers)
+    top = np.nextafter(np.float32(1.0), np.float32(0.0))     # |x| < 2**e_max, at e = 0
+    steps = 0
+    while n_workers * float(_round_half_away_from_zero(np.array([top * f]))[0]) > INT32_MAX:
+        f = np.nextafter(f, np.float32(0.0))
+        steps += 1
+    return steps
 
 
 @functools.lru_cache(maxsize=None)
@@ -186,14 +216,17 @@ def scale_exponent_floor(n_workers: int) -> int:
 
 
 def scale(e_max: int, n_workers: int, *, all_zero: bool = False) -> np.float32:
-    """The common SwitchML scale ``f = float32((2**31 - 1) / (n * 2**e_max))``.
+    """The common SwitchML scale ``f = float32((2**31 - 1) / (n * 2**e_max))``, stepped
+    down :func:`scale_steps_down` float32 ulps where that rounding leaves no room for
+    ``n`` workers' sum (never for ``n <= 255``).
 
     Parameters
     ----------
     e_max : int
         Aggregated (MAX) exponent, -128..127.
     n_workers : int
-        Number of workers ``n`` (1..32).
+        Number of workers ``n`` in the sum (1..:data:`MAX_TREE_WORKERS`): in a tree of
+        aggregators, every worker of the tree, not those of one aggregator.
     all_zero : bool
         Every value of every worker is zero (the merged index is empty): ``f = 1``.
 
@@ -201,13 +234,19 @@ def scale(e_max: int, n_workers: int, *, all_zero: bool = False) -> np.float32:
     -----
     When ``e_max < scale_exponent_floor(n)`` the formula overflows float32; the scale then
     uses the floor exponent instead (see the module docstring).
+
+    ``n`` is checked here: the scale divides the int32 range between the workers of the
+    sum, so a count beyond :data:`MAX_TREE_WORKERS` is a ValueError that says so.
     """
     _check_workers(n_workers)
     if isinstance(e_max, bool) or int(e_max) != e_max or not -128 <= e_max <= 127:
         raise ValueError(f"exponent {e_max!r} is not a signed 8-bit integer")
     if all_zero:
         return np.float32(1.0)
-    return _unclamped_scale(max(int(e_max), scale_exponent_floor(n_workers)), n_workers)
+    f = _unclamped_scale(max(int(e_max), scale_exponent_floor(n_workers)), n_workers)
+    for _ in range(scale_steps_down(n_workers)):
+        f = np.nextafter(f, np.float32(0.0))
+    return f
 
 
 def _round_half_away_from_zero(y: np.ndarray) -> np.ndarray:
@@ -840,7 +879,8 @@ def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1, path: str 
     Parameters
     ----------
     tensors : sequence of array_like
-        One float32 tensor per worker (1..32 workers), all the same shape, any length.
+        One float32 tensor per worker (1..1024 workers: the sum is what one aggregator,
+        or a tree of them, gives), all the same shape, any length.
     load : float
         Target non-zeros per sketch cell (``r = ceil(max column / load)``), default 0.7.
     r_min : int
@@ -861,7 +901,7 @@ def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1, path: str 
     Raises
     ------
     ValueError
-        No tensor or more than 32, shapes differ, NaN/Inf, a magnitude >= 2**127, bad
+        No tensor or more than 1024, shapes differ, NaN/Inf, a magnitude >= 2**127, bad
         ``load`` / ``r_min`` / ``path``.
     """
     tensors = list(tensors)
@@ -890,9 +930,15 @@ def allreduce(tensors, *, load: float = DEFAULT_LOAD, r_min: int = 1, path: str 
 # argument checks
 
 def _check_workers(n_workers):
+    """``n_workers`` is the number of workers in the sum (the scale's ``n``): beyond
+    :data:`MAX_TREE_WORKERS` the int32 budget per worker, ``(2**31 - 1) / n``, is left
+    without room for that many."""
     if isinstance(n_workers, bool) or int(n_workers) != n_workers \
-            or not 1 <= n_workers <= MAX_WORKERS:
-        raise ValueError(f"number of workers must be 1..{MAX_WORKERS}, got {n_workers!r}")
+            or not 1 <= n_workers <= MAX_TREE_WORKERS:
+        raise ValueError(f"number of workers must be 1..{MAX_TREE_WORKERS}, got "
+                         f"{n_workers!r}: the integer scale leaves room in int32 for the sum "
+                         f"over at most {MAX_TREE_WORKERS} workers (every worker of a tree of "
+                         f"aggregators, {MAX_WORKERS} x {MAX_WORKERS})")
 
 
 def _check_load(load, r_min):

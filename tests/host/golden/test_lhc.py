@@ -214,8 +214,50 @@ def test_scale_is_the_correctly_rounded_float32_of_the_formula():
     assert lhc.scale(3, 4, all_zero=True) == np.float32(1.0)
     with pytest.raises(ValueError):
         lhc.scale(128, 2)
-    with pytest.raises(ValueError):
-        lhc.scale(0, 33)
+
+
+def test_the_scale_for_every_worker_count_of_a_tree():
+    """The scale's ``n`` is every worker of the sum: up to 32 x 32 in a tree of aggregators
+    (aggregator-protocol.md section 4). It is the correctly rounded formula, stepped down
+    (lhc-sketch.md section 2) exactly as far as the worst value needs: the largest float32
+    below 2**e quantises to at most floor((2**31-1)/n), and one ulp more would not. The
+    power of two only shifts the exponent, so e = 0 and 127 and the clamp are checked for
+    every n."""
+    assert lhc.MAX_TREE_WORKERS == 1024 == lhc.MAX_WORKERS ** 2
+    stepped = {}
+    for n in range(1, lhc.MAX_TREE_WORKERS + 1):
+        floor = lhc.scale_exponent_floor(n)
+        steps = lhc.scale_steps_down(n)
+        if steps:
+            stepped[n] = steps
+        budget = (2**31 - 1) // n
+        for e in (floor, 0, 127):
+            want = exact_float32(Fraction(2**31 - 1) / (n * Fraction(2) ** e))
+            for _ in range(steps):
+                want = np.nextafter(want, np.float32(0))
+            f = lhc.scale(e, n)
+            assert f.view(np.uint32) == want.view(np.uint32), (n, e)
+            top = np.nextafter(np.float32(2.0**e), np.float32(0))
+            assert lhc.quantize(np.array([top, -top], np.float32), f).tolist() == \
+                [q := lhc.quantize(np.array([top], np.float32), f)[0], -q]
+            assert q <= budget, (n, e)
+            if steps:
+                up = np.nextafter(f, np.float32(np.inf))
+                assert lhc.quantize(np.array([top], np.float32), up)[0] > budget, (n, e)
+        assert lhc.scale(floor - 1, n) == lhc.scale(floor, n)
+        assert np.isinf(exact_float32(Fraction(2**31 - 1) / (n * Fraction(2) ** (floor - 1))))
+    # one aggregator's counts (and far beyond) keep the formula's bits
+    assert min(stepped) == 256 and max(stepped.values()) == 4 and len(stepped) == 244
+
+
+@pytest.mark.parametrize("n", [0, 1025, 4096, 2.5, True])
+def test_a_worker_count_beyond_a_tree_is_refused_where_the_scale_is_made(n):
+    message = r"number of workers must be 1\.\.1024, got .*room in int32 for the sum over " \
+              r"at most 1024 workers \(every worker of a tree of aggregators, 32 x 32\)"
+    with pytest.raises(ValueError, match=message):
+        lhc.scale(0, n)
+    with pytest.raises(ValueError, match=message):
+        lhc.LhcWorker(np.ones(3, np.float32), n)
 
 
 def test_rounding_is_half_away_from_zero_in_float32():
@@ -241,7 +283,7 @@ def test_quantize_matches_exact_rational_rounding():
             assert qi == expect
 
 
-@pytest.mark.parametrize("n", range(1, 33))
+@pytest.mark.parametrize("n", [*range(1, 33), 33, 100, 512, 999, 1023, 1024])
 def test_worst_case_sum_stays_inside_int32(n):
     """Every worker at the largest float32 below 2**e_max (both signs): n*|q| <= 2**31-1."""
     for e in (-90, -3, 0, 1, 7, 30, 127):
@@ -250,6 +292,23 @@ def test_worst_case_sum_stays_inside_int32(n):
         q = lhc.quantize(np.array([top, -top], dtype=np.float32), f)
         assert n * int(q[0]) <= 2**31 - 1 and n * int(-q[1]) <= 2**31 - 1
         assert q[0] > 0.99 * (2**31 - 1) / n        # and the budget is nearly used
+
+
+def test_the_sum_over_a_whole_tree_stays_exact_with_the_trees_worker_count():
+    """1024 workers (a 32 x 32 tree), every one at the worst case: with the tree's count the
+    int32 sum is exact; a leaf's count (32) would give each worker 32 times the room and the
+    sum would wrap (what the scale's check is for)."""
+    n = lhc.MAX_TREE_WORKERS
+    top = np.nextafter(np.float32(2.0**3), np.float32(0))
+    x = np.array([top, -top, 1.0, 0.0], dtype=np.float32)
+    result, stats = lhc.allreduce([x] * n, path="dense")
+    f = lhc.scale(lhc.worker_exponent(x), n)
+    q = lhc.quantize(x, f).astype(np.int64)
+    assert np.all(np.abs(q * n) <= 2**31 - 1)
+    assert same_bits(result, lhc.dequantize((q * n).astype(np.int32), f))
+    assert stats.workers == n
+    leaf = lhc.quantize(x, lhc.scale(lhc.worker_exponent(x), 32)).astype(np.int64)
+    assert np.abs(leaf * n).max() > 2**31 - 1
 
 
 def test_quantize_overflow_is_an_error_not_a_wrap():
@@ -491,8 +550,8 @@ def test_float64_overflowing_float32_is_rejected():
 
 
 @pytest.mark.parametrize("call,match", [
-    (lambda: lhc.allreduce([]), "1..32"),
-    (lambda: lhc.allreduce([np.ones(3, np.float32)] * 33), "1..32"),
+    (lambda: lhc.allreduce([]), r"1\.\.1024"),
+    (lambda: lhc.allreduce([np.ones(3, np.float32)] * 1025), r"1\.\.1024"),
     (lambda: lhc.allreduce([np.ones(3, np.float32), np.ones(4, np.float32)]), "same shape"),
     (lambda: lhc.allreduce([np.ones(3, np.float32)], load=0), "load"),
     (lambda: lhc.allreduce([np.ones(3, np.float32)], load=float("nan")), "load"),
