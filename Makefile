@@ -2,8 +2,8 @@
 #
 #   make test        the whole test suite (golden models, Amaranth simulator, cocotb on Verilator)
 #   make sim         the end-to-end system simulation on Verilator (WORKERS=2..32, BOARDS=1..8,
-#                    TREE=LxW: a tree of aggregators, L leaves of W workers, on golden
-#                    boards; SIM_ARGS=...)
+#                    TREE=LxW: a tree of aggregators, L leaves of W workers, each board
+#                    the Verilated network top; SIM_ARGS=...)
 #   make bench       benchmarks (golden models and gateware cycle counts), ratios vs baselines
 #   make verilog     Verilog of every top into build/verilog/
 #   make accuracy    training with the compressed DDP hooks vs fp32 (4 gloo processes)
@@ -61,10 +61,10 @@ verilog: $(STAMP)
 
 # `make sim WORKERS=32` (2..32); `BOARDS=2`: the LHC jobs striped over two switches (one
 # gateware instance each); `TREE=4x8`: a tree of aggregators (4 leaves of 8 workers and a
-# root) alone, on golden boards until the gateware's boards serve trees; SIM_ARGS passes
-# anything else to `gradwire sim`.
+# root) alone, each board the Verilated network top (`SIM_ARGS="--backend golden"`: golden
+# boards); SIM_ARGS passes anything else to `gradwire sim`.
 sim: $(STAMP)
-	$(PY) -m host.cli sim --backend $(if $(TREE),golden,verilator) \
+	$(PY) -m host.cli sim --backend verilator \
 		$(if $(WORKERS),--workers $(WORKERS)) $(if $(BOARDS),--boards $(BOARDS)) \
 		$(if $(TREE),--tree $(TREE)) $(SIM_ARGS)
 

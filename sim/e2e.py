@@ -40,6 +40,7 @@ cycles give at the clock of the latest ``make bitstream`` (or the 125 MHz target
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import time
@@ -365,11 +366,17 @@ def run_wire(*, workers, k, steps, seed, progress, size="default", fault_rate=0.
 #: The paths ``run`` knows, in the order it runs them.
 PATHS = ("inceptionn", "lhc", "wire")
 
+def _verilator_tree_board(address, **params):
+    from sim.harness.board import tree_board
+    return tree_board(address, **params)
+
+
 #: The boards a tree runs on (``run(tree=...)``): backend name -> factory
-#: ``(host.switchml.tree.BoardAddress, **params) -> BoardBackend`` (None: the golden board,
-#: ``host.switchml.tree_network.TreeNetwork.golden``'s default). The gateware's boards (the
-#: compiled harness's network top, once it holds the upstream registers) plug in here.
-TREE_BOARDS = {"golden": None}
+#: ``(host.switchml.tree.BoardAddress, *, peers, **params) -> BoardBackend`` (None: the
+#: golden board, ``host.switchml.tree_network.TreeNetwork.golden``'s default); ``peers``
+#: are the tree's boards' addresses. ``verilator``: every board the Verilated network top,
+#: its own gateware instance in a compiled harness of its own.
+TREE_BOARDS = {"golden": None, "verilator": _verilator_tree_board}
 #: Boards' switch parameters on the tree path: slots per board, lanes, jobs at once.
 TREE_SWITCH = dict(slots=64, lanes=64, jobs=SWITCH_JOBS)
 
@@ -415,7 +422,10 @@ def run_tree(*, tree, steps, seed, backend, progress, size="default", lhc_path="
                          f"{backend!r} (--backend golden)")
     workers = leaves * per_leaf
     shape = Tree("10.0.0.1", [f"10.0.1.{leaf + 1}" for leaf in range(leaves)], per_leaf)
-    network = TreeNetwork.golden(shape, board_factory=TREE_BOARDS[backend], **TREE_SWITCH)
+    factory = TREE_BOARDS[backend]
+    if factory is not None:
+        factory = functools.partial(factory, peers=[board.host for board in shape.boards])
+    network = TreeNetwork.golden(shape, board_factory=factory, **TREE_SWITCH)
     faults = tree_faults(fault_rate, seed=fault_seed) if fault_rate else None
     switch = TreeSwitch(network, shape.root, shape.leaves, per_leaf, faults=faults)
     model = NcfModel(seed=seed, **SIZES[size]["ncf"])

@@ -232,3 +232,58 @@ class VerilatorBoard(BoardBackend):
 
     def close(self) -> None:
         self.harness.close()
+
+
+class ReaddressedBoard(BoardBackend):
+    """A board backend seen at another address: ``ip`` and ``port_base`` in front of a
+    backend whose own are fixed (the gateware's are built in).
+
+    Datagrams to ``ip`` reach the backend at its own address and the same service offset;
+    what it sends leaves from ``ip`` and the matching service port. Nothing else changes:
+    the addresses the host writes into the board (worker tables, upstreams, groups) are the
+    network's, and so are the destinations the backend sends to. The backend's hosts are
+    its senders; ``peers`` are more addresses it may have to reach first (a tree's boards:
+    a leaf sends its first aggregate to the root before the root ever sent it anything),
+    announced to a :class:`VerilatorBoard` so that it answers their ARP requests.
+
+    Parameters
+    ----------
+    backend : BoardBackend
+    ip : str
+    port_base : int
+    peers : iterable of str
+    """
+
+    def __init__(self, backend: BoardBackend, ip: str, port_base: int, peers=()):
+        self.backend = backend
+        self.ip = str(ipaddress.IPv4Address(ip))
+        self.port_base = int(port_base)
+        self.key = backend.key
+        self.transport_options = backend.transport_options
+        for peer in peers:
+            if isinstance(backend, VerilatorBoard):
+                backend._host(peer)
+
+    def describe(self) -> str:
+        return f"{self.backend.describe()}, seen as {self.ip} ports {self.port_base}.."
+
+    def deliver(self, datagrams: Sequence[Datagram]) -> list[Datagram]:
+        inner = self.backend
+        moved = [d._replace(dst_ip=inner.ip, dst_port=d.dst_port - self.port_base
+                            + inner.port_base) for d in datagrams]
+        return [d._replace(src_ip=self.ip, src_port=d.src_port - inner.port_base
+                           + self.port_base) for d in inner.deliver(moved)]
+
+    def counters(self) -> dict:
+        return self.backend.counters()
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def tree_board(address, *, peers=(), **switch_params) -> ReaddressedBoard:
+    """A tree's board (``sim.e2e.TREE_BOARDS["verilator"]``): the Verilated network top
+    at ``address`` (a :class:`host.switchml.tree.BoardAddress`), its own gateware instance
+    (a harness process), built with the simulation tops' key."""
+    return ReaddressedBoard(VerilatorBoard(**switch_params), address.host, address.port_base,
+                            peers=peers)
