@@ -146,48 +146,18 @@ def test_two_virtual_leaves_and_a_virtual_root_over_udp(rate):
             assert any(f.stats()["lost"] for f in faults)
 
 
-def _where(exc):
-    """The innermost ``file:line`` of an exception's traceback."""
-    tb = exc.__traceback__
-    while tb.tb_next is not None:
-        tb = tb.tb_next
-    return f"{tb.tb_frame.f_code.co_filename.rpartition('/')[2]}:{tb.tb_lineno}"
-
-
 @pytest.mark.slow
 def test_a_verilated_network_top_as_one_leaf():
     """Leaf 1 is the gateware (the network top behind the compiled harness's PHY), leaf 0
-    and the root golden boards. Skipped while the gateware holds no upstream registers."""
-    from contract.registers import SWITCH_REGISTERS
-    from host.driver.switch import NoUpstreamError, SwitchInterface
-    from host.golden.aggregator import Upstream
-    try:
-        from sim.harness.board import VerilatorBoard
-    except ImportError as exc:            # scapy or the harness's own needs
-        pytest.skip(f"the Verilated board cannot run here: {exc}")
+    and the root golden boards: bit-exact, and the gateware's upstream registers read back
+    what the tree's configuration wrote."""
+    from host.driver.switch import SwitchInterface
+    from sim.harness.board import VerilatorBoard
     rng = fresh_rng()
-    try:
-        backend = VerilatorBoard()
-    except AssertionError as exc:
-        # the gateware checks its counters against the contract's when it elaborates: a
-        # contract with the upstream counters and a gateware without them do not build
-        # (tests/sim/harness/test_network_board.py fails loudly then; this test waits)
-        pytest.skip(f"the network top does not elaborate against this contract (its "
-                    f"counters predate trees?): {exc!r} at "
-                    f"{_where(exc)}")
-    with VirtualBoard(backend, port_base=None) as verilated:
+    with VirtualBoard(VerilatorBoard(), port_base=None) as verilated:
         with verilated.transport(region="switch") as control:
-            switch = SwitchInterface(control)
-            try:
-                # a probe on the last job: the registers must read back what was written
-                switch._write_upstream(switch.jobs - 1, Upstream(0x7F000001, 1, 0, 0))
-            except NoUpstreamError as exc:
-                pytest.skip(f"the network top's switch has no upstream registers yet: {exc}")
-            finally:
-                for field in ("ip", "port", "job", "worker"):
-                    control.write(SWITCH_REGISTERS["upstream"].address(switch.jobs - 1, field), 0)
-            slots = switch.slots
-        with serving([("golden", dict(slots=slots, lanes=switch.lanes))] * 2) as (root, leaf0):
+            slots, lanes = SwitchInterface(control).slots, SwitchInterface(control).lanes
+        with serving([("golden", dict(slots=slots, lanes=lanes))] * 2) as (root, leaf0):
             tree = tree_of(root, [leaf0, verilated], [2, 2], slot_count=min(slots, SLOTS))
             boards = dict(zip(tree.boards, (root, leaf0, verilated)))
             check_tree(boards, tree, rng)
