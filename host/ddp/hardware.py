@@ -26,6 +26,14 @@ training sees the gateware's bits:
     (:class:`~host.driver.striped.StripedSwitchWorker`) and sends chunk ``c`` of every round
     to board ``c mod B``; the boards aggregate at the same time and the rank puts their
     results back together, bit for bit one board's.
+``LhcHook(backend="udp", tree=Tree(root, leaves, workers), key=KEY)``
+    The job on a tree of aggregators (``docs/protocol/aggregator-protocol.md`` section 4,
+    :mod:`host.switchml.tree`): rank ``r`` is worker :meth:`~host.switchml.tree.Tree.worker`
+    of its leaf board and talks to that board alone, exactly as to one board; the leaves
+    send their completed slots up to the root, and the root's results come back down. Group
+    rank 0 configures every board (root first, each with its key) and releases the tree's
+    jobs when the hook closes; the process group must have one rank per worker of the tree,
+    whose count is also the LHC scale's ``n``.
 
 What gloo still carries, and why:
 
@@ -70,7 +78,7 @@ from contract.packet import Packet
 
 __all__ = ["HookBackendError", "INCEPTIONN_BACKENDS", "LHC_BACKENDS", "NicRingCodec",
            "UdpSwitch", "RING_FAILED", "frame_packets", "unframe_packets", "check_board",
-           "check_boards"]
+           "check_boards", "check_tree"]
 
 #: backends of InceptionnHook and LhcHook ("golden": the NumPy models and gloo)
 INCEPTIONN_BACKENDS = ("golden", "verilator", "udp")
@@ -166,6 +174,48 @@ def check_boards(who: str, board, boards, key):
                              f"port base")
         seen[where] = b
     return settings
+
+
+def check_tree(who: str, tree, key):
+    """The tree of a job over a tree of aggregators and every board's control key, checked
+    now: ``(Tree, {BoardAddress: key})``.
+
+    ``tree`` is a :class:`host.switchml.tree.Tree` or a mapping of its arguments
+    (``{"root": ..., "leaves": [...], "workers": ...}``). ``key`` is one key for every
+    board (an int or hex digits; default: ``GRADWIRE_KEY``), a list with one per board in
+    the order of :attr:`Tree.boards <host.switchml.tree.Tree.boards>` (the root, then the
+    leaves), or a mapping from a board (``"HOST:PORT_BASE"`` or a BoardAddress) to its key.
+    """
+    import collections.abc
+
+    from ..driver.settings import ENV_KEY
+    from ..switchml.tree import Tree, tree_keys
+
+    if isinstance(tree, collections.abc.Mapping):
+        try:
+            tree = Tree(**tree)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{who}: tree: {exc}") from None
+    elif not isinstance(tree, Tree):
+        raise TypeError(f"{who}: tree must be a host.switchml.tree.Tree or a mapping of its "
+                        f"arguments (root, leaves, workers, ...), not {type(tree).__name__}")
+    if key is None:
+        key = os.environ.get(ENV_KEY) or None
+        if key is None:
+            raise ValueError(f"{who}: a tree needs its boards' control keys (key=HEX for "
+                             f"every board, one per board, or GRADWIRE_KEY) to configure "
+                             f"its jobs")
+    if isinstance(key, (list, tuple)):
+        if len(key) != len(tree.boards):
+            raise ValueError(f"{who}: {len(key)} keys for the tree's {len(tree.boards)} "
+                             f"boards: give one key for every board, or one per board (the "
+                             f"root first, then the leaves)")
+        key = dict(zip(tree.boards, key))
+    try:
+        keys = tree_keys(tree, key)
+    except ValueError as exc:
+        raise ValueError(f"{who}: {exc}") from None
+    return tree, keys
 
 
 def _where(settings) -> str:
@@ -575,17 +625,29 @@ class UdpSwitch(_Backend):
     """
 
     def __init__(self, who: str, settings, *, job=0, slot_base=0, slot_count=None,
-                 timeout=None, group=None):
+                 timeout=None, group=None, tree=None, keys=None):
         from ..driver.sockets import parse_group
         from ..driver.udp_worker import DEFAULT_TIMEOUT
 
         super().__init__(who)
         self.backend = "udp"
+        # A tree of aggregators (host.switchml.tree.Tree, with ``keys`` every board's
+        # control key, host.switchml.tree.tree_keys): ``settings`` is None, the jobs, slots
+        # and result groups are the tree's.
+        self.tree, self.keys = tree, keys
+        self.plan = None                      # a tree: this rank's TreeWorker
+        self.tree_layout = None               # a tree: every board's layout
+        if tree is not None:
+            if settings is not None or group is not None:
+                raise ValueError(f"{who}: a tree takes its boards and result groups from "
+                                 f"the Tree, not from settings or group")
+            settings = []
+            job, slot_base, slot_count = tree.leaf_job, tree.slot_base, tree.slot_count
         # One board (a settings dict), or a job striped over several (a list of them).
         self.boards = [settings] if isinstance(settings, dict) else list(settings)
-        if not self.boards:
+        if not self.boards and tree is None:
             raise ValueError(f"{who}: no board")
-        self.settings = self.boards[0]
+        self.settings = self.boards[0] if self.boards else None
         self.job, self.slot_base, self.slot_count = job, slot_base, slot_count
         # the job's result group ((ip, port) or None): rank 0 writes it with the worker
         # table, the layout it broadcasts carries it, and every rank joins it. Over several
@@ -604,6 +666,10 @@ class UdpSwitch(_Backend):
         self._address_error = None
 
     def describe(self) -> str:
+        if self.tree is not None:
+            where = "" if self.plan is None else \
+                f"; this rank: leaf {self.plan.leaf}, worker {self.plan.worker}"
+            return f"udp ({self.tree.describe()}{where})"
         if len(self.boards) > 1:
             return (f"udp (switch of {len(self.boards)} boards: "
                     f"{'; '.join(_where(s) for s in self.boards)}, job {self.job})")
@@ -612,6 +678,14 @@ class UdpSwitch(_Backend):
     def _open(self, group, rank, world, to_global):
         from ..driver.udp_worker import UdpSwitchWorker
 
+        if self.tree is not None:
+            from ..switchml.tree import open_tree_worker
+
+            # checks that the group is the whole tree (up to 32 workers per leaf)
+            self.plan, self.worker = open_tree_worker(self.tree, rank, world,
+                                                      timeout=self.timeout)
+            self._finalizer = weakref.finalize(self, self.worker.close)
+            return
         if world > 32:
             raise ValueError(f"a switch job has at most 32 workers, not {world}")
         if len(self.boards) > 1:
@@ -644,26 +718,34 @@ class UdpSwitch(_Backend):
         kind, value = outcome[0]
         if kind == "error":
             where = f"the {len(self.boards)} boards' switches" if striped \
-                else "the board's switch"
+                else "the tree's boards" if self.tree is not None else "the board's switch"
             raise HookBackendError(f"{self.who}: configuring job {self.job} on {where} "
                                    f"failed (rank {to_global(0)}: {value}); every rank "
                                    f"of the group raises this error")
         if striped:
             self.layouts = value
             self.layout = value[0]
+        elif self.tree is not None:
+            # every rank's worker takes its leaf's layout, as from one board
+            self.tree_layout = value
+            self.layout = value = value.worker_layout(rank)[1]
         else:
             self.layout = value
         if rank == 0:
             # The job is this hook's until it closes: then group rank 0 releases its slots
             # (after a completed call every rank has every result, so nobody needs them).
             self._finalizer.detach()
-            if striped:
+            if self.tree is not None:
+                self._finalizer = weakref.finalize(self, _release_tree_jobs, self.worker,
+                                                   self.tree, self.keys)
+            elif striped:
                 self._finalizer = weakref.finalize(self, _release_striped_job, self.worker,
                                                    self.boards, self.job)
             else:
                 self._finalizer = weakref.finalize(self, _release_job, self.worker,
                                                    self.settings, self.job)
-        if self.group is None:
+        if self.group is None and not (self.tree is not None and self.tree.groups
+                                       and any(self.tree.groups)):
             self.worker.set_layout(value)
         else:
             # joining the group may fail on one rank (no multicast on its interface):
@@ -673,11 +755,14 @@ class UdpSwitch(_Backend):
                 self.worker.set_layout(value)
             except Exception as exc:          # noqa: BLE001 (every rank raises it)
                 error = _describe(exc)
-            agree(self.who, f"joining job {self.job}'s result group {self.group[0]}:"
-                            f"{self.group[1]} failed", error, group, world, to_global,
-                  status_first=True)
+            where = f"{self.group[0]}:{self.group[1]}" if self.group is not None else \
+                "(a leaf's, Tree.groups)"
+            agree(self.who, f"joining job {self.job}'s result group {where} failed", error,
+                  group, world, to_global, status_first=True)
 
     def _configure(self, addresses):
+        if self.tree is not None:
+            return self._configure_tree(addresses)
         if len(self.boards) > 1:
             return self._configure_boards(addresses)
         return self._configure_board(self.settings, addresses, self.group)
@@ -698,6 +783,28 @@ class UdpSwitch(_Backend):
                                        f"({_where(settings)}): {_describe(exc)}") from None
         check_layouts(layouts)
         return layouts
+
+    def _configure_tree(self, addresses):
+        """Configure every job of the tree (root first, each board with its key); a board
+        that does not answer is diagnosed (not running, or a wrong key) and named."""
+        from ..driver.transport import TransportError
+        from ..switchml.tree import configure_tree_over_udp, release_tree
+
+        try:
+            return configure_tree_over_udp(self.tree, self.keys, addresses)
+        except Exception as exc:
+            # the boards configured before the failure (the root first) hold the tree's
+            # jobs: free them again (best effort)
+            release_tree(self.tree, self.keys)
+            if not isinstance(exc, TransportError):
+                raise
+            board = getattr(exc, "board", None)
+            if board is None:
+                raise
+            role = "the root" if board == self.tree.root else \
+                f"leaf {self.tree.leaves.index(board)}"
+            settings = {"host": board.host, "port_base": board.port_base}
+            raise HookBackendError(f"{role} of the tree: {_diagnose(settings)}") from None
 
     def _configure_board(self, s, addresses, group):
         from ..driver.transport import NoReplyError
@@ -736,6 +843,11 @@ class UdpSwitch(_Backend):
             out["rto_ms"] = self.worker.rto_ms
         if self.layout is not None:
             out["layout"] = self.layout.as_dict()
+        if self.tree is not None:
+            out["tree"] = {"leaves": len(self.tree.leaves),
+                           "total_workers": self.tree.total_workers,
+                           "leaf": None if self.plan is None else self.plan.leaf,
+                           "leaf_worker": None if self.plan is None else self.plan.worker}
         if len(self.boards) > 1:
             # the figures above are the boards' summed; here each board's own
             out["boards"] = len(self.boards)
@@ -786,6 +898,15 @@ def _release_job(worker, settings, job) -> None:
             control.close()
     except Exception:                         # noqa: BLE001 (nothing to free, or no board)
         pass
+
+
+def _release_tree_jobs(worker, tree, keys) -> None:
+    """Close group rank 0's worker and unconfigure every job of the tree, leaves first (best
+    effort, as :func:`_release_job`)."""
+    from ..switchml.tree import release_tree
+
+    worker.close()
+    release_tree(tree, keys)
 
 
 def _open_striped_worker(boards, job, rank, timeout):

@@ -68,7 +68,7 @@ from .collectives import _check_k, inceptionn_ring_allreduce, lhc_allreduce
 from .hook_worker import (FailedIteration, HookWorker, bucket_to_host, check_bucket, complete,
                           cpu_group, new_future, raise_carried_error, result_to_device)
 from .hardware import (INCEPTIONN_BACKENDS, LHC_BACKENDS, NicRingCodec, UdpSwitch,
-                       check_backend, check_board, check_boards)
+                       check_backend, check_board, check_boards, check_tree)
 from ..golden import inceptionn as _inc
 from ..golden import lhc as _lhc
 
@@ -432,7 +432,7 @@ class LhcHook(_CommHook):
     key : int or str, or a list of them
         ``"udp"``: the board's control key (default: ``GRADWIRE_KEY``): group rank 0 writes
         the job's worker table and configures the job with it at the first bucket. With
-        ``boards``: one key for every board, or one per board.
+        ``boards``: one key for every board, or one per board; with ``tree``: see there.
     job, slot_base, slot_count : int
         ``"udp"``: the switch job and its slots (default: job 0, the whole pool). The job is
         the hook's from its first bucket (group rank 0 configures it) until :meth:`close`
@@ -451,6 +451,32 @@ class LhcHook(_CommHook):
         group, instead of once per rank (``docs/protocol/network.md`` section 3), and every
         rank joins it on the interface that reaches the board. With ``boards``, board ``b``
         sends to the group's address at ``PORT + b``.
+    tree : host.switchml.tree.Tree or dict
+        ``"udp"``: instead of ``board``/``boards``, the job on a tree of aggregators
+        (``docs/protocol/aggregator-protocol.md`` section 4): a
+        :class:`~host.switchml.tree.Tree` (root board, leaf boards, workers per leaf, the
+        root's and the leaves' jobs, slots, result groups per leaf), or a dict of its
+        arguments, ``{"root": "HOST:PORT_BASE", "leaves": [...], "workers": 2}``. Group
+        rank ``r`` is the tree's worker ``r`` (leaf 0's workers first) and talks to its
+        leaf board alone; group rank 0 configures every board (root first) at the first
+        bucket and releases the tree's jobs at :meth:`close`. The process group must have
+        exactly :attr:`~host.switchml.tree.Tree.total_workers` ranks (up to 32 x 32 = 1024;
+        also the LHC scale's worker count), otherwise the first bucket raises one
+        :class:`~host.ddp.hardware.HookBackendError` naming both counts on every rank.
+        ``key`` is one key for every board, a list with one per board (the root first, then
+        the leaves: ``Tree.boards``) or a dict from ``"HOST:PORT_BASE"`` to key; ``job``,
+        ``slot_base``, ``slot_count`` and ``group`` are the Tree's and must be left out.
+        The result bits are one board's (the flat LHC all-reduce over every rank).
+
+    Raises
+    ------
+    ValueError
+        Arguments that do not fit together or out of range (checked here, before any
+        bucket): ``board``/``boards``/``tree`` with backend ``"golden"``; ``tree`` with
+        ``board``, ``boards``, ``group``, ``job``, ``slot_base`` or ``slot_count``; a bad
+        tree or the wrong number of keys.
+    TypeError
+        ``tree`` that is neither a Tree nor a dict.
 
     Notes
     -----
@@ -467,7 +493,8 @@ class LhcHook(_CommHook):
     def __init__(self, *, load: float = _lhc.DEFAULT_LOAD, r_min: int = 1,
                  history: int = DEFAULT_HISTORY, path: str = "auto", backend: str = "golden",
                  board=None, key=None, job: int = 0, slot_base: int = 0, slot_count=None,
-                 timeout=None, asynchronous: bool = True, boards=None, group=None):
+                 timeout=None, asynchronous: bool = True, boards=None, group=None,
+                 tree=None):
         super().__init__(history, asynchronous)
         # Reject a bad load / r_min / path now rather than in the middle of a backward pass.
         _lhc.LhcWorker(np.zeros(1, dtype=np.float32), 1, load=load, r_min=r_min, path=path)
@@ -477,10 +504,11 @@ class LhcHook(_CommHook):
         check_backend("LhcHook", backend, LHC_BACKENDS)
         if backend == "golden":
             defaults = dict(board=None, boards=None, key=None, job=0, slot_base=0,
-                            slot_count=None, timeout=None, group=None)
+                            slot_count=None, timeout=None, group=None, tree=None)
             given = [name for name, value in dict(board=board, boards=boards, key=key, job=job,
                                                   slot_base=slot_base, slot_count=slot_count,
-                                                  timeout=timeout, group=group).items()
+                                                  timeout=timeout, group=group,
+                                                  tree=tree).items()
                      if value is not defaults[name] and value != defaults[name]]
             if given:
                 raise ValueError(f"LhcHook: {', '.join(given)} are for backend 'udp', not "
@@ -498,6 +526,22 @@ class LhcHook(_CommHook):
         if timeout is not None and not (isinstance(timeout, numbers.Real) and timeout > 0):
             raise ValueError(f"LhcHook: timeout must be a positive number of seconds, not "
                              f"{timeout!r}")
+        if tree is not None:
+            if board is not None or boards is not None:
+                raise ValueError(f"LhcHook: give tree= (a tree of aggregators) or "
+                                 f"{'board=' if board is not None else 'boards='}, not both: "
+                                 f"the tree names its boards itself (Tree's root and leaves)")
+            given = [name for name, value, default in (
+                ("job", job, 0), ("slot_base", slot_base, 0), ("slot_count", slot_count, None),
+                ("group", group, None)) if value is not default and value != default]
+            if given:
+                raise ValueError(f"LhcHook: give tree= without "
+                                 f"{', '.join(f'{name}=' for name in given)}: the tree names "
+                                 f"its jobs, slots and result groups itself (Tree's root_job, "
+                                 f"leaf_job, slot_base, slot_count, groups)")
+            tree, keys = check_tree("LhcHook", tree, key)
+            self._hardware = UdpSwitch("LhcHook", None, timeout=timeout, tree=tree, keys=keys)
+            return
         if boards is not None:
             settings = check_boards("LhcHook", board, boards, key)
         else:
@@ -510,7 +554,10 @@ class LhcHook(_CommHook):
         text = f"LhcHook(load={self.load}, r_min={self.r_min}, path={self.path!r}"
         if self._hardware is not None:
             text += f", backend={self.backend!r}"
-            if len(self._hardware.boards) > 1:
+            if self._hardware.tree is not None:
+                tree = self._hardware.tree
+                text += f", tree={len(tree.leaves)} leaves/{tree.total_workers} workers"
+            elif len(self._hardware.boards) > 1:
                 text += f", boards={len(self._hardware.boards)}"
         return text + ")"
 

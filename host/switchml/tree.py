@@ -346,7 +346,8 @@ def configure_tree_over_udp(tree: Tree, keys, addresses, *, mtu: int | None = No
     closed again). ``transport_options`` go to the transports (timeouts, retries).
 
     Raises what :func:`configure_tree` raises, and
-    :class:`~host.driver.transport.TransportError` naming the board that did not answer.
+    :class:`~host.driver.transport.TransportError` naming the board that did not answer
+    (also as its ``board`` attribute, the :class:`BoardAddress`).
     """
     from ..driver.transport import TransportError
     from ..driver.udp import UdpTransport
@@ -373,9 +374,11 @@ def configure_tree_over_udp(tree: Tree, keys, addresses, *, mtu: int | None = No
     try:
         return configure_tree(tree, tracked, addresses)
     except TransportError as exc:
-        raise type(exc)(*((exc.service,) if hasattr(exc, "service") else ()),
-                        f"board {current[0]} ({'root' if current[0] == tree.root else 'leaf'}) "
-                        f"of the tree: {exc}") from None
+        error = type(exc)(*((exc.service,) if hasattr(exc, "service") else ()),
+                          f"board {current[0]} ({'root' if current[0] == tree.root else 'leaf'}) "
+                          f"of the tree: {exc}")
+        error.board = current[0]          # the BoardAddress, for a caller's diagnosis
+        raise error from None
     finally:
         for transport in controls.values():
             transport.close()
