@@ -21,7 +21,7 @@ from contract.network import (CTRL_KEY_BYTES, CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, C
                               SERVICE_OFFSETS, CtrlOp, Service, network_address)
 from contract.registers import DATA_BITS
 from host.driver.transport import Transport, TransportError
-from host.driver.udp import _commit_job, _describe_address
+from host.driver.udp import check_read_back
 
 from .backend import BoardBackend, Datagram
 
@@ -118,13 +118,7 @@ class BackendControl(Transport):
             if not 0 <= value <= _WORD:
                 raise ValueError(f"a register value is 32 bits, not {value!r}")
         read_back = self._run(CtrlOp.WRITE, writes)
-        for (address, value), got in zip(writes, read_back):
-            if _commit_job(address) is not None:      # reads back the job's status
-                continue
-            if verify and got != value:
-                raise TransportError(f"the board's register {_describe_address(address)} reads "
-                                     f"back {got:#x} after a write of {value:#x} (read-only, "
-                                     f"unmapped, or narrower than the value)")
+        check_read_back(writes, read_back, verify=verify)
         return read_back
 
     def read(self, addr):

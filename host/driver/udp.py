@@ -539,16 +539,7 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         if not writes:
             return []
         read_back = self._ctrl(CtrlOp.WRITE, writes, window=1)
-        for (address, value), got in zip(writes, read_back):
-            commit_job = _commit_job(address)
-            if commit_job is not None:
-                if value == COMMIT:
-                    self._after_commit(commit_job)
-                continue
-            if verify and got != value:
-                raise TransportError(f"the board's register {_describe_address(address)} reads "
-                                     f"back {got:#x} after a write of {value:#x} (read-only, "
-                                     f"unmapped, or narrower than the value)")
+        check_read_back(writes, read_back, verify=verify, committed=self._after_commit)
         return read_back
 
     def read(self, addr):
@@ -579,6 +570,22 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         self._close_switch_workers()
         if self.owns is not None:
             self.owns.stop()
+
+
+def check_read_back(writes, read_back, *, verify=True, committed=None) -> None:
+    """Check what a ``CTRL`` write read back: each register the value written (with
+    ``verify``), but a job's ``commit``, which reads back the job's status;
+    ``committed(job)`` is called for each job committed."""
+    for (address, value), got in zip(writes, read_back):
+        commit_job = _commit_job(address)
+        if commit_job is not None:
+            if committed is not None and value == COMMIT:
+                committed(commit_job)
+            continue
+        if verify and got != value:
+            raise TransportError(f"the board's register {_describe_address(address)} reads "
+                                 f"back {got:#x} after a write of {value:#x} (read-only, "
+                                 f"unmapped, or narrower than the value)")
 
 
 def _commit_job(address: int):
