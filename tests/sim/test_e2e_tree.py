@@ -1,5 +1,5 @@
 """``gradwire sim --tree LxW`` (``make sim TREE=LxW``): the NCF model's training through a
-tree of aggregators (``aggregator-protocol.md`` section 4) on golden boards, every step bit
+tree of aggregators (``aggregator-protocol.md`` section 4) on golden or gateware boards, every step bit
 for bit the flat golden all-reduce over every worker of the tree, with faults on both
 levels; the report counts datagrams and resends per level and the boards' tree counters."""
 import json
@@ -75,14 +75,21 @@ def test_bad_tree_options_are_one_line_errors(tmp_path, capsys, args, message):
     assert message in err and err.count("\n") == 1
 
 
-def test_a_tree_on_the_gateware_is_not_there_yet(tmp_path, capsys):
-    assert main(["sim", "--backend", "verilator", "--tree", "2x2", "--out",
-                 str(tmp_path)]) == 2
-    assert "the tree runs on golden boards for now, not 'verilator' (--backend golden)" in \
-        capsys.readouterr().err
+@pytest.mark.slow
+def test_a_tree_on_the_gateware_trains_bit_exact(tmp_path, capsys):
+    """Every board the Verilated network top (its own harness process), faults on both
+    levels: the same exactness, and the gateware's own tree counters."""
+    assert main(["sim", "--backend", "verilator", "--tree", "2x2", "--steps", "1",
+                 "--tree-fault-rate", "0.05", "--out", str(tmp_path / "tree")]) == 0
+    report = json.loads((tmp_path / "tree" / "report.json").read_text())
+    tree = report["tree"]
+    assert report["ok"] and tree["exact"] and tree["backend"] == "verilator"
+    leaves = tree["board_counters"]["leaves"]
+    assert leaves["upstream_sent"] == leaves["results_upstream"] > 0
+    assert tree["board_counters"]["root"]["accepted"] == leaves["upstream_sent"]
 
 
-def test_make_sim_tree_runs_the_tree_on_golden_boards():
+def test_make_sim_tree_runs_the_tree_on_the_gateware():
     venv = Path(sys.prefix)
     env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
     dry = subprocess.run(["make", "--no-print-directory", "-n", "-o",
@@ -91,7 +98,7 @@ def test_make_sim_tree_runs_the_tree_on_golden_boards():
                          capture_output=True, text=True, env=env)
     assert dry.returncode == 0, dry.stderr
     command = " ".join(dry.stdout.replace("\\\n", " ").replace("\\", " ").split())
-    assert "-m host.cli sim --backend golden --tree 4x8" in command
+    assert "-m host.cli sim --backend verilator --tree 4x8" in command
     plain = subprocess.run(["make", "--no-print-directory", "-n", "-o",
                             str(venv / ".gradwire-installed"), "sim", f"VENV={venv}"],
                            cwd=REPO, capture_output=True, text=True, env=env)
