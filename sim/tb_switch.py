@@ -148,14 +148,14 @@ class Switch:
 
     def pauses(self, p_in, p_out):
         rng = self.rng
-        if p_in:
-            self.source.set_pause_generator(iter(lambda: rng.random() < p_in, None))
-        else:
-            self.source.clear_pause_generator()
-        if p_out:
-            self.sink.set_pause_generator(iter(lambda: rng.random() < p_out, None))
-        else:
-            self.sink.clear_pause_generator()
+        for end, p in ((self.source, p_in), (self.sink, p_out)):
+            if p:
+                end.set_pause_generator(iter(lambda p=p: rng.random() < p, None))
+            else:
+                # cocotbext-axi's clear leaves ``pause`` at the generator's last value: a
+                # sink left paused would stall the engine for good.
+                end.clear_pause_generator()
+                end.pause = False
 
     async def replay(self, steps):
         """Queue every step: packets into the DUT and the model; configurations between
@@ -190,7 +190,11 @@ class Switch:
 
     async def settle(self, max_cycles=2_000_000):
         """Wait for the source to finish and the engine to be quiet; collect the results."""
-        await self.source.wait()
+        start = self.monitor.cycle
+        while not self.source.idle():
+            await RisingEdge(self.dut.clk)
+            if self.monitor.cycle - start > max_cycles:
+                raise AssertionError(f"the engine took no input for {max_cycles} cycles")
         start = self.monitor.cycle
         while self.monitor.cycle - self.monitor.last_activity < QUIET_CYCLES:
             await RisingEdge(self.dut.clk)
