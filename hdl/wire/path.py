@@ -69,8 +69,8 @@ from contract.header import BEAT_BYTES as NIC_BEAT_BYTES
 from contract.header import HEADER_BYTES, LANES
 from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_GRADIENT_PORT
 from hdl.header import HeaderLayout
-from hdl.net.front_end.width import Upsizer
 from hdl.stream.axis import DATA_BITS, axis_signature
+from hdl.stream.width import Upsizer
 from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, FrameClass, FrameClassifier, MacBeat,
                                Verdict, be16, ones_sum16)
 from hdl.wire.service import BoardWord
@@ -539,15 +539,15 @@ class WirePath(wiring.Component):
                      out_fifo.r_en.eq(o.ready)]
 
         # -- to the NIC path: words eight to a beat, keep from the words each beat holds ---
-        m.submodules.upsizer = upsizer = Upsizer()
+        m.submodules.upsizer = upsizer = Upsizer(unsigned(4))
         head_nic = data.View(_NicWord, nic_fifo.r_data)
         m.d.comb += [upsizer.i.valid.eq(nic_fifo.r_rdy), upsizer.i.p.data.eq(head_nic.data),
                      upsizer.i.p.last.eq(head_nic.last), upsizer.i.p.last_be.eq(0b1000),
                      # (meta leaves with a beat's last word: there, its word count)
-                     upsizer.i.p.meta.length.eq(head_nic.words),
+                     upsizer.i.p.meta.eq(head_nic.words),
                      nic_fifo.r_en.eq(upsizer.i.ready)]
         beat_words = Signal(4)     # kept words of the beat, 1..8
-        m.d.comb += beat_words.eq(upsizer.o.p.meta.length)
+        m.d.comb += beat_words.eq(upsizer.o.p.meta)
         nic_in = self.nic_in
         m.d.comb += [nic_in.valid.eq(upsizer.o.valid), nic_in.p.data.eq(upsizer.o.p.data),
                      nic_in.p.last.eq(upsizer.o.p.last), upsizer.o.ready.eq(nic_in.ready)]

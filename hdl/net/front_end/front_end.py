@@ -8,7 +8,7 @@
                                                      +-> control: IngressBuffer -> OneInFlight -> CtrlService
 
     engine -> EgressBuffer -> ReplyPort (to the requester) -+
-    switch -> EgressBuffer -> FanOut (to the job's workers) -+-> TxArbiter -> core tx (32 bit)
+    switch -> EgressBuffer -> FanOut (to the job's workers) -+-> PacketArbiter -> core tx (32 bit)
                                   (a skid buffer at each of the arbiter's ports)
     CtrlService -> SkidBuffer -> EgressBuffer -> ReplyPort -+
 
@@ -36,7 +36,7 @@ from contract.counters import NET_CORE_DROPS, NET_COUNTERS
 from contract.header import HEADER_FIELDS
 from contract.network import SERVICE_OFFSETS, BufferSizes, Service, service_ports
 from hdl.ctrl_port import RegisterPort
-from hdl.net.core.eth_core import CoreEvents, RxBeat, TxBeat
+from hdl.net.core.eth_core import CoreEvents, RxBeat, TxBeat, UdpMeta
 from hdl.net.front_end.ctrl_service import PAIR_BYTES, CtrlService
 from hdl.net.front_end.dispatch import Dispatch
 from hdl.net.front_end.egress import EgressBuffer
@@ -47,10 +47,10 @@ from hdl.net.front_end.layouts import ReplyTag
 from hdl.net.front_end.registers import NetRegisters, RegisterRouter
 from hdl.net.front_end.reply import OneInFlight, ReplyPort
 from hdl.net.front_end.source_check import SourceCheck
-from hdl.net.front_end.tx_arbiter import TxArbiter
-from hdl.net.front_end.width import Upsizer
+from hdl.stream.arbiter import PacketArbiter
 from hdl.stream.axis import axis_signature
 from hdl.stream.skid_buffer import SkidBuffer
+from hdl.stream.width import Upsizer
 
 __all__ = ["BufferSizes", "FrontEndStatus", "NetworkFrontEnd"]
 
@@ -151,7 +151,7 @@ class NetworkFrontEnd(wiring.Component):
         m = Module()
         sizes = self.sizes
         ports = service_ports(self.port_base)
-        m.submodules.upsizer = upsizer = Upsizer()
+        m.submodules.upsizer = upsizer = Upsizer(UdpMeta)
         m.submodules.dispatch = dispatch = Dispatch(port_base=self.port_base,
                                                     services=self.services)
         wiring.connect(m, wiring.flipped(self.rx), upsizer.i)
@@ -289,8 +289,8 @@ class NetworkFrontEnd(wiring.Component):
         # paths ends at a register. Each service's replies pass a second one first: the
         # services sit far apart on the chip, and a ready that crossed it and then went
         # through a service's output logic was over a clock (routing, not logic).
-        m.submodules.arbiter = arbiter = TxArbiter(len(replies))
-        for k, (port, reply) in enumerate(zip(arbiter.inputs(), replies)):
+        m.submodules.arbiter = arbiter = PacketArbiter(len(replies), shape=TxBeat)
+        for k, (port, reply) in enumerate(zip(arbiter.inputs, replies)):
             m.submodules[f"reply_slice{k}"] = reply_slice = SkidBuffer(TxBeat)
             m.submodules[f"tx_slice{k}"] = tx_slice = SkidBuffer(TxBeat)
             wiring.connect(m, reply, reply_slice.i)
