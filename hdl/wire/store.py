@@ -88,7 +88,7 @@ class FrameStore(wiring.Component):
     frames : Out(stream.Signature(descriptor_layout(store_bytes)))
         The stored frames, in order (a descriptor FIFO's head: its payload is valid with
         ``valid``).
-    read_addr : In(pointer_shape(store_bytes) minus the lap bit)
+    read_addr : In(range(store_bytes // 4))
         The word the reader reads ...
     read_data : Out(32)
         ... and that word, a clock later.
