@@ -310,6 +310,11 @@ def seam_violations(path, relative):
         if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
                 and isinstance(node.value, ast.Attribute) and node.value.attr == "submodules"):
             yield f"{relative}:{node.lineno}: reads submodule {node.attr} back"
+        # (and by name: m.submodules[f"{name}_ingress"].events)
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Subscript)
+                and isinstance(node.value.value, ast.Attribute)
+                and node.value.value.attr == "submodules"):
+            yield f"{relative}:{node.lineno}: reads submodule {ast.unparse(node.value.slice)} back"
 
 
 def test_gateware_composes_through_signatures_and_flattens_only_at_export():
@@ -322,10 +327,11 @@ def test_seam_check_catches_flat_names_and_tapped_submodules(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("m.d.comb += nic.tx_s_axis_tvalid.eq(1)\nx = m.submodules.rx.events\n"
                    "port = getattr(top, 'ctrl_rdata')\nconnect_flat_axis(m, top, 's', i)\n"
-                   "m.submodules.rx = rx\nm.d.comb += nic.tx_in.valid.eq(1)\n")
+                   "m.submodules.rx = rx\nm.d.comb += nic.tx_in.valid.eq(1)\n"
+                   "y = m.submodules[f'{name}_ingress'].events\nm.submodules['tx'] = tx\n")
     found = sorted(seam_violations(bad, "hdl/bad.py"), key=lambda f: int(f.split(":")[1]))
     assert [f.split(": ", 1)[1].split()[0] for f in found] == [
-        "flat", "reads", "flat", "connect_flat_axis"], found
+        "flat", "reads", "flat", "connect_flat_axis", "reads"], found
     assert not [f for f in seam_violations(bad, "hdl/export.py") if "flat" in f]
 
 
