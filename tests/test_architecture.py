@@ -15,10 +15,13 @@
   ``*_s_axis_t*`` and ``ctrl_*`` of the exported tops) exist only in ``hdl/export.py`` and
   the helpers it uses, and no component reads another's submodules back
   (``m.submodules.x.y``) or subclasses an engine to reach them.
+- No function in ``hdl/`` is longer than :data:`MAX_FUNCTION_LINES`: a god function is
+  split into components or into parts that hand each other records of their signals.
 - Every file a docstring, comment or document names exists.
 """
 import ast
 import re
+import textwrap
 from pathlib import Path
 
 from contract.registers import (
@@ -210,7 +213,9 @@ def test_the_driver_never_imports_the_board():
 #: (folder or file, the modules it must not import): the network path's rooms import
 #: downwards only (core <- front end <- top <- board tops), and the two board tops share
 #: their clocks, resets and pins through ``hdl.board.clocking`` and ``hdl.board.pins``,
-#: never each other.
+#: never each other. The stream blocks every engine uses (``hdl/stream``: the arbiter, the
+#: width converters, the buffers) import no engine; the wire takes them from there, not
+#: sideways from the network front end.
 LAYERS = (
     ("hdl/net", "hdl.board"),
     ("hdl/net/core", "hdl.net.front_end"),
@@ -218,6 +223,9 @@ LAYERS = (
     ("hdl/net/front_end", "hdl.net.top"),
     ("hdl/board/network.py", "hdl.board.top"),
     ("hdl/board/top.py", "hdl.board.network"),
+    ("hdl/wire", "hdl.net.front_end"),
+    *(("hdl/stream", f"hdl.{room}") for room in ("net", "nic", "switch", "wire", "selftest",
+                                                 "board")),
 )
 
 
@@ -231,6 +239,52 @@ def test_the_gateware_rooms_import_downwards():
                   if module == forbidden or module.startswith(forbidden + ".")]
     assert not found, found
 
+
+
+# -- function length ---------------------------------------------------------------------------
+
+#: The longest a function in ``hdl/`` may be, in lines from its ``def`` to its last line
+#: (docstring and comments included).
+MAX_FUNCTION_LINES = 150
+
+
+def long_functions(root, limit=MAX_FUNCTION_LINES):
+    """``path:line name (lines)`` of every function (methods and nested ones too) in the
+    Python files under ``root`` that is longer than ``limit`` lines, longest first."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > limit:
+                    found.append((lines, f"{path.relative_to(root.parent)}:{node.lineno} "
+                                         f"{node.name} ({lines} lines)"))
+    return [where for _, where in sorted(found, reverse=True)]
+
+
+def test_no_gateware_function_is_longer_than_the_limit():
+    """Each ``elaborate`` (and every other function of the gateware) reads on a screen or
+    two: a longer one is split into components or into parts that take and return records
+    of their signals (``hdl/switch/aggregator.py``, ``hdl/wire/path.py``)."""
+    found = long_functions(REPO / "hdl")
+    assert not found, f"functions over {MAX_FUNCTION_LINES} lines: {found}"
+
+
+def test_long_function_check_catches_a_long_function(tmp_path):
+    root = tmp_path / "hdl"
+    (root / "wire").mkdir(parents=True)
+    lines = lambda n, indent: "\n".join(f"{indent}x{k} = {k}" for k in range(n))
+    (root / "wire" / "god.py").write_text(
+        f"class God:\n    def elaborate(self, platform):\n{lines(149, ' ' * 8)}\n"
+        f"        return x0\n\n"                                  # 151 lines: too long
+        f"def fits():\n{lines(148, ' ' * 4)}\n    return x0\n\n"    # 150: fine
+        f"def outer():\n    def inner():\n{lines(149, ' ' * 8)}\n"
+        f"        return x0\n    return inner\n")                  # both too long
+    found = long_functions(root)
+    assert {f.split()[1] for f in found} == {"outer", "elaborate", "inner"}, found
+    assert found[0].startswith("hdl/wire/god.py:") and found[0].endswith("outer (153 lines)")
+    assert "hdl/wire/god.py:2 elaborate (151 lines)" in found, found
 
 
 # -- the gateware's seams ----------------------------------------------------------------------
@@ -256,6 +310,11 @@ def seam_violations(path, relative):
         if (isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load)
                 and isinstance(node.value, ast.Attribute) and node.value.attr == "submodules"):
             yield f"{relative}:{node.lineno}: reads submodule {node.attr} back"
+        # (and by name: m.submodules[f"{name}_ingress"].events)
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Subscript)
+                and isinstance(node.value.value, ast.Attribute)
+                and node.value.value.attr == "submodules"):
+            yield f"{relative}:{node.lineno}: reads submodule {ast.unparse(node.value.slice)} back"
 
 
 def test_gateware_composes_through_signatures_and_flattens_only_at_export():
@@ -268,10 +327,11 @@ def test_seam_check_catches_flat_names_and_tapped_submodules(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("m.d.comb += nic.tx_s_axis_tvalid.eq(1)\nx = m.submodules.rx.events\n"
                    "port = getattr(top, 'ctrl_rdata')\nconnect_flat_axis(m, top, 's', i)\n"
-                   "m.submodules.rx = rx\nm.d.comb += nic.tx_in.valid.eq(1)\n")
+                   "m.submodules.rx = rx\nm.d.comb += nic.tx_in.valid.eq(1)\n"
+                   "y = m.submodules[f'{name}_ingress'].events\nm.submodules['tx'] = tx\n")
     found = sorted(seam_violations(bad, "hdl/bad.py"), key=lambda f: int(f.split(":")[1]))
     assert [f.split(": ", 1)[1].split()[0] for f in found] == [
-        "flat", "reads", "flat", "connect_flat_axis"], found
+        "flat", "reads", "flat", "connect_flat_axis", "reads"], found
     assert not [f for f in seam_violations(bad, "hdl/export.py") if "flat" in f]
 
 

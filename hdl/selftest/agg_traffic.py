@@ -2,7 +2,8 @@
 
 * :class:`AggTraffic` configures one job on the aggregator's control port (``workers``
   workers, slots ``[slot_base, slot_base + window)``), then runs ``workers``
-  :class:`VirtualWorker` sources through a packet-level round-robin :class:`PacketArbiter`
+  :class:`VirtualWorker` sources through a packet-level round-robin
+  :class:`hdl.stream.arbiter.PacketArbiter` (its registered form)
   and a :class:`BeatFormer` (the workers hand over their state, the 256-bit beats are made
   after the arbiter) into the aggregator, SwitchML style: round ``r`` uses slot ``slot_base + r % window``,
   version ``(r // window) % 2``, and a worker may send round ``r`` only when fewer than
@@ -22,7 +23,7 @@ packet, and every worker sends its rounds in order.
 :class:`AggTrafficModel` is the same traffic in Python (for the tests, which also run it
 through the reference model ``host.golden.aggregator.AggregatorModel``).
 """
-from amaranth import Array, Cat, Module, Mux, Signal, signed
+from amaranth import Cat, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -43,12 +44,13 @@ from hdl.selftest.fault_inject import FaultInjector
 from hdl.selftest.gradient_gen import RNG_WIDTH, derive_seed
 from hdl.selftest.lfsr import LFSR, lfsr_advance
 from hdl.selftest.stream_checker import StreamChecker
+from hdl.stream.arbiter import PacketArbiter
 from hdl.stream.axis import AxisBeat, axis_signature
 from hdl.stream.credit_buffer import CreditBuffer
 from hdl.stream.skid_buffer import SkidBuffer
 from hdl.stream.stage import register_stage
 
-__all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "PacketArbiter", "BeatFormer",
+__all__ = ["AggTrafficModel", "WorkerBeat", "VirtualWorker", "BeatFormer",
            "AggExpected", "AggTraffic"]
 
 FULL_KEEP = (1 << BEAT_BYTES) - 1
@@ -290,71 +292,6 @@ class BeatFormer(wiring.Component):
         return m
 
 
-class PacketArbiter(wiring.Component):
-    """Merges ``n`` packet streams into one, a whole packet at a time, round-robin, through
-    one register.
-
-    Parameters
-    ----------
-    n : int
-    shape : shape-like
-        Stream payload, with a ``last`` field (default :data:`hdl.stream.axis.AxisBeat`).
-
-    Attributes
-    ----------
-    i0, i1, ... : In(stream.Signature(shape))
-    o : Out(stream.Signature(shape))
-    """
-
-    def __init__(self, n, shape=AxisBeat):
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"PacketArbiter needs at least one input, not {n!r}")
-        self.n = n
-        signature = stream.Signature(shape)
-        super().__init__({**{f"i{k}": In(signature) for k in range(n)}, "o": Out(signature)})
-
-    @property
-    def inputs(self):
-        return [getattr(self, f"i{k}") for k in range(self.n)]
-
-    def elaborate(self, platform):
-        m = Module()
-        inputs = self.inputs
-        # `grant` is a register: it selects the 256-bit data mux directly (no logic between
-        # the many mux selects and a flip-flop). It moves on at a packet's last beat, or
-        # while its input has nothing to send, to the next input with a beat waiting.
-        grant = Signal(range(self.n))
-        locked = Signal()                    # inside a packet of `grant`
-        valid = Array(s.valid for s in inputs)
-        payload = Array(s.payload for s in inputs)
-        following = Signal(range(self.n))    # next input after `grant` with a beat waiting
-        m.d.comb += following.eq(grant)
-        with m.Switch(grant):
-            for cur in range(self.n):
-                with m.Case(cur):
-                    # round-robin: the inputs after `grant` first, `grant` itself last; the
-                    # last matching If wins, so scan in reverse priority
-                    for offset in reversed(range(1, self.n + 1)):
-                        k = (cur + offset) % self.n
-                        with m.If(inputs[k].valid):
-                            m.d.comb += following.eq(k)
-
-        take = Signal()                      # the output register is free
-        m.d.comb += take.eq(~self.o.valid | self.o.ready)
-        for k, s in enumerate(inputs):
-            m.d.comb += s.ready.eq(take & (grant == k))
-        beat_taken = take & valid[grant]
-        with m.If(take):
-            m.d.sync += [self.o.valid.eq(valid[grant]), self.o.payload.eq(payload[grant])]
-        with m.If(beat_taken):
-            m.d.sync += locked.eq(~payload[grant].last)
-            with m.If(payload[grant].last):
-                m.d.sync += grant.eq(following)
-        with m.Elif(~locked):
-            m.d.sync += grant.eq(following)
-        return m
-
-
 class AggExpected(wiring.Component):
     """The result packets the aggregator must emit, round after round (free-running
     pipeline: the workers' values, one register level per level of the combining tree, an
@@ -537,7 +474,8 @@ class AggTraffic(wiring.Component):
             m.d.sync += self.configured.eq(1)
 
         m.submodules.checker = checker = StreamChecker(stall_limit=self.stall_limit)
-        m.submodules.arbiter = arbiter = PacketArbiter(self.workers, WorkerBeat)
+        m.submodules.arbiter = arbiter = PacketArbiter(self.workers, shape=WorkerBeat,
+                                                       registered=True)
         # SwitchML flow control: at most `window` rounds between sent and completed
         limit = Signal(32)
         m.d.sync += limit.eq(Mux(self.configured, checker.packets + self.window, 0))

@@ -14,6 +14,8 @@ the status of a job beyond the engine's ``jobs`` always reads rejected. Commits 
 jobs queue, one per job, a clock apart. Reads of the job registers return the pending
 values, as the reference model's do.
 """
+import dataclasses
+
 from amaranth import Array, Cat, Module, Signal
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
@@ -51,6 +53,28 @@ ActiveJob = data.StructLayout({
     "up_job": unsigned(_UPSTREAM.field("job").width),
     "up_worker": unsigned(_UPSTREAM.field("worker").width),
 })
+
+
+@dataclasses.dataclass(frozen=True)
+class _Jobs:
+    """The jobs' configuration registers (pending and active, per job; the upstream
+    registers by field), the commit requests and refusals, and the register port's decoded
+    address (job, field, a job register, an upstream register)."""
+    pend_workers: Array
+    pend_base: Array
+    pend_count: Array
+    act_workers: Array
+    act_base: Array
+    act_end: Array
+    pend_up: dict
+    act_up: dict
+    act_upstream: Signal
+    commit_req: Signal
+    rejected: Signal
+    reg_job: object
+    reg_field: object
+    job_reg: object
+    up_reg: object
 
 
 class AggControl(wiring.Component):
@@ -105,7 +129,7 @@ class AggControl(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        S, W, J = self._slots, self._max_workers, self._jobs
+        W, J = self._max_workers, self._jobs
 
         # Pending values hold the full 32-bit writes so that a commit can reject what does
         # not fit instead of silently truncating it.
@@ -172,7 +196,23 @@ class AggControl(wiring.Component):
                     with m.Case(_UPSTREAM.field(f).address):
                         m.d.sync += pend_up[f][reg_job].eq(self.ctrl.wdata)
 
-        # -- commit: wait for the engine to drain, apply, clear the slots -----------------
+        jobs = _Jobs(pend_workers=pend_workers, pend_base=pend_base, pend_count=pend_count,
+                     act_workers=act_workers, act_base=act_base, act_end=act_end,
+                     pend_up=pend_up, act_up=act_up, act_upstream=act_upstream,
+                     commit_req=commit_req, rejected=rejected, reg_job=reg_job,
+                     reg_field=reg_field, job_reg=job_reg, up_reg=up_reg)
+        self._commit(m, jobs)
+        self._reads(m, jobs, counters)
+        return m
+
+    def _commit(self, m, jobs):
+        """A job's commit: wait for the engine to drain, apply what fits, clear its slots."""
+        S, W, J = self._slots, self._max_workers, self._jobs
+        pend_workers, pend_base, pend_count = jobs.pend_workers, jobs.pend_base, jobs.pend_count
+        act_workers, act_base, act_end = jobs.act_workers, jobs.act_base, jobs.act_end
+        pend_up, act_up, act_upstream = jobs.pend_up, jobs.act_up, jobs.act_upstream
+        commit_req, rejected = jobs.commit_req, jobs.rejected
+        reg_job, reg_field, job_reg = jobs.reg_job, jobs.reg_field, jobs.job_reg
         clearing = Signal()
         clear_slot = Signal(range(S))
         clear_last = Signal(range(S))
@@ -258,24 +298,29 @@ class AggControl(wiring.Component):
             m.d.comb += req_next.bit_select(reg_job, 1).eq(1)
         m.d.sync += commit_req.eq(req_next)
 
-        # -- register reads ---------------------------------------------------------------
+
+    def _reads(self, m, jobs, counters):
+        """Register reads: the jobs' pending values and status, the counters, the
+        parameters."""
+        W, J = self._max_workers, self._jobs
+        reg_job, reg_field, job_reg = jobs.reg_job, jobs.reg_field, jobs.job_reg
         with m.If(self.ctrl.re):
             with m.If(job_reg):
                 with m.Switch(reg_field):
                     with m.Case(_FIELD["workers"]):
-                        m.d.sync += self.ctrl.rdata.eq(pend_workers[reg_job])
+                        m.d.sync += self.ctrl.rdata.eq(jobs.pend_workers[reg_job])
                     with m.Case(_FIELD["slot_base"]):
-                        m.d.sync += self.ctrl.rdata.eq(pend_base[reg_job])
+                        m.d.sync += self.ctrl.rdata.eq(jobs.pend_base[reg_job])
                     with m.Case(_FIELD["slot_count"]):
-                        m.d.sync += self.ctrl.rdata.eq(pend_count[reg_job])
+                        m.d.sync += self.ctrl.rdata.eq(jobs.pend_count[reg_job])
                     with m.Case(_FIELD["commit"]):
                         m.d.sync += self.ctrl.rdata.eq(
-                            self.busy | (rejected.bit_select(reg_job, 1) << _REJECTED_BIT))
-            with m.Elif(up_reg):
+                            self.busy | (jobs.rejected.bit_select(reg_job, 1) << _REJECTED_BIT))
+            with m.Elif(jobs.up_reg):
                 with m.Switch(reg_field):
                     for f in _UP_FIELDS:
                         with m.Case(_UPSTREAM.field(f).address):
-                            m.d.sync += self.ctrl.rdata.eq(pend_up[f][reg_job])
+                            m.d.sync += self.ctrl.rdata.eq(jobs.pend_up[f][reg_job])
                     with m.Default():
                         m.d.sync += self.ctrl.rdata.eq(0)
             with m.Elif((self.ctrl.addr < _JOB.end) & (reg_field == _FIELD["commit"])):
@@ -291,4 +336,3 @@ class AggControl(wiring.Component):
                 m.d.sync += self.ctrl.rdata.eq(switch_limits_word(jobs=J, max_workers=W))
             with m.Else():
                 m.d.sync += self.ctrl.rdata.eq(0)
-        return m

@@ -27,6 +27,8 @@ The decisions and their order are those of the golden model
 Bytes after the IPv4 packet (Ethernet padding) are part of the frame but not of the
 datagram: they count in the frame's length, never in the UDP checksum.
 """
+import dataclasses
+
 from amaranth import Cat, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -142,6 +144,32 @@ def address_value(value, bits, name):
     return value
 
 
+@dataclasses.dataclass(frozen=True)
+class _Fields:
+    """The header fields a verdict needs (registers, caught as their beats pass)."""
+    to_board_mac: Signal
+    ethertype_ipv4: Signal
+    ethertype_arp: Signal
+    version_ihl_ok: Signal
+    ip_total: Signal
+    ip_end: Signal           # 14 + total: where the IPv4 packet ends in the frame
+    not_fragment: Signal
+    proto_udp: Signal
+    ip_checksum: Signal
+    to_gradient_port: Signal
+    udp_length: Signal
+    arp_target_board: Signal
+    udp_checksum_zero: Signal
+
+
+@dataclasses.dataclass(frozen=True)
+class _End:
+    """A frame's end: the clock after its last beat (``ended``), its error and length."""
+    ended: Signal
+    error: Signal
+    length: Signal
+
+
 class FrameClassifier(wiring.Component):
     """Classifies each frame of one direction of the wire at its end, without storing it.
 
@@ -199,12 +227,10 @@ class FrameClassifier(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        i, o = self.i, self.o
+        i = self.i
         byte = [i.p.data[8 * j:8 * j + 8] for j in range(BEAT_BYTES)]
         # the beat's two 16-bit words in network order (bytes 0-1 and 2-3)
         word = [Cat(byte[1], byte[0]), Cat(byte[3], byte[2])]
-        mac = self.mac.to_bytes(6, "big")
-        ip = self.ip.to_bytes(4, "big")
 
         # Index of the current beat in its frame. It saturates, so that however long a
         # frame, its fields are never taken from a later beat that wrapped around.
@@ -215,6 +241,18 @@ class FrameClassifier(wiring.Component):
             with m.Elif(beat != _MAX_BEAT):
                 m.d.sync += beat.eq(beat + 1)
 
+        fields = self._fields(m, beat, byte, word)
+        ip_sum = self._ip_sum(m, beat, word)
+        udp_sum = self._udp_sum(m, beat, byte, fields.ip_end)
+        end = self._frame_end(m, beat)
+        self._decide(m, fields, ip_sum, udp_sum, end)
+        return m
+
+    def _fields(self, m, beat, byte, word):
+        """The header fields the decision needs, as their beats pass."""
+        i = self.i
+        mac = self.mac.to_bytes(6, "big")
+        ip = self.ip.to_bytes(4, "big")
         # Header fields, each caught at the beat that carries it (byte n: beat n // 4). A
         # frame long enough not to be a runt (15 beats) has them all before its last beat.
         mac_head = Signal()        # bytes 0-3 are the board MAC's
@@ -257,7 +295,16 @@ class FrameClassifier(wiring.Component):
                                             & (word[0] == int.from_bytes(ip[2:], "big"))),
                         udp_checksum_zero.eq(word[0] == 0),
                     ]
+        return _Fields(to_board_mac=to_board_mac, ethertype_ipv4=ethertype_ipv4,
+                       ethertype_arp=ethertype_arp, version_ihl_ok=version_ihl_ok,
+                       ip_total=ip_total, ip_end=ip_end, not_fragment=not_fragment,
+                       proto_udp=proto_udp, ip_checksum=ip_checksum,
+                       to_gradient_port=to_gradient_port, udp_length=udp_length,
+                       arp_target_board=arp_target_board, udp_checksum_zero=udp_checksum_zero)
 
+    def _ip_sum(self, m, beat, word):
+        """The sum of the IPv4 header's words but the total length and the checksum."""
+        i = self.i
         # The IPv4 header's words (bytes 14-33) but the total length and the checksum, so
         # that the rewrite stage can checksum a new total length from this sum alone.
         ip_sum = Signal(19)        # 8 words
@@ -272,6 +319,11 @@ class FrameClassifier(wiring.Component):
                 with m.Case(8):
                     m.d.sync += ip_sum.eq(ip_sum + word[0])         # destination IP's end
 
+        return ip_sum
+
+    def _udp_sum(self, m, beat, byte, ip_end):
+        """The UDP checksum's sum of the pseudo-header and the datagram, on the fly."""
+        i = self.i
         # The UDP checksum's sum, on the fly: the pseudo-header (source and destination IP,
         # protocol, UDP length) and the datagram, bytes 26 up to the IPv4 packet's end.
         # Bytes past that end (padding, or lanes past the last byte) count as zero, which
@@ -297,6 +349,11 @@ class FrameClassifier(wiring.Component):
         with m.If(i.valid):
             m.d.sync += udp_sum.eq(udp_sum_next)
 
+        return udp_sum
+
+    def _frame_end(self, m, beat):
+        """The frame's length and error, at its last beat."""
+        i = self.i
         # The last beat: its own byte count and error, then the decision the next cycle.
         # Every register above still holds this frame's fields then: the next frame's
         # first beat, if it comes that very cycle, writes them only at its end.
@@ -319,19 +376,26 @@ class FrameClassifier(wiring.Component):
             m.d.sync += [error_so_far.eq(error_so_far | i.p.error),
                          beyond.eq(beyond | (beat == _MAX_BEAT))]
 
+        return _End(ended=ended, error=error, length=length)
+
+    def _decide(self, m, f, ip_sum, udp_sum, end):
+        """The verdict, the clock after the last beat."""
+        o = self.o
+        ip_total, ip_checksum, udp_length = f.ip_total, f.ip_checksum, f.udp_length
+        ended, error, length = end.ended, end.error, end.length
         header_ok = Signal()
         m.d.comb += header_ok.eq(ones_sum16(ip_sum + ip_total + ip_checksum) == 0xFFFF)
         ipv4_ok = Signal()
-        m.d.comb += ipv4_ok.eq(ethertype_ipv4 & version_ihl_ok & header_ok & not_fragment)
+        m.d.comb += ipv4_ok.eq(f.ethertype_ipv4 & f.version_ihl_ok & header_ok & f.not_fragment)
         gradient = Signal()
-        m.d.comb += gradient.eq(ipv4_ok & proto_udp & to_gradient_port)
+        m.d.comb += gradient.eq(ipv4_ok & f.proto_udp & f.to_gradient_port)
         udp_length_bad = Signal()
-        m.d.comb += udp_length_bad.eq((ip_end > length) | (udp_length < UDP_HEADER)
+        m.d.comb += udp_length_bad.eq((f.ip_end > length) | (udp_length < UDP_HEADER)
                                       | (udp_length + IP_HEADER != ip_total))
         # a valid sum is 0xFFFF ("negative zero"), and the sum is never 0 here: the checksum
         # field in it is not zero
         udp_checksum_bad = Signal()
-        m.d.comb += udp_checksum_bad.eq(~udp_checksum_zero & (ones_sum16(udp_sum) != 0xFFFF))
+        m.d.comb += udp_checksum_bad.eq(~f.udp_checksum_zero & (ones_sum16(udp_sum) != 0xFFFF))
 
         kind = Signal(FrameClass)
         with m.If(error):
@@ -340,7 +404,7 @@ class FrameClassifier(wiring.Component):
             m.d.comb += kind.eq(FrameClass.DROP_RUNT)
         with m.Elif(length > MAX_BODY_BYTES):
             m.d.comb += kind.eq(FrameClass.DROP_OVERSIZE)
-        with m.Elif(to_board_mac | (ethertype_arp & arp_target_board)):
+        with m.Elif(f.to_board_mac | (f.ethertype_arp & f.arp_target_board)):
             m.d.comb += kind.eq(FrameClass.FOR_BOARD if self.direction == "tx"
                                 else FrameClass.DROP_BOARD_ADDRESS)
         with m.Elif(gradient & udp_length_bad):
@@ -361,6 +425,5 @@ class FrameClassifier(wiring.Component):
                 o.p.payload_length.eq(udp_length - UDP_HEADER),
                 o.p.ip_sum.eq(ones_sum16(ip_sum)),
                 o.p.ipv4_ok.eq(ipv4_ok),
-                o.p.udp_ok.eq(ipv4_ok & proto_udp & ~udp_length_bad & ~udp_checksum_bad),
+                o.p.udp_ok.eq(ipv4_ok & f.proto_udp & ~udp_length_bad & ~udp_checksum_bad),
             ]
-        return m

@@ -31,8 +31,8 @@ from contract.counters import WIRE_COUNTERS
 from contract.network import DEFAULT_IP, DEFAULT_MAC, SIMULATION_KEY, WIRE_GRADIENT_PORT
 from contract.registers import NIC_REGISTERS, WIRE_REGISTERS
 from hdl.ctrl_port import RegisterPort
-from hdl.net.front_end.tx_arbiter import TxArbiter
 from hdl.nic.engine import COUNTER_BITS, NicEngine
+from hdl.stream.arbiter import PacketArbiter
 from hdl.wire.classify import MacBeat
 from hdl.wire.path import DEFAULT_FRAMES, DEFAULT_STORE_BYTES, WirePath
 from hdl.wire.service import BoardService
@@ -130,7 +130,7 @@ class WireEngine(wiring.Component):
         wiring.connect(m, tx.o, wiring.flipped(self.port1_tx))
         wiring.connect(m, wiring.flipped(self.port1_rx), rx.i)
         # port 0 sends the network's frames and the board's replies, each frame whole
-        m.submodules.port0_out = port0_out = TxArbiter(2, shape=MacBeat)
+        m.submodules.port0_out = port0_out = PacketArbiter(2, shape=MacBeat)
         wiring.connect(m, rx.o, port0_out.i0)
         wiring.connect(m, service.o, port0_out.i1)
         wiring.connect(m, port0_out.o, wiring.flipped(self.port0_tx))

@@ -24,6 +24,15 @@ beside the store has given its verdict (two cycles after the frame's last beat):
   header checksum and UDP length rewritten and the UDP checksum zero, then the packet, and
   nothing after it (no Ethernet padding: the MAC pads).
 
+The parts: the :class:`~hdl.wire.classify.FrameClassifier`, the frame store
+(:class:`~hdl.wire.store.FrameStore`), the NIC turn (:class:`~hdl.wire.nic_turn.NicTurn`:
+the payload out to the NIC path and its answer into the packet buffer), the re-framer
+(:class:`~hdl.wire.reframe.Reframer`) and the output FIFO
+(:class:`~hdl.wire.reframe.OutputFifo`). :class:`WirePath` reads the stored frames one at a
+time: its reader decides what each frame needs and reads its words (and a replacement's
+packet) a word a clock, each read telling the parts what the next clock does with its word
+(:class:`~hdl.wire.store.ReadOp`).
+
 The NIC path is not inside: ``nic_in``, ``nic_out`` and ``nic_dropped`` go to one direction
 of a :class:`hdl.nic.engine.NicEngine` (tx: ``tx_in``/``tx_out``; rx: ``rx_in``/``rx_out``
 and ``rx_dropped``), so that the wire's top shares one engine, and its counters, between its
@@ -56,24 +65,24 @@ beat may follow in the very next cycle) and it counts as ``drop_full``, the firs
 ``contract.counters.WIRE_DROP_CAUSES`` (a frame that no store holds is dropped by the wire,
 whatever else it is).
 """
-from amaranth import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
-from amaranth.lib.memory import Memory
+import dataclasses
+
+from amaranth import Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import exact_log2
 
 from contract.counters import WIRE_COUNTERS
-from contract.frames import IP_HEADER, MAX_BODY_BYTES, PAYLOAD_OFFSET, UDP_HEADER
+from contract.frames import MAX_BODY_BYTES, PAYLOAD_OFFSET
 from contract.header import BEAT_BYTES as NIC_BEAT_BYTES
 from contract.header import HEADER_BYTES, LANES
 from contract.network import DEFAULT_IP, DEFAULT_MAC, WIRE_GRADIENT_PORT
-from hdl.header import HeaderLayout
-from hdl.net.front_end.width import Upsizer
-from hdl.stream.axis import DATA_BITS, axis_signature
-from hdl.wire.classify import (BEAT_BYTES, DIRECTIONS, FrameClass, FrameClassifier, MacBeat,
-                               Verdict, be16, ones_sum16)
-from hdl.wire.service import BoardWord
+from hdl.stream.axis import axis_signature
+from hdl.wire.classify import BEAT_BYTES, DIRECTIONS, FrameClass, FrameClassifier, MacBeat
+from hdl.wire.nic_turn import NicTurn
+from hdl.wire.reframe import OutputFifo, Reframer
+from hdl.wire.request import BoardWord
+from hdl.wire.store import (FrameStore, ReadOp, StoreRead, descriptor_layout,
+                            pointer_shape)
 
 __all__ = ["WireEvents", "WirePath", "DEFAULT_STORE_BYTES", "DEFAULT_FRAMES",
            "DEFAULT_OUT_WORDS"]
@@ -103,49 +112,35 @@ DEFAULT_FRAMES = 128
 #: the smallest store: two 1514-byte frames (1518 with the FCS)
 _MIN_STORE_BYTES = 2 * 1516
 
-_WORD_BITS = 8 * BEAT_BYTES
 #: the frame's words before the UDP payload's: the payload starts in the middle of word 10
 _HEAD_WORDS = PAYLOAD_OFFSET // BEAT_BYTES
-assert PAYLOAD_OFFSET % BEAT_BYTES == 2      # the 16-bit shifts below rely on it
+assert PAYLOAD_OFFSET % BEAT_BYTES == 2      # the 16-bit shifts of the NIC turn rely on it
 _HEADER_WORDS = HEADER_BYTES // BEAT_BYTES   # a NIC packet's words at least: its header
-_TYPE = HeaderLayout["type"]                 # where the packet type sits in payload word 0
-assert _TYPE.offset + _TYPE.shape.width <= _WORD_BITS
-#: words of the frame that a re-framing rewrites (frame bytes 16-17, 24-25, 38-39)
-_TOTAL_WORD, _CHECKSUM_WORD, _UDP_LENGTH_WORD = 4, 6, 9
-
-
-class _Op(enum.Enum, shape=3):
-    """What the read stage does with a word read the cycle before."""
-    NONE = 0
-    PRIME = 1       # frame word 10: the first payload word's two bytes, kept
-    NIC = 2         # a payload word: the kept bytes and two of this word, to the NIC path
-    FRAME = 3       # a stored frame word, out as it is
-    HEADER = 4      # a stored frame word of a re-framed datagram, lengths rewritten
-    PACKET = 5      # a word of the re-framed packet, out of the packet buffer
-    BOARD = 6       # a stored frame word, to the board's service
-
-
-_Read = data.StructLayout({
-    "op": _Op,
-    "index": unsigned(4),        # HEADER: frame word; PACKET: lane of the packet buffer
-                                 # beat; NIC: the word's place in its NIC beat, from 1
-    "bytes": unsigned(3),        # NIC: payload bytes in the word (the rest are zero)
-    "last": unsigned(1),         # the frame's (or the NIC packet's) last word
-    "last_be": unsigned(BEAT_BYTES),
-})
-
-#: ``words``: the word's place in its 256-bit beat, from 1: on the beat's last word, the
-#: words it keeps, carried with the packet (not looked up when the beat leaves, by which time
-#: the frame may be another's)
-_NicWord = data.StructLayout({"data": unsigned(_WORD_BITS), "last": unsigned(1),
-                              "words": unsigned(4)})
-_OutWord = data.StructLayout({"data": unsigned(_WORD_BITS), "last_be": unsigned(BEAT_BYTES),
-                              "last": unsigned(1)})
 
 
 def _last_be(length):
     """``last_be`` of a frame of ``length`` bytes: one-hot on its last byte."""
     return (Const(1, BEAT_BYTES) << (length[:2] - 1)[:2])[:BEAT_BYTES]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reader:
+    """The reader's state, and the parts it drives (the store, the NIC turn, the re-framer's
+    output FIFO)."""
+    events: Signal         # the path's counter strobes (WireEvents), registered
+    frame: Signal          # the frame being dealt with (a descriptor)
+    frame_words: Signal
+    issue: Signal          # this cycle's read (op NONE: none)
+    n: Signal              # reads issued in this phase
+    nic_words: Signal      # NIC packet words: the payload's, at least a header's
+    start_nic: Signal      # a packet is about to go to the NIC path
+    emitted: Signal        # this frame went out
+    free_ptr: Signal       # the oldest store word still needed
+    store: object
+    nic: object
+    out: object
+
+
 
 
 class WirePath(wiring.Component):
@@ -239,93 +234,59 @@ class WirePath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        depth = self.store_bytes // BEAT_BYTES
-        abits = exact_log2(depth)
-        pointer = unsigned(abits + 1)      # a word address and a lap bit: full != empty
-        Descriptor = data.StructLayout({"verdict": Verdict, "start": pointer, "end": pointer})
+        m.submodules.classifier = classifier = self._classifier
+        m.submodules.store = store = FrameStore(store_bytes=self.store_bytes, frames=self.frames)
+        for sink in (classifier.i, store.i):      # (never stalled: both take every beat)
+            wiring.connect(m, wiring.flipped(self.i), sink)
+        wiring.connect(m, classifier.o, store.verdict)
+        m.submodules.nic = nic = NicTurn(packet_beats=self.packet_beats)
+        wiring.connect(m, wiring.flipped(self.nic_out), nic.nic_out)
+        wiring.connect(m, nic.nic_in, wiring.flipped(self.nic_in))
+        m.submodules.reframer = reframer = Reframer()
+        m.submodules.out = out = OutputFifo(depth=self.out_words)
+        wiring.connect(m, reframer.o, out.i)
+        wiring.connect(m, out.o, wiring.flipped(self.o))
+
+        reader = self._reader(m, store, nic, out)
+        # the read stage: last cycle's read, acted on by the part it is for
+        reading = Signal(StoreRead)
+        m.d.sync += reading.eq(reader.issue)
+        m.d.comb += [nic.reading.eq(reading), nic.word.eq(store.read_data),
+                     nic.start.eq(reader.start_nic), nic.nic_dropped.eq(self.nic_dropped),
+                     reframer.reading.eq(reading), reframer.word.eq(store.read_data),
+                     reframer.packet.eq(nic.packet_data),
+                     reframer.packet_bytes.eq(nic.answer.bytes),
+                     reframer.ip_sum.eq(reader.frame.verdict.ip_sum)]
+        if self.direction == "tx":
+            board = self.board
+            with m.Switch(reading.op):
+                with m.Case(ReadOp.BOARD):
+                    m.d.comb += [board.valid.eq(1), board.p.data.eq(store.read_data),
+                                 board.p.last.eq(reading.last),
+                                 board.p.verdict.eq(reader.frame.verdict)]
+        # (the store's strobes registered with the reader's)
+        m.d.sync += [self.events.frames_in.eq(store.events.frames_in),
+                     self.events.drop_full.eq(store.events.drop_full)]
+        return m
+
+    def _reader(self, m, store, nic, out):
+        """The read side, one stored frame at a time: what the frame needs, and its reads.
+
+        Reads of the store and of the packet buffer take a cycle; each carries a
+        :data:`~hdl.wire.store.StoreRead` that says what the next cycle does with the word.
+        A read is issued only when the FIFO its word goes to has room for it and for the one
+        still in flight, so the read stage never waits and nothing upstream of the FIFOs
+        needs a ready."""
+        Descriptor = descriptor_layout(self.store_bytes)
         events = self.events
         m.d.sync += events.eq(0)
-
-        m.submodules.classifier = classifier = self._classifier
-        wiring.connect(m, wiring.flipped(self.i), classifier.i)
-
-        # -- write side: every beat into the store as it comes ----------------------------
-        m.submodules.store = store = Memory(shape=_WORD_BITS, depth=depth, init=[])
-        store_w = store.write_port()
-        store_r = store.read_port()
-        # (buffered: a block RAM, not 93-bit-wide LUT RAM)
-        m.submodules.descriptors = descriptors = SyncFIFOBuffered(width=Descriptor.size,
-                                                                  depth=self.frames)
-        write_ptr = Signal(pointer)
-        frame_start = Signal(pointer)
-        free_ptr = Signal(pointer)         # the oldest word still needed
-        lost = Signal()                    # a word of this frame found no room
-        reserved = Signal(range(self.frames + 1))  # frames stored, not yet done with
-        released = Signal()                # the read side is done with a frame
-        used = Signal(pointer)
-        room = Signal()
-        i = self.i
-        m.d.comb += [
-            used.eq(write_ptr - free_ptr),
-            room.eq(~used[abits]),         # (used never exceeds depth)
-            store_w.addr.eq(write_ptr[:abits]),
-            store_w.data.eq(i.p.data),
-            store_w.en.eq(i.valid & room & ~lost),
-        ]
-        # The frame's fate on the write side, delayed to meet its verdict: the classifier
-        # answers exactly two cycles after the last beat.
-        Ended = data.StructLayout({"valid": 1, "stored": 1, "start": pointer, "end": pointer})
-        ended = [Signal(Ended, name=f"ended{n}") for n in (1, 2)]
-        stored = Signal()
-        m.d.comb += stored.eq(room & ~lost & (reserved != self.frames))
-        m.d.sync += [ended[0].valid.eq(i.valid & i.p.last), ended[1].eq(ended[0])]
-        with m.If(i.valid):
-            with m.If(i.p.last):
-                m.d.sync += [events.frames_in.eq(1), lost.eq(0),
-                             ended[0].stored.eq(stored), ended[0].start.eq(frame_start),
-                             ended[0].end.eq(write_ptr + 1)]
-                with m.If(stored):
-                    m.d.sync += [write_ptr.eq(write_ptr + 1), frame_start.eq(write_ptr + 1)]
-                with m.Else():
-                    m.d.sync += write_ptr.eq(frame_start)   # its words forgotten
-            with m.Elif(room & ~lost):
-                m.d.sync += write_ptr.eq(write_ptr + 1)
-            with m.Else():
-                m.d.sync += lost.eq(1)
-        m.d.sync += reserved.eq(reserved + (i.valid & i.p.last & stored) - released)
-
-        new = Signal(Descriptor)
-        m.d.comb += [new.verdict.eq(classifier.o.p), new.start.eq(ended[1].start),
-                     new.end.eq(ended[1].end), descriptors.w_data.eq(new)]
-        with m.If(classifier.o.valid):
-            with m.If(ended[1].stored):
-                m.d.comb += descriptors.w_en.eq(1)   # (a slot was reserved at the last beat)
-            with m.Else():
-                m.d.sync += events.drop_full.eq(1)
-
-        # -- read side: one frame at a time --------------------------------------------------
-        # Reads of the store and of the packet buffer take a cycle; each carries an _Op that
-        # says what the next cycle does with the word. A read is issued only when the FIFO
-        # its word goes to has room for it and for the one still in flight, so the read
-        # stage never waits and nothing upstream of the FIFOs needs a ready.
-        m.submodules.packet = packet = Memory(shape=DATA_BITS, depth=self.packet_beats, init=[])
-        packet_w = packet.write_port()
-        packet_r = packet.read_port()
-        m.submodules.out_fifo = out_fifo = SyncFIFOBuffered(width=_OutWord.size,
-                                                            depth=self.out_words)
-        m.submodules.nic_fifo = nic_fifo = SyncFIFOBuffered(width=_NicWord.size, depth=8)
-        out_room = Signal()
-        nic_room = Signal()
-        m.d.comb += [out_room.eq(out_fifo.level < out_fifo.depth - 1),
-                     nic_room.eq(nic_fifo.level < nic_fifo.depth - 1)]
-
+        free_ptr = Signal(pointer_shape(self.store_bytes))
+        m.d.comb += store.free_ptr.eq(free_ptr)
         frame = Signal(Descriptor)                 # the frame being dealt with
         verdict = frame.verdict
-        frame_words = Signal(pointer)
+        frame_words = Signal(pointer_shape(self.store_bytes))
         m.d.comb += frame_words.eq(frame.end - frame.start)
-        issue = Signal(_Read)                      # this cycle's read (op NONE: none)
-        reading = Signal(_Read)                    # last cycle's
-        m.d.sync += reading.eq(issue)
+        issue = Signal(StoreRead)                  # this cycle's read (op NONE: none)
         n = Signal(16)                             # reads issued in this phase
         # NIC packet words: the payload's, at least a header's
         payload_words = Signal(15)
@@ -333,250 +294,164 @@ class WirePath(wiring.Component):
         m.d.comb += [payload_words.eq((verdict.payload_length + BEAT_BYTES - 1) >> 2),
                      nic_words.eq(Mux(payload_words < _HEADER_WORDS, _HEADER_WORDS,
                                       payload_words))]
-
-        # what came back from the NIC path
-        packet_bytes = Signal(16)                  # bytes of its packet (whole words)
-        packet_type = Signal(_TYPE.shape)
-        sent_type = Signal(_TYPE.shape)
-        answered, dropped = Signal(), Signal()
-        # the re-framed datagram's lengths and header checksum
-        new_total, new_udp_length, new_checksum = Signal(16), Signal(16), Signal(16)
-        m.d.comb += [new_total.eq(IP_HEADER + UDP_HEADER + packet_bytes),
-                     new_udp_length.eq(UDP_HEADER + packet_bytes),
-                     new_checksum.eq(~ones_sum16(verdict.ip_sum + new_total))]
         start_nic = Signal()                       # a packet is about to go to the NIC path
         emitted = Signal()                         # this frame went out
-
+        reader = _Reader(events=events, frame=frame, frame_words=frame_words, issue=issue, n=n,
+                         nic_words=nic_words, start_nic=start_nic, emitted=emitted,
+                         free_ptr=free_ptr, store=store, nic=nic, out=out)
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(descriptors.r_rdy):
-                    head = data.View(Descriptor, descriptors.r_data)
-                    m.d.comb += descriptors.r_en.eq(1)
-                    m.d.sync += [frame.eq(head), n.eq(0), emitted.eq(0)]
-                    kind = head.verdict.kind
-                    with m.If(kind == FrameClass.PASS):
-                        m.d.sync += events.passed.eq(1)
-                        m.next = "FRAME"
-                    with m.Elif(kind == FrameClass.GRADIENT):
-                        if self.direction == "rx":
-                            # shorter than a header: no packet the receive path takes
-                            with m.If(head.verdict.payload_length < HEADER_BYTES):
-                                m.d.sync += events.drop_malformed.eq(1)
-                                m.next = "DONE"
-                            with m.Else():
-                                m.d.comb += start_nic.eq(1)
-                                m.next = "NIC"
-                        else:
-                            m.d.comb += start_nic.eq(1)
-                            m.next = "NIC"
-                    with m.Elif(kind == FrameClass.FOR_BOARD):
-                        # (the classifier says so on the host side only)
-                        m.next = "BOARD" if self.direction == "tx" else "DONE"
-                    with m.Else():
-                        for cls in FrameClass:
-                            if cls.name.startswith("DROP_"):
-                                with m.If(kind == cls):
-                                    m.d.sync += getattr(events, cls.name.lower()).eq(1)
-                        m.next = "DONE"
-
+                self._take(m, reader)
             with m.State("NIC"):
-                # frame words 10 .. 10 + nic_words: each after the first completes a payload
-                # word with the two bytes of the one before
-                with m.If(nic_room):
-                    at = Signal(18)        # the payload byte the word starts with
-                    pl = verdict.payload_length
-                    m.d.comb += [
-                        at.eq((n - 1) << 2),
-                        issue.op.eq(Mux(n == 0, _Op.PRIME, _Op.NIC)),
-                        issue.index.eq(((n - 1) & (LANES - 1)) + 1),
-                        issue.bytes.eq(Mux(pl >= at + BEAT_BYTES, BEAT_BYTES,
-                                           Mux(pl > at, pl - at, 0))),
-                        issue.last.eq(n == nic_words),
-                        store_r.addr.eq(frame.start + _HEAD_WORDS + n),
-                    ]
-                    m.d.sync += n.eq(n + 1)
-                    with m.If(n == nic_words):
-                        m.next = "ANSWER"
-
+                self._payload(m, reader)
             with m.State("ANSWER"):
-                replace = Signal()
-                with m.If(dropped):
-                    m.d.sync += events.drop_malformed.eq(1)
-                    m.next = "DONE"
-                with m.Elif(answered):
-                    rewritten = packet_type != sent_type
-                    m.d.sync += n.eq(0)
-                    if self.direction == "tx":
-                        m.d.comb += replace.eq(rewritten & (packet_bytes <= verdict.payload_length))
-                        with m.If(replace):
-                            m.d.sync += events.compressed.eq(1)
-                        with m.Elif(rewritten):
-                            m.d.sync += events.incompressible.eq(1)
-                    else:
-                        m.d.comb += replace.eq(rewritten)
-                        with m.If(replace):
-                            m.d.sync += events.decompressed.eq(1)
-                    with m.If(replace):
-                        m.next = "REFRAME"
-                    with m.Else():
-                        with m.If(~rewritten):
-                            m.d.sync += events.passed.eq(1)
-                        m.next = "FRAME"
-
+                self._answer(m, reader)
             with m.State("FRAME"):
-                with m.If(out_room):
-                    last = n == frame_words - 1
-                    m.d.comb += [issue.op.eq(_Op.FRAME), issue.last.eq(last),
-                                 issue.last_be.eq(_last_be(verdict.length)),
-                                 store_r.addr.eq(frame.start + n)]
-                    # the word is read for the last time (its data leaves the memory the
-                    # next cycle, before a write that takes its place could land): free it
-                    # now, so that the next frame can arrive while a jumbo goes out
-                    m.d.sync += [n.eq(n + 1), free_ptr.eq(frame.start + n + 1)]
-                    with m.If(last):
-                        m.d.sync += emitted.eq(1)
-                        m.next = "DONE"
-
+                self._frame(m, reader)
             if self.direction == "tx":
                 with m.State("BOARD"):
-                    # The service takes every word once it took the first (it stores them
-                    # as they come): wait for it to be free before the first only.
-                    with m.If(self.board_free | (n != 0)):
-                        last = n == frame_words - 1
-                        m.d.comb += [issue.op.eq(_Op.BOARD), issue.last.eq(last),
-                                     store_r.addr.eq(frame.start + n)]
-                        m.d.sync += [n.eq(n + 1), free_ptr.eq(frame.start + n + 1)]
-                        with m.If(last):
-                            m.next = "DONE"
-
+                    self._board(m, reader)
             with m.State("REFRAME"):
-                # frame words 0-9, then the packet buffer's words: the packet two bytes in,
-                # its last word holding its last two bytes (a packet is whole words)
-                with m.If(out_room):
-                    word = n - _HEAD_WORDS
-                    last = word == (packet_bytes >> 2)
-                    with m.If(n < _HEAD_WORDS):
-                        m.d.comb += [issue.op.eq(_Op.HEADER), issue.index.eq(n),
-                                     store_r.addr.eq(frame.start + n)]
-                        # the rest comes from the packet buffer: after the last header word
-                        # the store holds nothing of this frame that is still needed
-                        with m.If(n == _HEAD_WORDS - 1):
-                            m.d.sync += free_ptr.eq(frame.end)
-                    with m.Else():
-                        m.d.comb += [issue.op.eq(_Op.PACKET), issue.index.eq(word[:3]),
-                                     issue.last.eq(last), issue.last_be.eq(0b0010),
-                                     packet_r.addr.eq(word >> 3)]
-                    m.d.sync += n.eq(n + 1)
-                    with m.If((n >= _HEAD_WORDS) & last):
-                        m.d.sync += emitted.eq(1)
-                        m.next = "DONE"
-
+                self._reframe(m, reader)
             with m.State("DONE"):
                 # the frame's words are free: its last read was issued the cycle before
                 # (FRAME and REFRAME have freed them already; a dropped frame's go now).
                 # Its descriptor slot is free only now: the slot count, not the words,
                 # says how many frames are waiting
-                m.d.comb += released.eq(1)
+                m.d.comb += store.released.eq(1)
                 m.d.sync += [free_ptr.eq(frame.end), events.frames_out.eq(emitted)]
                 m.next = "IDLE"
+        return reader
 
-        # -- the read stage ------------------------------------------------------------------
-        kept = Signal(16)          # the last two bytes of the word before (frame bytes 42..)
-        word = store_r.data
-        lane = packet_r.data.word_select(reading.index[:3], _WORD_BITS)
-        out_word = Signal(_OutWord)
-        nic_word = Signal(_NicWord)
-        joined = Signal(_WORD_BITS)
-        m.d.comb += [
-            joined.eq(Cat(kept, word[:16])),
-            nic_word.last.eq(reading.last),
-            nic_word.words.eq(reading.index),
-            out_word.last.eq(reading.last),
-            out_word.last_be.eq(reading.last_be),
-            out_word.data.eq(Mux(reading.op == _Op.PACKET, lane, word)),
-            out_fifo.w_data.eq(out_word),
-            nic_fifo.w_data.eq(nic_word),
-        ]
-        for j in range(BEAT_BYTES):
-            m.d.comb += nic_word.data[8 * j:8 * j + 8].eq(
-                Mux(reading.bytes > j, joined[8 * j:8 * j + 8], 0))
-        with m.Switch(reading.op):
-            with m.Case(_Op.PRIME):
-                m.d.sync += kept.eq(word[16:])
-            with m.Case(_Op.NIC):
-                m.d.comb += nic_fifo.w_en.eq(1)
-                m.d.sync += kept.eq(word[16:])
-            with m.Case(_Op.FRAME, _Op.PACKET):
-                m.d.comb += out_fifo.w_en.eq(1)
-            with m.Case(_Op.BOARD):
-                if self.direction == "tx":
-                    board = self.board
-                    m.d.comb += [board.valid.eq(1), board.p.data.eq(word),
-                                 board.p.last.eq(reading.last), board.p.verdict.eq(verdict)]
-            with m.Case(_Op.HEADER):
-                m.d.comb += out_fifo.w_en.eq(1)
-                with m.Switch(reading.index):
-                    with m.Case(_TOTAL_WORD):
-                        m.d.comb += out_word.data[:16].eq(be16(new_total))
-                    with m.Case(_CHECKSUM_WORD):
-                        m.d.comb += out_word.data[:16].eq(be16(new_checksum))
-                    with m.Case(_UDP_LENGTH_WORD):
-                        m.d.comb += out_word.data[16:].eq(be16(new_udp_length))
-        # the sent packet's type: payload word 0 is the NIC packet's first
-        first_nic_word = Signal()
-        with m.If(start_nic):
-            m.d.sync += first_nic_word.eq(1)
-        with m.Elif(nic_fifo.w_en):
-            m.d.sync += first_nic_word.eq(0)
-            with m.If(first_nic_word):
-                m.d.sync += sent_type.eq(nic_word.data[_TYPE.offset:][:_TYPE.shape.width])
+    def _take(self, m, r):
+        """The next stored frame, and what it needs: by its verdict."""
+        events, frames = r.events, r.store.frames
+        with m.If(frames.valid):
+            head = frames.p
+            m.d.comb += frames.ready.eq(1)
+            m.d.sync += [r.frame.eq(head), r.n.eq(0), r.emitted.eq(0)]
+            kind = head.verdict.kind
+            with m.If(kind == FrameClass.PASS):
+                m.d.sync += events.passed.eq(1)
+                m.next = "FRAME"
+            with m.Elif(kind == FrameClass.GRADIENT):
+                if self.direction == "rx":
+                    # shorter than a header: no packet the receive path takes
+                    with m.If(head.verdict.payload_length < HEADER_BYTES):
+                        m.d.sync += events.drop_malformed.eq(1)
+                        m.next = "DONE"
+                    with m.Else():
+                        m.d.comb += r.start_nic.eq(1)
+                        m.next = "NIC"
+                else:
+                    m.d.comb += r.start_nic.eq(1)
+                    m.next = "NIC"
+            with m.Elif(kind == FrameClass.FOR_BOARD):
+                # (the classifier says so on the host side only)
+                m.next = "BOARD" if self.direction == "tx" else "DONE"
+            with m.Else():
+                for cls in FrameClass:
+                    if cls.name.startswith("DROP_"):
+                        with m.If(kind == cls):
+                            m.d.sync += getattr(events, cls.name.lower()).eq(1)
+                m.next = "DONE"
 
-        o = self.o
-        head_out = data.View(_OutWord, out_fifo.r_data)
-        m.d.comb += [o.valid.eq(out_fifo.r_rdy), o.p.data.eq(head_out.data),
-                     o.p.last_be.eq(Mux(head_out.last, head_out.last_be, 0)),
-                     o.p.last.eq(head_out.last), o.p.error.eq(0),
-                     out_fifo.r_en.eq(o.ready)]
+    def _payload(self, m, r):
+        """Frame words 10 .. 10 + nic_words to the NIC turn: each after the first completes a
+        payload word with the two bytes of the one before."""
+        n, issue = r.n, r.issue
+        with m.If(r.nic.room):
+            at = Signal(18)        # the payload byte the word starts with
+            pl = r.frame.verdict.payload_length
+            m.d.comb += [
+                at.eq((n - 1) << 2),
+                issue.op.eq(Mux(n == 0, ReadOp.PRIME, ReadOp.NIC)),
+                issue.index.eq(((n - 1) & (LANES - 1)) + 1),
+                issue.bytes.eq(Mux(pl >= at + BEAT_BYTES, BEAT_BYTES,
+                                   Mux(pl > at, pl - at, 0))),
+                issue.last.eq(n == r.nic_words),
+                r.store.read_addr.eq(r.frame.start + _HEAD_WORDS + n),
+            ]
+            m.d.sync += n.eq(n + 1)
+            with m.If(n == r.nic_words):
+                m.next = "ANSWER"
 
-        # -- to the NIC path: words eight to a beat, keep from the words each beat holds ---
-        m.submodules.upsizer = upsizer = Upsizer()
-        head_nic = data.View(_NicWord, nic_fifo.r_data)
-        m.d.comb += [upsizer.i.valid.eq(nic_fifo.r_rdy), upsizer.i.p.data.eq(head_nic.data),
-                     upsizer.i.p.last.eq(head_nic.last), upsizer.i.p.last_be.eq(0b1000),
-                     # (meta leaves with a beat's last word: there, its word count)
-                     upsizer.i.p.meta.length.eq(head_nic.words),
-                     nic_fifo.r_en.eq(upsizer.i.ready)]
-        beat_words = Signal(4)     # kept words of the beat, 1..8
-        m.d.comb += beat_words.eq(upsizer.o.p.meta.length)
-        nic_in = self.nic_in
-        m.d.comb += [nic_in.valid.eq(upsizer.o.valid), nic_in.p.data.eq(upsizer.o.p.data),
-                     nic_in.p.last.eq(upsizer.o.p.last), upsizer.o.ready.eq(nic_in.ready)]
-        m.d.comb += nic_in.p.keep.eq((Const(1, NIC_BEAT_BYTES + 1) << (beat_words * 4)) - 1)
+    def _answer(self, m, r):
+        """The NIC path's answer decides: a replacement is re-framed, a packet it left alone
+        passes the stored frame, a drop drops it."""
+        events, answer, verdict = r.events, r.nic.answer, r.frame.verdict
+        replace = Signal()
+        with m.If(answer.dropped):
+            m.d.sync += events.drop_malformed.eq(1)
+            m.next = "DONE"
+        with m.Elif(answer.answered):
+            rewritten = answer.rewritten
+            m.d.sync += r.n.eq(0)
+            if self.direction == "tx":
+                m.d.comb += replace.eq(rewritten & (answer.bytes <= verdict.payload_length))
+                with m.If(replace):
+                    m.d.sync += events.compressed.eq(1)
+                with m.Elif(rewritten):
+                    m.d.sync += events.incompressible.eq(1)
+            else:
+                m.d.comb += replace.eq(rewritten)
+                with m.If(replace):
+                    m.d.sync += events.decompressed.eq(1)
+            with m.If(replace):
+                m.next = "REFRAME"
+            with m.Else():
+                with m.If(~rewritten):
+                    m.d.sync += events.passed.eq(1)
+                m.next = "FRAME"
 
-        # -- from the NIC path: into the packet buffer two bytes in ------------------------
-        nic_out = self.nic_out
-        beat = Signal(range(self.packet_beats + 1))
-        carry = Signal(16)         # the last two bytes of the beat before
-        flush = Signal()           # the last beat's carry still to write
-        first = Signal()
-        kept_words = Signal(range(LANES + 1))
-        m.d.comb += [nic_out.ready.eq(1),
-                     kept_words.eq(sum(nic_out.p.keep[4 * j] for j in range(LANES))),
-                     packet_w.addr.eq(beat),
-                     packet_w.data.eq(Cat(carry, Mux(flush, 0, nic_out.p.data[:DATA_BITS - 16])))]
-        with m.If(start_nic):
-            m.d.sync += [beat.eq(0), carry.eq(0), flush.eq(0), first.eq(1), packet_bytes.eq(0),
-                         answered.eq(0), dropped.eq(0)]
-        with m.Elif(nic_out.valid):
-            m.d.comb += packet_w.en.eq(beat < self.packet_beats)
-            m.d.sync += [beat.eq(beat + 1), carry.eq(nic_out.p.data[DATA_BITS - 16:]),
-                         packet_bytes.eq(packet_bytes + kept_words * 4), first.eq(0),
-                         flush.eq(nic_out.p.last)]
-            with m.If(first):
-                m.d.sync += packet_type.eq(nic_out.p.data[_TYPE.offset:][:_TYPE.shape.width])
-        with m.Elif(flush):
-            m.d.comb += packet_w.en.eq(beat < self.packet_beats)
-            m.d.sync += [flush.eq(0), answered.eq(1)]
-        with m.If(self.nic_dropped):
-            m.d.sync += dropped.eq(1)
-        return m
+    def _frame(self, m, r):
+        """The stored frame out, word for word."""
+        n, issue, frame = r.n, r.issue, r.frame
+        with m.If(r.out.room):
+            last = n == r.frame_words - 1
+            m.d.comb += [issue.op.eq(ReadOp.FRAME), issue.last.eq(last),
+                         issue.last_be.eq(_last_be(frame.verdict.length)),
+                         r.store.read_addr.eq(frame.start + n)]
+            # the word is read for the last time (its data leaves the memory the next
+            # cycle, before a write that takes its place could land): free it now, so that
+            # the next frame can arrive while a jumbo goes out
+            m.d.sync += [n.eq(n + 1), r.free_ptr.eq(frame.start + n + 1)]
+            with m.If(last):
+                m.d.sync += r.emitted.eq(1)
+                m.next = "DONE"
+
+    def _board(self, m, r):
+        """The stored frame to the board's service (host side)."""
+        n, issue, frame = r.n, r.issue, r.frame
+        # The service takes every word once it took the first (it stores them as they
+        # come): wait for it to be free before the first only.
+        with m.If(self.board_free | (n != 0)):
+            last = n == r.frame_words - 1
+            m.d.comb += [issue.op.eq(ReadOp.BOARD), issue.last.eq(last),
+                         r.store.read_addr.eq(frame.start + n)]
+            m.d.sync += [n.eq(n + 1), r.free_ptr.eq(frame.start + n + 1)]
+            with m.If(last):
+                m.next = "DONE"
+
+    def _reframe(self, m, r):
+        """Frame words 0-9, then the packet buffer's words: the packet two bytes in, its last
+        word holding its last two bytes (a packet is whole words)."""
+        n, issue, frame = r.n, r.issue, r.frame
+        with m.If(r.out.room):
+            word = n - _HEAD_WORDS
+            last = word == (r.nic.answer.bytes >> 2)
+            with m.If(n < _HEAD_WORDS):
+                m.d.comb += [issue.op.eq(ReadOp.HEADER), issue.index.eq(n),
+                             r.store.read_addr.eq(frame.start + n)]
+                # the rest comes from the packet buffer: after the last header word the
+                # store holds nothing of this frame that is still needed
+                with m.If(n == _HEAD_WORDS - 1):
+                    m.d.sync += r.free_ptr.eq(frame.end)
+            with m.Else():
+                m.d.comb += [issue.op.eq(ReadOp.PACKET), issue.index.eq(word[:3]),
+                             issue.last.eq(last), issue.last_be.eq(0b0010),
+                             r.nic.packet_addr.eq(word >> 3)]
+            m.d.sync += n.eq(n + 1)
+            with m.If((n >= _HEAD_WORDS) & last):
+                m.d.sync += r.emitted.eq(1)
+                m.next = "DONE"

@@ -53,6 +53,7 @@ counted by ``rx_fcs``, and also by the layer that dropped it for its header befo
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 
@@ -549,6 +550,27 @@ class ParkingARP(LiteXModule):
         ]
 
 
+@dataclasses.dataclass(frozen=True)
+class _SlotFSM:
+    """The signals of :class:`ParkingIPTX` that its state machine's states use."""
+    sink: object
+    source: object
+    p: object
+    wr: object
+    rd: object
+    slot_busy: Signal
+    wr_ptr: Signal
+    rd_ptr: Signal
+    last_ptr: Signal
+    last_be: Signal
+    resolved: object
+    lookup: object
+    response: object
+    target_mac: Signal
+    parked_last: Signal
+    slot_words: int
+
+
 class ParkingIPTX(LiteXModule):
     """``LiteEthIPTX`` that parks a datagram whose destination misses the ARP cache.
 
@@ -619,6 +641,27 @@ class ParkingIPTX(LiteXModule):
         target_mac = Signal(48, reset_less=True)
 
         self.fsm = fsm = FSM(reset_state="IDLE")
+        self.comb += [
+            lookup.ip_address.eq(sink.ip_address),
+            lookup.resolve.eq(~slot_busy),
+        ]
+        parked_last = Signal()
+        self.comb += parked_last.eq(rd_ptr == last_ptr)
+        self._slot_fsm(fsm, _SlotFSM(
+            sink=sink, source=source, p=p, wr=wr, rd=rd, slot_busy=slot_busy, wr_ptr=wr_ptr,
+            rd_ptr=rd_ptr, last_ptr=last_ptr, last_be=last_be, resolved=resolved, lookup=lookup,
+            response=response, target_mac=target_mac, parked_last=parked_last,
+            slot_words=slot_words))
+
+    def _slot_fsm(self, fsm, s):
+        """The transmit path's states: a cached destination's datagram is sent; a missed
+        one parks in the slot until its exchange ends, then goes (or is dropped). (Only
+        statements: every signal is the caller's, so that Migen names them as before.)"""
+        sink, source, p, wr, rd = s.sink, s.source, s.p, s.wr, s.rd
+        slot_busy, wr_ptr, rd_ptr, last_ptr, last_be = (s.slot_busy, s.wr_ptr, s.rd_ptr,
+                                                        s.last_ptr, s.last_be)
+        resolved, lookup, response = s.resolved, s.lookup, s.response
+        target_mac, parked_last, slot_words = s.target_mac, s.parked_last, s.slot_words
         fsm.act("IDLE",
             If(slot_busy & resolved.valid,
                 If(resolved.failed,
@@ -641,10 +684,6 @@ class ParkingIPTX(LiteXModule):
                 )
             )
         )
-        self.comb += [
-            lookup.ip_address.eq(sink.ip_address),
-            lookup.resolve.eq(~slot_busy),
-        ]
         fsm.act("LOOKUP",
             lookup.valid.eq(1),
             If(lookup.ready,
@@ -700,8 +739,6 @@ class ParkingIPTX(LiteXModule):
         fsm.act("LOAD_PARKED",
             NextState("SEND_PARKED")
         )
-        parked_last = Signal()
-        self.comb += parked_last.eq(rd_ptr == last_ptr)
         fsm.act("SEND_PARKED",
             source.valid.eq(1),
             source.data.eq(rd.dat_r),

@@ -17,16 +17,20 @@ already checked its FCS and holds it whole):
    header alone with ``RESULT`` and ``ERROR`` set, counted ``bad_ctrl``; no register is
    touched (``docs/network-contract.md``, the golden board's order);
 4. otherwise executed (``executed``).
+
+The checks themselves are :mod:`hdl.ctrl_request`'s, which the wire's CTRL responder
+(:class:`hdl.wire.ctrl.CtrlResponder`) applies too.
 """
 from __future__ import annotations
 
-from amaranth import Cat, Const, Module, Mux, Signal
+from amaranth import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.header import HEADER_BYTES, MAGIC, VERSION, Flags
 from contract.network import (CTRL_COUNT_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
-                              CTRL_MAX_PAIRS, CTRL_OP_OFFSET, CTRL_TYPE, CtrlOp)
+                              CTRL_MAX_PAIRS, CTRL_OP_OFFSET, CtrlOp)
+from hdl import ctrl_request as request
+from hdl.ctrl_request import PAIR_BYTES
 from hdl.header import HeaderLayout
 from hdl.net.front_end.layouts import WORDS_PER_BEAT, ServiceBeat
 from hdl.stream.axis import DATA_BITS, axis_signature
@@ -34,7 +38,6 @@ from hdl.stream.axis import DATA_BITS, axis_signature
 __all__ = ["REGISTER_ADDRESS_SETUP", "REGISTER_READ_LATENCY", "RegisterBusSignature",
            "CtrlEvents", "CtrlService", "PAIR_BYTES"]
 
-PAIR_BYTES = 8
 PAIRS_PER_BEAT = WORDS_PER_BEAT // 2
 
 #: Clocks from ``re`` on the register bus to its ``rdata`` (the address decoders behind the
@@ -83,9 +86,7 @@ class CtrlService(wiring.Component):
     """
 
     def __init__(self, *, key):
-        if not isinstance(key, int) or not 0 <= key < 1 << (8 * CTRL_KEY_BYTES):
-            raise ValueError(f"The control key must be a {8 * CTRL_KEY_BYTES}-bit integer")
-        self._key = key
+        self._key = request.check_key(key)
         super().__init__({
             "i": In(stream.Signature(ServiceBeat)),
             "o": Out(axis_signature()),
@@ -114,14 +115,14 @@ class CtrlService(wiring.Component):
         fields_ok = Signal()
         count_ok = Signal()
         length_ok = Signal()
+        # (the checks are the wire's too: hdl.ctrl_request)
         m.d.comb += [
-            whole_header.eq(length >= HEADER_BYTES),
-            key_ok.eq(key == Const(self._key, 8 * CTRL_KEY_BYTES)),
-            fields_ok.eq((header.magic == MAGIC) & (header.version == VERSION)
-                         & (header.type == CTRL_TYPE)
-                         & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))),
-            count_ok.eq((count >= 1) & (count <= CTRL_MAX_PAIRS)),
-            length_ok.eq(length == HEADER_BYTES + PAIR_BYTES * count[:7]),
+            whole_header.eq(request.whole_header(length)),
+            key_ok.eq(request.key_matches(key, self._key)),
+            fields_ok.eq(request.magic_ok(header.magic, header.version)
+                         & request.request_ok(header.type, op)),
+            count_ok.eq(request.count_ok(count)),
+            length_ok.eq(request.length_ok(length, count)),
         ]
         checks = Signal(3)
 
@@ -131,7 +132,7 @@ class CtrlService(wiring.Component):
         # The reply's header: the request's, RESULT set (and ERROR when refused).
         flags_offset = 8 * 3
         reply_flags = Signal(8)
-        m.d.comb += reply_flags.eq(Mux(refused, Flags.RESULT | Flags.ERROR, Flags.RESULT))
+        m.d.comb += reply_flags.eq(request.reply_flags(refused))
         pairs_left = Signal(range(CTRL_MAX_PAIRS + 1))
         pair = Signal(range(PAIRS_PER_BEAT))
         out_data = Signal(DATA_BITS)     # the beat being answered, values replaced

@@ -7,7 +7,7 @@ never stalls its engine: an output packet that does not fit (the transmit path h
 held up, by an ARP exchange say) is dropped whole and counted, and the engine, the other
 services and the receive path keep running.
 
-Packets leave as 32-bit words (a :class:`hdl.net.front_end.width.Downsizer` inside) with their byte
+Packets leave as 32-bit words (a :class:`hdl.stream.width.Downsizer` inside) with their byte
 length and a tag (where the reply goes) on every word. A packet can be sent more than once
 (``replay``): the switch's results go to every worker of a job from one stored copy.
 """
@@ -21,9 +21,9 @@ from amaranth.utils import exact_log2
 
 from contract.header import LANES
 from hdl.net.front_end.layouts import WORD_BYTES, WORDS_PER_BEAT, egress_word, last_beat_words
-from hdl.net.front_end.width import Downsizer
 from hdl.stream.axis import DATA_BITS, axis_signature
 from hdl.stream.posted_fifo import PostedWriteFIFO
+from hdl.stream.width import Downsizer
 
 __all__ = ["EgressEvents", "EgressBuffer"]
 

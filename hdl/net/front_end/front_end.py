@@ -8,7 +8,7 @@
                                                      +-> control: IngressBuffer -> OneInFlight -> CtrlService
 
     engine -> EgressBuffer -> ReplyPort (to the requester) -+
-    switch -> EgressBuffer -> FanOut (to the job's workers) -+-> TxArbiter -> core tx (32 bit)
+    switch -> EgressBuffer -> FanOut (to the job's workers) -+-> PacketArbiter -> core tx (32 bit)
                                   (a skid buffer at each of the arbiter's ports)
     CtrlService -> SkidBuffer -> EgressBuffer -> ReplyPort -+
 
@@ -27,6 +27,7 @@ Which counter counts what is ``docs/network-contract.md``.
 """
 from __future__ import annotations
 
+import dataclasses
 
 from amaranth import Cat, Module, Mux
 from amaranth.lib import stream, wiring
@@ -36,7 +37,7 @@ from contract.counters import NET_CORE_DROPS, NET_COUNTERS
 from contract.header import HEADER_FIELDS
 from contract.network import SERVICE_OFFSETS, BufferSizes, Service, service_ports
 from hdl.ctrl_port import RegisterPort
-from hdl.net.core.eth_core import CoreEvents, RxBeat, TxBeat
+from hdl.net.core.eth_core import CoreEvents, RxBeat, TxBeat, UdpMeta
 from hdl.net.front_end.ctrl_service import PAIR_BYTES, CtrlService
 from hdl.net.front_end.dispatch import Dispatch
 from hdl.net.front_end.egress import EgressBuffer
@@ -48,10 +49,10 @@ from hdl.net.front_end.registers import NetRegisters, RegisterRouter
 from hdl.net.front_end.reply import OneInFlight, ReplyPort
 from hdl.net.front_end.source_check import RESULT_BIT, SourceCheck
 from hdl.net.front_end.upstream import SlotOwner
-from hdl.net.front_end.tx_arbiter import TxArbiter
-from hdl.net.front_end.width import Upsizer
+from hdl.stream.arbiter import PacketArbiter
 from hdl.stream.axis import axis_signature
 from hdl.stream.skid_buffer import SkidBuffer
+from hdl.stream.width import Upsizer
 
 __all__ = ["BufferSizes", "FrontEndStatus", "NetworkFrontEnd"]
 
@@ -64,6 +65,22 @@ FrontEndStatus = wiring.Signature({
     "tx_datagram": Out(1),    # a reply left for the wire
     "drop": Out(1),           # something was dropped and counted (any cause)
 })
+
+
+@dataclasses.dataclass
+class _Parts:
+    """What the front end's parts hand each other while it is elaborated: the module and
+    its shared blocks, and what the services made (their input buffers by name, the full
+    strobes of the buffers, the reply streams for the arbiter)."""
+    m: Module
+    sizes: BufferSizes
+    dispatch: Dispatch
+    registers: NetRegisters
+    events: object
+    ingress: dict = dataclasses.field(default_factory=dict)
+    ingress_full: list = dataclasses.field(default_factory=list)
+    egress_full: list = dataclasses.field(default_factory=list)
+    replies: list = dataclasses.field(default_factory=list)    # TxBeat streams
 
 
 class NetworkFrontEnd(wiring.Component):
@@ -151,142 +168,162 @@ class NetworkFrontEnd(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        sizes = self.sizes
-        ports = service_ports(self.port_base)
-        m.submodules.upsizer = upsizer = Upsizer()
+        m.submodules.upsizer = upsizer = Upsizer(UdpMeta)
         m.submodules.dispatch = dispatch = Dispatch(port_base=self.port_base,
                                                     services=self.services)
         wiring.connect(m, wiring.flipped(self.rx), upsizer.i)
         wiring.connect(m, upsizer.o, dispatch.i)
         m.submodules.registers = registers = self._registers
-        events = registers.events
-        replies = []        # (service, TxBeat stream, sent strobe)
-        ingress_full = []
-        egress_full = []
-
-        def ingress(name, depth, *, count_in=True, **kwargs):
-            buffer = IngressBuffer(depth=depth, datagrams=sizes.queue, **kwargs)
-            m.submodules[f"{name}_ingress"] = buffer
-            ingress_full.append(buffer.events.full)
-            if count_in:
-                m.d.comb += events[f"{name}_in"].eq(buffer.events.accepted)
-            return buffer
-
-        def egress(name, depth, tag_shape):
-            buffer = EgressBuffer(depth=depth, packets=sizes.queue, tag_shape=tag_shape)
-            m.submodules[f"{name}_egress"] = buffer
-            egress_full.append(buffer.events.full)
-            return buffer
-
-        def to_engine(source, engine_in, *, whole_header=False):
-            """A service beat stream into an engine's AXI-Stream input. ``whole_header``
-            (the NIC engines): a datagram's first beat keeps all 32 bytes, so a datagram
-            shorter than a header reaches the engine completed with zero bytes up to 32
-            (the bytes past its end are zero already), as docs/network-contract.md says."""
-            keep = source.p.keep
-            if whole_header:
-                keep = Mux(source.p.first, (1 << len(source.p.keep)) - 1, source.p.keep)
-            m.d.comb += [engine_in.valid.eq(source.valid), source.ready.eq(engine_in.ready),
-                         engine_in.p.data.eq(source.p.data), engine_in.p.keep.eq(keep),
-                         engine_in.p.last.eq(source.p.last)]
-
-        def request_reply(name, service, depth_in, depth_out, engine_in, engine_out, dropped,
-                          **ingress_kwargs):
-            """Ingress -> one request in flight -> engine -> egress -> reply to the sender."""
-            buffer_in = ingress(name, depth_in, **ingress_kwargs)
-            wiring.connect(m, getattr(dispatch, service.value), buffer_in.i)
-            m.submodules[f"{name}_flight"] = flight = OneInFlight()
-            wiring.connect(m, buffer_in.o, flight.i)
-            if engine_in is None:
-                return buffer_in, flight
-            to_engine(flight.o, engine_in, whole_header=True)
-            finish(name, flight, engine_out, dropped, depth_out)
-            return buffer_in, flight
-
-        def finish(name, flight, engine_out, dropped, depth_out):
-            buffer_out = egress(name, depth_out, ReplyTag)
-            wiring.connect(m, engine_out, buffer_out.i)
-            m.d.comb += [
-                buffer_out.tag.eq(flight.reply),
-                buffer_out.replay.eq(0),
-                flight.output_done.eq(engine_out.valid & engine_out.ready & engine_out.p.last),
-                flight.dropped.eq(dropped),
-            ]
-            m.submodules[f"{name}_reply"] = reply = ReplyPort()
-            wiring.connect(m, buffer_out.o, reply.i)
-            m.d.comb += events[f"{name}_out"].eq(reply.sent)
-            replies.append(reply.o)
-
-        # -- NIC: transmit and receive paths -----------------------------------------------
+        parts = _Parts(m=m, sizes=self.sizes, dispatch=dispatch, registers=registers,
+                       events=registers.events)
         if self.nic:
-            request_reply("nic_tx", Service.NIC_TX, sizes.nic_in, sizes.nic_out,
-                          self.nic_tx_in, wiring.flipped(self.nic_tx_out), 0)
-            request_reply("nic_rx", Service.NIC_RX, sizes.nic_in, sizes.nic_out,
-                          self.nic_rx_in, wiring.flipped(self.nic_rx_out), self.nic_rx_dropped)
-
-        # -- switch: source check, results to the job's workers ---------------------------
+            self._nic(parts)
         if self.switch:
-            m.submodules.source_check = check = SourceCheck(jobs=self._jobs_served)
-            wiring.connect(m, dispatch.switch, check.i)
-            wiring.connect(m, check.table, registers.check)
-            m.d.comb += [events.drop_bad_source.eq(check.bad_source),
-                         events.drop_result_source.eq(check.result_source)]
-            # switch_in counts every datagram that reaches the switch port, as it arrives
-            # (docs/network-contract.md), the ones the source check drops included
-            arriving = dispatch.switch
-            m.d.comb += events.switch_in.eq(arriving.valid & arriving.ready & arriving.p.last
-                                            & ~arriving.p.error)
-            switch_in = ingress("switch", sizes.switch_in, count_in=False, byte_keep=True)
-            wiring.connect(m, check.o, switch_in.i)
-            to_engine(switch_in.o, self.switch_in)
-            results = egress("switch", sizes.switch_out, ResultTag)
-            switch_out = wiring.flipped(self.switch_out)
-            wiring.connect(m, switch_out, results.i)
-            job, worker, flags = _FIELDS["job"], _FIELDS["worker"], _FIELDS["flags"]
-            slot = _FIELDS["slot"]
-            # An aggregate going upstream (RESULT clear) names the upstream's job: it is
-            # tagged with its leaf job, the owner of its slot, whose upstream it goes to.
-            m.submodules.slot_owner = owner = SlotOwner(jobs=self._jobs_served)
-            upward = ~switch_out.p.data.word_select(flags.offset, 8)[RESULT_BIT]
-            m.d.comb += [
-                owner.slot.eq(switch_out.p.data[8 * slot.offset:8 * slot.offset + 16]),
-                results.tag.job.eq(Mux(upward, owner.job,
-                                       switch_out.p.data.word_select(job.offset, 8))),
-                results.tag.worker.eq(switch_out.p.data.word_select(worker.offset, 8)),
-                results.tag.upstream.eq(upward),
-            ]
-            m.submodules.fanout = fanout = FanOut(port=ports[Service.SWITCH],
-                                                  max_workers=self.max_workers)
-            wiring.connect(m, results.o, fanout.i)
-            m.d.comb += results.replay.eq(fanout.replay)
-            wiring.connect(m, fanout.table, registers.fanout)
-            # The jobs' configured workers, from the writes the switch's register port gets
-            m.submodules.job_workers = job_workers = self._job_workers
-            wiring.connect(m, fanout.jobs, job_workers.lookup)
-            wiring.connect(m, fanout.group, registers.group)
-            m.d.comb += [job_workers.writes.addr.eq(self.switch_ctrl.addr),
-                         job_workers.writes.wdata.eq(self.switch_ctrl.wdata),
-                         job_workers.writes.we.eq(self.switch_ctrl.we),
-                         job_workers.drained.eq(self.switch_drained)]
-            m.d.comb += [check.active.eq(job_workers.active),
-                         owner.active.eq(job_workers.active)]
-            m.d.comb += [events.switch_out.eq(fanout.sent),
-                         events.switch_group_out.eq(fanout.group_sent),
-                         events.switch_upstream_out.eq(fanout.upstream_sent)]
-            replies.append(fanout.o)
+            self._switch(parts)
         else:
             m.d.comb += registers.check.en.eq(0)
+        self._control(parts)
+        self._transmit(parts)
+        self._counters(parts)
+        self._status(parts)
+        return m
 
-        # -- control ------------------------------------------------------------------------
+    # -- the services' buffers and replies (the parts record what they made) ---------------
+
+    def _ingress(self, p, name, depth, *, count_in=True, **kwargs):
+        buffer = IngressBuffer(depth=depth, datagrams=p.sizes.queue, **kwargs)
+        p.m.submodules[f"{name}_ingress"] = buffer
+        p.ingress[name] = buffer
+        p.ingress_full.append(buffer.events.full)
+        if count_in:
+            p.m.d.comb += p.events[f"{name}_in"].eq(buffer.events.accepted)
+        return buffer
+
+    def _egress(self, p, name, depth, tag_shape):
+        buffer = EgressBuffer(depth=depth, packets=p.sizes.queue, tag_shape=tag_shape)
+        p.m.submodules[f"{name}_egress"] = buffer
+        p.egress_full.append(buffer.events.full)
+        return buffer
+
+    @staticmethod
+    def _to_engine(p, source, engine_in, *, whole_header=False):
+        """A service beat stream into an engine's AXI-Stream input. ``whole_header`` (the
+        NIC engines): a datagram's first beat keeps all 32 bytes, so a datagram shorter than
+        a header reaches the engine completed with zero bytes up to 32 (the bytes past its
+        end are zero already), as docs/network-contract.md says."""
+        keep = source.p.keep
+        if whole_header:
+            keep = Mux(source.p.first, (1 << len(source.p.keep)) - 1, source.p.keep)
+        p.m.d.comb += [engine_in.valid.eq(source.valid), source.ready.eq(engine_in.ready),
+                       engine_in.p.data.eq(source.p.data), engine_in.p.keep.eq(keep),
+                       engine_in.p.last.eq(source.p.last)]
+
+    def _request_reply(self, p, name, service, depth_in, depth_out, engine_in, engine_out,
+                       dropped, **ingress_kwargs):
+        """Ingress -> one request in flight -> engine -> egress -> reply to the sender."""
+        m = p.m
+        buffer_in = self._ingress(p, name, depth_in, **ingress_kwargs)
+        wiring.connect(m, getattr(p.dispatch, service.value), buffer_in.i)
+        m.submodules[f"{name}_flight"] = flight = OneInFlight()
+        wiring.connect(m, buffer_in.o, flight.i)
+        if engine_in is None:
+            return buffer_in, flight
+        self._to_engine(p, flight.o, engine_in, whole_header=True)
+        self._finish(p, name, flight, engine_out, dropped, depth_out)
+        return buffer_in, flight
+
+    def _finish(self, p, name, flight, engine_out, dropped, depth_out):
+        m = p.m
+        buffer_out = self._egress(p, name, depth_out, ReplyTag)
+        wiring.connect(m, engine_out, buffer_out.i)
+        m.d.comb += [
+            buffer_out.tag.eq(flight.reply),
+            buffer_out.replay.eq(0),
+            flight.output_done.eq(engine_out.valid & engine_out.ready & engine_out.p.last),
+            flight.dropped.eq(dropped),
+        ]
+        m.submodules[f"{name}_reply"] = reply = ReplyPort()
+        wiring.connect(m, buffer_out.o, reply.i)
+        m.d.comb += p.events[f"{name}_out"].eq(reply.sent)
+        p.replies.append(reply.o)
+
+    # -- the services -------------------------------------------------------------------------
+
+    def _nic(self, p):
+        """NIC: transmit and receive paths."""
+        sizes = p.sizes
+        self._request_reply(p, "nic_tx", Service.NIC_TX, sizes.nic_in, sizes.nic_out,
+                            self.nic_tx_in, wiring.flipped(self.nic_tx_out), 0)
+        self._request_reply(p, "nic_rx", Service.NIC_RX, sizes.nic_in, sizes.nic_out,
+                            self.nic_rx_in, wiring.flipped(self.nic_rx_out), self.nic_rx_dropped)
+
+    def _switch(self, p):
+        """Switch: source check, results to the job's workers."""
+        m, dispatch, registers, events = p.m, p.dispatch, p.registers, p.events
+        m.submodules.source_check = check = SourceCheck(jobs=self._jobs_served)
+        wiring.connect(m, dispatch.switch, check.i)
+        wiring.connect(m, check.table, registers.check)
+        m.d.comb += [events.drop_bad_source.eq(check.bad_source),
+                     events.drop_result_source.eq(check.result_source)]
+        # switch_in counts every datagram that reaches the switch port, as it arrives
+        # (docs/network-contract.md), the ones the source check drops included
+        arriving = dispatch.switch
+        m.d.comb += events.switch_in.eq(arriving.valid & arriving.ready & arriving.p.last
+                                        & ~arriving.p.error)
+        switch_in = self._ingress(p, "switch", p.sizes.switch_in, count_in=False,
+                                  byte_keep=True)
+        wiring.connect(m, check.o, switch_in.i)
+        self._to_engine(p, switch_in.o, self.switch_in)
+        results = self._egress(p, "switch", p.sizes.switch_out, ResultTag)
+        switch_out = wiring.flipped(self.switch_out)
+        wiring.connect(m, switch_out, results.i)
+        job, worker, flags = _FIELDS["job"], _FIELDS["worker"], _FIELDS["flags"]
+        slot = _FIELDS["slot"]
+        # An aggregate going upstream (RESULT clear) names the upstream's job: it is
+        # tagged with its leaf job, the owner of its slot, whose upstream it goes to.
+        m.submodules.slot_owner = owner = SlotOwner(jobs=self._jobs_served)
+        upward = ~switch_out.p.data.word_select(flags.offset, 8)[RESULT_BIT]
+        m.d.comb += [
+            owner.slot.eq(switch_out.p.data[8 * slot.offset:8 * slot.offset + 16]),
+            results.tag.job.eq(Mux(upward, owner.job,
+                                   switch_out.p.data.word_select(job.offset, 8))),
+            results.tag.worker.eq(switch_out.p.data.word_select(worker.offset, 8)),
+            results.tag.upstream.eq(upward),
+        ]
+        ports = service_ports(self.port_base)
+        m.submodules.fanout = fanout = FanOut(port=ports[Service.SWITCH],
+                                              max_workers=self.max_workers)
+        wiring.connect(m, results.o, fanout.i)
+        m.d.comb += results.replay.eq(fanout.replay)
+        wiring.connect(m, fanout.table, registers.fanout)
+        # The jobs' configured workers, from the writes the switch's register port gets
+        m.submodules.job_workers = job_workers = self._job_workers
+        wiring.connect(m, fanout.jobs, job_workers.lookup)
+        wiring.connect(m, fanout.group, registers.group)
+        m.d.comb += [job_workers.writes.addr.eq(self.switch_ctrl.addr),
+                     job_workers.writes.wdata.eq(self.switch_ctrl.wdata),
+                     job_workers.writes.we.eq(self.switch_ctrl.we),
+                     job_workers.drained.eq(self.switch_drained)]
+        m.d.comb += [check.active.eq(job_workers.active),
+                     owner.active.eq(job_workers.active)]
+        m.d.comb += [events.switch_out.eq(fanout.sent),
+                     events.switch_group_out.eq(fanout.group_sent),
+                     events.switch_upstream_out.eq(fanout.upstream_sent)]
+        p.replies.append(fanout.o)
+
+    def _control(self, p):
+        """The control service, its reply, and its register bus to every register port."""
+        m, events = p.m, p.events
         m.submodules.ctrl = ctrl = self._ctrl
-        _, flight = request_reply("ctrl", Service.CTRL, sizes.ctrl_in, None, None, None, None,
-                                  max_length=CTRL_MAX_LENGTH, header_of_long=True)
+        _, flight = self._request_reply(p, "ctrl", Service.CTRL, p.sizes.ctrl_in, None, None,
+                                        None, None, max_length=CTRL_MAX_LENGTH,
+                                        header_of_long=True)
         wiring.connect(m, flight.o, ctrl.i)
         # The service's reply beats come from its state machine; a skid buffer registers
         # them before the output buffer's word count and queue write.
         m.submodules.ctrl_slice = ctrl_slice = SkidBuffer(ctrl.o.p.shape())
         wiring.connect(m, ctrl.o, ctrl_slice.i)
-        finish("ctrl", flight, ctrl_slice.o, ctrl.events.no_reply, sizes.ctrl_out)
+        self._finish(p, "ctrl", flight, ctrl_slice.o, ctrl.events.no_reply, p.sizes.ctrl_out)
         m.d.comb += [
             events.drop_bad_key.eq(ctrl.events.bad_key),
             # a request longer than the longest is refused by the service (header_of_long)
@@ -296,17 +333,20 @@ class NetworkFrontEnd(wiring.Component):
         wiring.connect(m, ctrl.bus, router.bus)
         wiring.connect(m, router.nic, wiring.flipped(self.nic_ctrl))
         wiring.connect(m, router.switch, wiring.flipped(self.switch_ctrl))
-        wiring.connect(m, router.net, registers.ctrl)
+        wiring.connect(m, router.net, p.registers.ctrl)
 
-        # -- transmit --------------------------------------------------------------------
-        # A skid buffer on each side of the arbiter, so that no ``ready`` runs from the
-        # crossing through the arbiter's grant into a service's output logic (the fan-out's
-        # worker search, an output buffer's downsizer and memory read): each of these
-        # paths ends at a register. Each service's replies pass a second one first: the
-        # services sit far apart on the chip, and a ready that crossed it and then went
-        # through a service's output logic was over a clock (routing, not logic).
-        m.submodules.arbiter = arbiter = TxArbiter(len(replies))
-        for k, (port, reply) in enumerate(zip(arbiter.inputs(), replies)):
+    def _transmit(self, p):
+        """The replies onto the core's transmit stream, a datagram at a time.
+
+        A skid buffer on each side of the arbiter, so that no ``ready`` runs from the
+        crossing through the arbiter's grant into a service's output logic (the fan-out's
+        worker search, an output buffer's downsizer and memory read): each of these paths
+        ends at a register. Each service's replies pass a second one first: the services sit
+        far apart on the chip, and a ready that crossed it and then went through a service's
+        output logic was over a clock (routing, not logic)."""
+        m = p.m
+        m.submodules.arbiter = arbiter = PacketArbiter(len(p.replies), shape=TxBeat)
+        for k, (port, reply) in enumerate(zip(arbiter.inputs, p.replies)):
             m.submodules[f"reply_slice{k}"] = reply_slice = SkidBuffer(TxBeat)
             m.submodules[f"tx_slice{k}"] = tx_slice = SkidBuffer(TxBeat)
             wiring.connect(m, reply, reply_slice.i)
@@ -316,25 +356,26 @@ class NetworkFrontEnd(wiring.Component):
         wiring.connect(m, arbiter.o, tx_slice.i)
         wiring.connect(m, tx_slice.o, wiring.flipped(self.tx))
 
-        # -- counters ----------------------------------------------------------------------
+    def _counters(self, p):
+        """The network counters' strobes that no service makes."""
+        m, registers, events = p.m, p.registers, p.events
         core = self.core_events
         for name in NET_CORE_DROPS:
             m.d.comb += events[name].eq(core[name])
         # A datagram whose beats disagree with its length is a UDP length error that the
         # core let through (it never does; counted there all the same).
-        mismatch = Cat(*(m.submodules[f"{s.value}_ingress"].events.mismatch
-                         for s in self.services)).any()
+        mismatch = Cat(*(p.ingress[s.value].events.mismatch for s in self.services)).any()
         m.d.comb += [
             events.udp_length.eq(core.udp_length | mismatch),
             events.arp_miss.eq(core.arp_miss),
             events.arp_unreachable.eq(core.arp_unreachable),
             events.arp_busy_drop.eq(core.arp_busy_drop),
-            events.drop_closed_port.eq(dispatch.closed_port),
+            events.drop_closed_port.eq(p.dispatch.closed_port),
             # one datagram ends per clock on the receive side; outputs may end together
-            events.drop_service_full.eq(Cat(*ingress_full).any() | Cat(
-                *(m.submodules[f"{s.value}_ingress"].events.too_long
+            events.drop_service_full.eq(Cat(*p.ingress_full).any() | Cat(
+                *(p.ingress[s.value].events.too_long
                   for s in self.services if s is not Service.CTRL)).any()),
-            events.drop_reply_full.eq(sum(egress_full)),
+            events.drop_reply_full.eq(sum(p.egress_full)),
             registers.link.eq(self.link),
             self.counters.eq(registers.counters),
         ]
@@ -346,13 +387,15 @@ class NetworkFrontEnd(wiring.Component):
                 m.d.comb += events[name].eq(0)
             m.d.comb += registers.fanout.en.eq(0)
 
-        # -- status (LEDs) -----------------------------------------------------------------
-        drops = [events[n] for n in NET_COUNTERS if n.startswith(("drop_", "arp_unreach", "arp_busy"))]
+    def _status(self, p):
+        """The status strobes (LEDs)."""
+        events = p.events
+        drops = [events[n] for n in NET_COUNTERS
+                 if n.startswith(("drop_", "arp_unreach", "arp_busy"))]
         drops += [events[n] for n in NET_CORE_DROPS]
-        m.d.sync += [
+        p.m.d.sync += [
             self.status.rx_datagram.eq(Cat(*(events[f"{s.value}_in"]
                                              for s in self.services)).any()),
             self.status.tx_datagram.eq(self.tx.valid & self.tx.ready & self.tx.p.last),
             self.status.drop.eq(Cat(*(d != 0 for d in drops)).any()),
         ]
-        return m

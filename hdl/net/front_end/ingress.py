@@ -10,6 +10,7 @@ buffer drops (and counts) only its own datagrams.
 """
 from __future__ import annotations
 
+import dataclasses
 from amaranth import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -41,6 +42,22 @@ IngressEvents = data.StructLayout({
     "too_long": 1,     # longer than ``max_length`` bytes: dropped whole
     "mismatch": 1,     # more or fewer beats than its length says (never from a good core)
 })
+
+
+@dataclasses.dataclass(frozen=True)
+class _Parts:
+    """The buffer's memory ports, its descriptor queue and its pointers, which the write and
+    read sides share."""
+    m: Module
+    abits: int
+    write: object
+    read: object
+    queue: object
+    descriptor: object
+    descriptor_layout: data.StructLayout
+    write_ptr: Signal
+    commit_ptr: Signal
+    free: Signal           # entries free (its own register: see elaborate)
 
 
 class IngressBuffer(wiring.Component):
@@ -113,7 +130,6 @@ class IngressBuffer(wiring.Component):
         m = Module()
         depth = self.depth
         abits = exact_log2(depth)
-        i, o = self.i, self.o
 
         m.submodules.memory = memory = Memory(shape=DATA_BITS, depth=depth, init=[])
         write = memory.write_port()
@@ -134,8 +150,19 @@ class IngressBuffer(wiring.Component):
         # publish takes its datagram's beats, a load frees one): the admission below
         # compares a register with a register, no pointer arithmetic in front.
         free = Signal(abits + 2, init=depth)
+        parts = _Parts(m=m, abits=abits, write=write, read=read, queue=queue,
+                       descriptor=descriptor, descriptor_layout=descriptor_layout,
+                       write_ptr=write_ptr, commit_ptr=commit_ptr, free=free)
+        publish, limit = self._write_side(parts)
+        self._read_side(parts, publish, limit)
+        return m
 
-        # -- write side -------------------------------------------------------------------
+    def _write_side(self, p):
+        """Each datagram admitted at its first beat or not, its beats written, published at
+        its last beat (or forgotten); returns the publish strobe and the entries it takes."""
+        m, abits, i = p.m, p.abits, self.i
+        write, queue, descriptor = p.write, p.queue, p.descriptor
+        write_ptr, commit_ptr, free = p.write_ptr, p.commit_ptr, p.free
         # The input register: a beat, its datagram's length in beats, whether it is too
         # long, and where the beat stands against that length (within it, its last), so
         # that the decisions below start from registers, not from the dispatch's port
@@ -226,14 +253,20 @@ class IngressBuffer(wiring.Component):
                         self.events.mismatch.eq(storing & ~exact),
                     ]
 
-        # -- read side --------------------------------------------------------------------
+        return publish, limit
+
+    def _read_side(self, p, publish, limit):
+        """Published datagrams out, a beat a clock, through the RAM's output and a register;
+        the free entries counted."""
+        m, abits, o = p.m, p.abits, self.o
+        read, queue, free = p.read, p.queue, p.free
         read_ptr = Signal(abits + 1)     # next entry to load into the output register
         active = Signal()                # a datagram is being read
         remaining = Signal(abits + 2)    # of its beats, not yet loaded
         meta = Signal(UdpMeta)
         last_keep = Signal(BEAT_BYTES)
         at_first = Signal()
-        head = data.View(descriptor_layout, queue.r_data)
+        head = data.View(p.descriptor_layout, queue.r_data)
         with m.If(~active & queue.r_rdy):
             m.d.comb += queue.r_en.eq(1)
             m.d.sync += [
@@ -287,4 +320,3 @@ class IngressBuffer(wiring.Component):
                 m.d.sync += active.eq(0)
         with m.Elif(advance):
             m.d.sync += ram_valid.eq(0)
-        return m

@@ -17,25 +17,20 @@ from amaranth.lib import data
 from contract.header import BEAT_BYTES, LANES
 from hdl.net.core.eth_core import DATA_WIDTH, RxBeat, TxBeat, UdpMeta
 from hdl.stream.axis import DATA_BITS
+from hdl.stream.width import WORD_BITS, WORD_BYTES, WORDS_PER_BEAT, wide_beat, word_beat
 
 __all__ = ["WORD_BYTES", "WORDS_PER_BEAT", "RxBeat", "TxBeat", "UdpMeta", "WideBeat",
            "ServiceBeat", "ReplyTag", "egress_word", "beats_for_length", "last_beat_words",
            "keep_for_words"]
 
-WORD_BYTES = DATA_WIDTH // 8
-WORDS_PER_BEAT = LANES
-assert WORDS_PER_BEAT * WORD_BYTES == BEAT_BYTES
+# (the shared upsizer's words are the core's: hdl.stream.width)
+assert WORD_BITS == DATA_WIDTH and word_beat(UdpMeta) == RxBeat
+assert WORDS_PER_BEAT == LANES and WORDS_PER_BEAT * WORD_BYTES == BEAT_BYTES
 
 #: A received datagram widened to 256-bit beats (bytes past the datagram's end are zero).
 #: ``error`` on the last beat: the core flagged the datagram (already counted by a core
 #: event); ``drop`` on the last beat: a front-end check refused it (counted by that check).
-WideBeat = data.StructLayout({
-    "data": unsigned(DATA_BITS),
-    "last": unsigned(1),
-    "error": unsigned(1),
-    "drop": unsigned(1),
-    "meta": UdpMeta,
-})
+WideBeat = wide_beat(UdpMeta)
 
 #: A stored datagram on its way into an engine: the AXI-Stream beat (``keep`` whole 32-bit
 #: words on the last beat, from the datagram's length), ``first`` on its first beat, and

@@ -1,4 +1,5 @@
-"""OneInFlight, ReplyPort, FanOut, TxArbiter: replies addressed and sent whole."""
+"""OneInFlight, ReplyPort, FanOut: replies addressed and sent whole (the arbiter that sends
+them one at a time: tests/hdl/stream/test_arbiter.py)."""
 import random
 
 import pytest
@@ -8,7 +9,6 @@ from amaranth.lib import wiring
 from hdl.net.front_end.egress import EgressBuffer
 from hdl.net.front_end.fanout import FanOut, ResultTag
 from hdl.net.front_end.reply import OneInFlight, ReplyPort
-from hdl.net.front_end.tx_arbiter import TxArbiter
 from hdl.net.front_end.worker_table import WorkerTable
 from tests.amaranth_sim import run, send_items
 from tests.hdl.net.front_end.test_egress import packet_beats
@@ -221,47 +221,6 @@ def test_fanout_sends_each_result_to_every_worker_of_its_job(seed, workers, p_bl
     run(dut, producer, consumer)
     assert got == want
     assert strobes == {"sent": len(want), "undeliverable": undeliverable}
-
-
-@pytest.mark.parametrize("seed", [7, 8])
-def test_arbiter_sends_whole_datagrams_round_robin(seed):
-    rng = random.Random(seed)
-    dut = TxArbiter(4)
-    plans = {k: [rng.randint(1, 6) for _ in range(15)] for k in range(4)}
-    got = []
-
-    def source(k):
-        async def bench(ctx):
-            port = getattr(dut, f"i{k}")
-            items = []
-            for n, words in enumerate(plans[k]):
-                meta = {"ip_address": k, "src_port": n, "dst_port": 0, "length": 4 * words}
-                items += [{"data": k << 16 | n << 8 | w, "last_be": 0b1000 * (w == words - 1),
-                           "last": int(w == words - 1), "meta": meta} for w in range(words)]
-            await send_items(ctx, port, items, rng, 0.3)
-        return bench
-
-    async def sink(ctx):
-        total = sum(sum(p) for p in plans.values())
-        while len(got) < total:
-            ctx.set(dut.o.ready, rng.random() < 0.7)
-            _, _, valid, ready, p = await ctx.tick().sample(dut.o.valid, dut.o.ready, dut.o.p)
-            if valid and ready:
-                got.append((int(p.data), int(p.last), int(p.meta.ip_address),
-                            int(p.meta.src_port)))
-
-    run(dut, *[source(k) for k in range(4)], sink)
-    # datagrams never interleave and carry their own meta
-    datagrams, current = [], []
-    for data, last, k, n in got:
-        current.append(data)
-        assert data >> 16 == k and (data >> 8) & 0xFF == n
-        if last:
-            datagrams.append((k, n, len(current)))
-            current = []
-    for k in range(4):
-        assert [(n, length) for kk, n, length in datagrams if kk == k] == \
-            list(enumerate(plans[k]))
 
 
 def test_reply_port_addresses_to_the_requester():

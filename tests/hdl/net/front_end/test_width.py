@@ -3,8 +3,9 @@ import random
 
 import pytest
 
+from hdl.net.core.eth_core import UdpMeta
 from hdl.net.front_end.layouts import ReplyTag
-from hdl.net.front_end.width import Downsizer, Upsizer
+from hdl.stream.width import Downsizer, Upsizer
 from tests.amaranth_sim import datagram_words, run, send_items, take_items
 
 META = {"ip_address": 0xC0A84D0A, "src_port": 40000, "dst_port": 47570, "length": 0}
@@ -21,7 +22,7 @@ def test_upsizer_packs_words_into_beats(seed, p_stall, p_block):
     rng = random.Random(seed)
     lengths = [0, 1, 2, 3, 4, 5, 31, 32, 33, 63, 64, 65] + [rng.randint(0, 300) for _ in range(20)]
     datagrams = [bytes(rng.getrandbits(8) for _ in range(n)) for n in lengths]
-    dut = Upsizer()
+    dut = Upsizer(UdpMeta)
     words = []
     for n, payload in enumerate(datagrams):
         meta = dict(META, length=len(payload), src_port=1000 + n)

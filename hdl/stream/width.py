@@ -1,8 +1,10 @@
-"""Width conversion between the LiteEth core's 32-bit words and the engines' 256-bit beats.
+"""Width conversion between 32-bit words and the engines' 256-bit beats.
 
-:class:`Upsizer` packs a received datagram's words eight to a beat (datagram byte 0 in bits
-7..0 of lane 0, as the engines expect), zeroing the bytes past its end; :class:`Downsizer`
-unpacks an output buffer's beats into words again. Both take and give one word per clock.
+:class:`Upsizer` packs a packet's words eight to a beat (byte 0 in bits 7..0 of lane 0, as
+the engines expect), zeroing the bytes past its end; :class:`Downsizer` unpacks beats into
+words again. Both take and give one word per clock. The network front end widens the
+LiteEth core's datagrams and narrows the engines' replies with them; the wire widens the
+gradient payloads it hands to the NIC engines.
 """
 from __future__ import annotations
 
@@ -10,11 +12,43 @@ from amaranth import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hdl.net.core.eth_core import DATA_WIDTH
-from hdl.net.front_end.layouts import WORD_BYTES, WORDS_PER_BEAT, RxBeat, WideBeat
+from contract.header import BEAT_BYTES, LANES
 from hdl.stream.axis import DATA_BITS
 
-__all__ = ["Upsizer", "Downsizer", "downsizer_beat", "mask_last_word"]
+__all__ = ["WORD_BITS", "WORD_BYTES", "WORDS_PER_BEAT", "word_beat", "wide_beat", "Upsizer",
+           "Downsizer", "downsizer_beat", "mask_last_word"]
+
+#: A word: one lane of a beat (the LiteEth core's data width)
+WORD_BITS = DATA_BITS // LANES
+WORD_BYTES = WORD_BITS // 8
+WORDS_PER_BEAT = LANES
+assert WORDS_PER_BEAT * WORD_BYTES == BEAT_BYTES
+
+
+def word_beat(meta_shape):
+    """One 32-bit word of a packet: ``last_be`` one-hot on the last byte of its last word,
+    ``error`` (the packet is bad, on its last word), and ``meta`` (shape ``meta_shape``):
+    what the packet carries beside its bytes (the front end: its datagram's addressing)."""
+    return data.StructLayout({
+        "data": unsigned(WORD_BITS),
+        "last_be": unsigned(WORD_BYTES),
+        "last": unsigned(1),
+        "error": unsigned(1),
+        "meta": meta_shape,
+    })
+
+
+def wide_beat(meta_shape):
+    """A packet widened to 256-bit beats (bytes past its end zero): ``error`` and ``meta``
+    from the last word of the beat, and ``drop`` (0 here; a check behind the upsizer may set
+    it on a last beat)."""
+    return data.StructLayout({
+        "data": unsigned(DATA_BITS),
+        "last": unsigned(1),
+        "error": unsigned(1),
+        "drop": unsigned(1),
+        "meta": meta_shape,
+    })
 
 
 def mask_last_word(word, last_be):
@@ -31,32 +65,37 @@ def mask_last_word(word, last_be):
 
 
 class Upsizer(wiring.Component):
-    """32-bit datagram words -> 256-bit beats, one input word per clock.
+    """32-bit packet words -> 256-bit beats, one input word per clock.
 
-    A beat leaves when eight words have come or the datagram's last word has; lanes after
+    A beat leaves when eight words have come or the packet's last word has; lanes after
     the last word and bytes after the last byte (``last_be``) are zero. ``error`` and
     ``meta`` travel with the last word of each beat; ``drop`` is always 0 here.
 
+    Parameters
+    ----------
+    meta_shape : shape-like
+        What travels beside the words (:func:`word_beat`'s ``meta``).
+
     Members
     -------
-    i : In(stream.Signature(RxBeat))
-    o : Out(stream.Signature(WideBeat))
+    i : In(stream.Signature(word_beat(meta_shape)))
+    o : Out(stream.Signature(wide_beat(meta_shape)))
     """
 
-    def __init__(self):
+    def __init__(self, meta_shape):
         super().__init__({
-            "i": In(stream.Signature(RxBeat)),
-            "o": Out(stream.Signature(WideBeat)),
+            "i": In(stream.Signature(word_beat(meta_shape))),
+            "o": Out(stream.Signature(wide_beat(meta_shape))),
         })
 
     def elaborate(self, platform):
         m = Module()
         i, o = self.i, self.o
         # Lanes 0..6 wait in registers; lane 7's word always completes the beat.
-        lanes = [Signal(DATA_WIDTH, name=f"lane{j}") for j in range(WORDS_PER_BEAT - 1)]
+        lanes = [Signal(WORD_BITS, name=f"lane{j}") for j in range(WORDS_PER_BEAT - 1)]
         index = Signal(range(WORDS_PER_BEAT))
 
-        word = Signal(DATA_WIDTH)
+        word = Signal(WORD_BITS)
         completes = Signal()
         m.d.comb += [
             word.eq(Mux(i.p.last, mask_last_word(i.p.data, i.p.last_be), i.p.data)),
@@ -105,7 +144,7 @@ def downsizer_beat(side_shape):
 
 def downsizer_word(side_shape):
     return data.StructLayout({
-        "data": unsigned(DATA_WIDTH),
+        "data": unsigned(WORD_BITS),
         "last": unsigned(1),
         "side": side_shape,
     })
@@ -147,13 +186,13 @@ class Downsizer(wiring.Component):
         last = Signal()
         side = Signal(self._side)
         m.d.comb += [
-            o.p.data.eq(data_left[:DATA_WIDTH]),
+            o.p.data.eq(data_left[:WORD_BITS]),
             o.p.last.eq(last & end),
             o.p.side.eq(side),
             i.ready.eq(~o.valid | (o.ready & end)),
         ]
         with m.If(o.valid & o.ready & ~end):
-            m.d.sync += [data_left.eq(data_left >> DATA_WIDTH),
+            m.d.sync += [data_left.eq(data_left >> WORD_BITS),
                          words_after.eq(words_after - 1),
                          end.eq(words_after == 1)]
         with m.If(i.ready):
