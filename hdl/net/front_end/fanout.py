@@ -27,6 +27,8 @@ job while the job was running.
 """
 from __future__ import annotations
 
+import dataclasses
+
 from amaranth import Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -41,6 +43,20 @@ __all__ = ["ResultTag", "FanOut"]
 #: What the switch's output buffer keeps about a result: its job and worker fields, or for
 #: an aggregate going upstream the leaf's job and ``upstream`` set.
 ResultTag = data.StructLayout({"job": 8, "worker": 8, "upstream": 1})
+
+
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """What the search hands the sending side: the job it searches, whether it is still
+    searching, its start controls, and the worker it found (number and entry)."""
+    job: Signal
+    searching: Signal
+    start: Signal
+    start_from: Signal
+    start_to: Signal
+    found: Signal
+    found_w: Signal
+    found_entry: Signal
 
 
 class FanOut(wiring.Component):
@@ -94,56 +110,12 @@ class FanOut(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        i, o, table = self.i, self.o, self.table
+        i, o = self.i, self.o
         W = self.max_workers
-
-        # -- the search: the next worker with an entry, candidates cand..last ------------
-        # A lookup's answer is registered before it is judged (`answered`): the table's
-        # block RAM output goes into flip-flops, not through a compare into the search's
-        # enables. Two lookups may be in flight; the search stops at the first hit.
-        job = Signal(8)
-        searching = Signal()
-        cand = Signal(range(W + 1))
-        last_cand = Signal(range(W))
-        issued = Signal()                # a lookup of `issued_w` was issued last clock
-        issued_w = Signal(range(W))
-        answered = Signal()              # ... and the clock before: its answer registered
-        answered_w = Signal(range(W))
-        answered_entry = Signal(WorkerEntry)
-        answered_set = Signal()          # the entry is inside the table and has a port
-        found = Signal()
-        found_w = Signal(range(W))
-        found_entry = Signal(WorkerEntry)
-        start = Signal()                 # start a search this clock ...
-        start_from = Signal(range(W + 1))  # ... at this candidate ...
-        start_to = Signal(range(W))        # ... up to this one
-        hit = Signal()
-        issue = Signal()                 # look the candidate up (unless the search ends)
-        m.d.comb += [
-            hit.eq(answered & answered_set),
-            issue.eq(searching & ~hit & (cand <= last_cand)),
-            # Not gated by `start`: a lookup issued as a new search starts is answered while
-            # `issued` is clear and so ignored, and the enable does not wait for the
-            # transmit path's decisions that make `start`.
-            table.en.eq(issue),
-            table.job.eq(job),
-            table.worker.eq(cand),
-        ]
-        m.d.sync += [answered_w.eq(issued_w), answered_entry.eq(table.entry),
-                     answered_set.eq(table.valid & (table.entry.port != 0))]
-        with m.If(start):
-            m.d.sync += [searching.eq(start_from < W), cand.eq(start_from), last_cand.eq(start_to),
-                         issued.eq(0), answered.eq(0), found.eq(0)]
-        with m.Elif(searching):
-            with m.If(hit):
-                m.d.sync += [searching.eq(0), issued.eq(0), answered.eq(0), found.eq(1),
-                             found_w.eq(answered_w), found_entry.eq(answered_entry)]
-            with m.Else():
-                m.d.sync += [answered.eq(issued), issued.eq(issue)]
-                with m.If(issue):
-                    m.d.sync += [issued_w.eq(cand), cand.eq(cand + 1)]
-                with m.Elif(~issued & ~answered):
-                    m.d.sync += searching.eq(0)    # every candidate's answer was a miss
+        search = self._search(m)
+        job, searching, start, start_from, start_to = (
+            search.job, search.searching, search.start, search.start_from, search.start_to)
+        found, found_w, found_entry = search.found, search.found_w, search.found_entry
 
         # -- sending ----------------------------------------------------------------------
         entry = Signal(WorkerEntry)      # the copy being sent goes here
@@ -249,3 +221,58 @@ class FanOut(wiring.Component):
             o.p.meta.length.eq(i.p.length),
         ]
         return m
+
+    def _search(self, m):
+        """The search: the next worker with an entry, candidates ``cand .. last_cand``;
+        started by the sending side (``start``, ``start_from``, ``start_to``)."""
+        table = self.table
+        W = self.max_workers
+        # A lookup's answer is registered before it is judged (`answered`): the table's
+        # block RAM output goes into flip-flops, not through a compare into the search's
+        # enables. Two lookups may be in flight; the search stops at the first hit.
+        job = Signal(8)
+        searching = Signal()
+        cand = Signal(range(W + 1))
+        last_cand = Signal(range(W))
+        issued = Signal()                # a lookup of `issued_w` was issued last clock
+        issued_w = Signal(range(W))
+        answered = Signal()              # ... and the clock before: its answer registered
+        answered_w = Signal(range(W))
+        answered_entry = Signal(WorkerEntry)
+        answered_set = Signal()          # the entry is inside the table and has a port
+        found = Signal()
+        found_w = Signal(range(W))
+        found_entry = Signal(WorkerEntry)
+        start = Signal()                 # start a search this clock ...
+        start_from = Signal(range(W + 1))  # ... at this candidate ...
+        start_to = Signal(range(W))        # ... up to this one
+        hit = Signal()
+        issue = Signal()                 # look the candidate up (unless the search ends)
+        m.d.comb += [
+            hit.eq(answered & answered_set),
+            issue.eq(searching & ~hit & (cand <= last_cand)),
+            # Not gated by `start`: a lookup issued as a new search starts is answered while
+            # `issued` is clear and so ignored, and the enable does not wait for the
+            # transmit path's decisions that make `start`.
+            table.en.eq(issue),
+            table.job.eq(job),
+            table.worker.eq(cand),
+        ]
+        m.d.sync += [answered_w.eq(issued_w), answered_entry.eq(table.entry),
+                     answered_set.eq(table.valid & (table.entry.port != 0))]
+        with m.If(start):
+            m.d.sync += [searching.eq(start_from < W), cand.eq(start_from), last_cand.eq(start_to),
+                         issued.eq(0), answered.eq(0), found.eq(0)]
+        with m.Elif(searching):
+            with m.If(hit):
+                m.d.sync += [searching.eq(0), issued.eq(0), answered.eq(0), found.eq(1),
+                             found_w.eq(answered_w), found_entry.eq(answered_entry)]
+            with m.Else():
+                m.d.sync += [answered.eq(issued), issued.eq(issue)]
+                with m.If(issue):
+                    m.d.sync += [issued_w.eq(cand), cand.eq(cand + 1)]
+                with m.Elif(~issued & ~answered):
+                    m.d.sync += searching.eq(0)    # every candidate's answer was a miss
+        return _Search(job=job, searching=searching, start=start, start_from=start_from,
+                       start_to=start_to, found=found, found_w=found_w,
+                       found_entry=found_entry)
