@@ -52,9 +52,11 @@ def magic_ok(magic, version):
     return (magic == MAGIC) & (version == VERSION)
 
 
-def request_ok(type_, op):
-    """A ``CTRL`` packet (header ``type``) that reads or writes (its ``op`` byte)."""
-    return (type_ == CTRL_TYPE) & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))
+def request_ok(fields_ok, type_, op):
+    """``fields_ok`` (the fields checked before, such as :func:`magic_ok`), and a ``CTRL``
+    packet (header ``type``) that reads or writes (its ``op`` byte). The checks are chained
+    onto ``fields_ok`` one by one, as both services always had them."""
+    return fields_ok & (type_ == CTRL_TYPE) & ((op == CtrlOp.READ) | (op == CtrlOp.WRITE))
 
 
 def count_ok(count):

@@ -143,8 +143,8 @@ class CtrlResponder(wiring.Component):
                 with m.Case(10):
                     m.d.sync += ctrl_fields_ok.eq(check.magic_ok(half[1][:8], half[1][8:]))
                 with m.Case(11):
-                    m.d.sync += ctrl_fields_ok.eq(ctrl_fields_ok
-                                                  & check.request_ok(w[:8], w[16:24]))
+                    m.d.sync += ctrl_fields_ok.eq(check.request_ok(ctrl_fields_ok,
+                                                                   w[:8], w[16:24]))
                 with m.Case(12):
                     m.d.sync += ctrl_count[:16].eq(half[1])
                 with m.Case(13):

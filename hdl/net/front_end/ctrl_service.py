@@ -119,8 +119,8 @@ class CtrlService(wiring.Component):
         m.d.comb += [
             whole_header.eq(request.whole_header(length)),
             key_ok.eq(request.key_matches(key, self._key)),
-            fields_ok.eq(request.magic_ok(header.magic, header.version)
-                         & request.request_ok(header.type, op)),
+            fields_ok.eq(request.request_ok(request.magic_ok(header.magic, header.version),
+                                            header.type, op)),
             count_ok.eq(request.count_ok(count)),
             length_ok.eq(request.length_ok(length, count)),
         ]
