@@ -136,11 +136,18 @@ def test_the_boards_port_carries_each_result_once_with_a_group_and_n_times_witho
     u, g = multicast["unicast"], multicast["group"]
     results = u["results"]
     assert results == g["results"] > 100
-    # read over CTRL from the board: N datagrams per result without a group, one with
-    assert u["counters"] == {"switch_in": WORKERS * results,
-                             "switch_out": WORKERS * results, "switch_group_out": 0}
-    assert g["counters"] == {"switch_in": WORKERS * results, "switch_out": results,
-                             "switch_group_out": results}
+    # read over CTRL from the board: N datagrams per result without a group, one with. A
+    # worker whose timer runs out on a loaded machine resends, and each resend of a
+    # completed round gets a unicast answer of its own: those are counted apart.
+    resent = {name: sum(s["resends"] for s in run["stats"])
+              for name, run in (("unicast", u), ("group", g))}
+    assert u["counters"]["switch_in"] == WORKERS * results + resent["unicast"]
+    assert u["counters"]["switch_group_out"] == 0
+    assert 0 <= u["counters"]["switch_out"] - WORKERS * results <= resent["unicast"]
+    assert g["counters"]["switch_in"] == WORKERS * results + resent["group"]
+    assert g["counters"]["switch_group_out"] == results
+    answers = g["counters"]["switch_out"] - results          # unicast answers to resends
+    assert sum(s["unicast"] for s in g["stats"]) <= answers <= resent["group"]
     assert g["board"]["multicast"] == results and u["board"]["multicast"] == 0
     assert g["board"]["send_errors"] == 0
 
@@ -151,8 +158,11 @@ def test_every_worker_joined_the_group_and_took_every_result_from_it(multicast):
     assert GROUP[0] in g["memberships"]           # the kernel's IGMP membership on lo
     assert GROUP[0] not in multicast["unicast"]["memberships"]
     for s in g["stats"]:
-        assert s["group"] == s["multicast"] == s["results"] == s["packets"]
-        assert s["unicast"] == s["resends"] == s["foreign"] == 0
+        # every result from the group, but for the answers to a loaded machine's resends
+        assert s["group"] == s["multicast"]
+        assert s["group"] + s["unicast"] == s["results"] == s["packets"]
+        assert s["unicast"] <= s["resends"] and s["foreign"] == 0
+        assert s["group"] >= s["results"] - s["resends"] > 0
 
 
 def test_a_lost_group_result_comes_back_as_unicast_answers_to_every_workers_resend(
@@ -189,8 +199,10 @@ def test_udp_transport_receives_a_jobs_group_for_every_local_worker(multicast):
     assert g["joined"] == [list(GROUP)] and u["joined"] == []
     results = g["switch"]["replies"]
     assert results == u["switch"]["replies"] > 0
-    assert u["counters"]["switch_out"] == WORKERS * results
-    assert g["counters"]["switch_out"] == g["counters"]["switch_group_out"] == results
+    # (each resend of a completed round, on a loaded machine, gets a unicast answer)
+    assert 0 <= u["counters"]["switch_out"] - WORKERS * results <= u["switch"]["resends"]
+    assert g["counters"]["switch_group_out"] == results
+    assert 0 <= g["counters"]["switch_out"] - results <= g["switch"]["resends"]
     assert g["switch"]["foreign"] == g["switch"]["rebuilt"] == 0
 
 
