@@ -6,7 +6,8 @@ ways is counted once, under the first cause in this order that applies.
 """
 
 __all__ = ["NIC_TX_COUNTERS", "NIC_RX_COUNTERS", "AGG_DROP_CAUSES", "AGG_COUNTERS",
-           "NET_CORE_DROPS", "NET_COUNTERS", "WIRE_DROP_CAUSES", "WIRE_COUNTERS"]
+           "NET_CORE_DROPS", "NET_COUNTERS", "AUTH_COUNTERS", "WIRE_DROP_CAUSES",
+           "WIRE_COUNTERS"]
 
 #: NIC transmit path (compressor).
 NIC_TX_COUNTERS = (
@@ -97,6 +98,17 @@ NET_COUNTERS = (
     "drop_result_source", # AGG result (RESULT set) whose source, port and job are no
                           # configured job's upstream (aggregator-protocol.md section 4)
     "switch_upstream_out",  # aggregates sent to a job's upstream (each also a switch_out)
+)
+
+#: Authenticated control (``docs/protocol/network.md`` section 7): the network front end's
+#: counters of a board with a 128-bit control key. **Host side only for now; the gateware
+#: follows**: the golden and virtual boards count them, the network top does not yet, so
+#: they are kept out of :data:`NET_COUNTERS` (whose every name the gateware counts) and
+#: served at ``contract.registers.AUTH_REGISTERS``, just after ``NET_COUNTERS``' block,
+#: where they land when the gateware appends them to it.
+AUTH_COUNTERS = (
+    "drop_bad_tag",       # datagram that must carry a tag and whose tag is wrong (no reply)
+    "drop_replay",        # CTRL write whose counter is not above the largest accepted
 )
 
 #: The NIC in the wire (``docs/protocol/network.md`` section 6): drop causes of a frame

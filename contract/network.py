@@ -19,7 +19,8 @@ __all__ = [
     "DEFAULT_MAC", "DEFAULT_IP", "PORT_BASE", "Service", "SERVICE_OFFSETS", "service_ports",
     "MTU_DEFAULT", "MTU_JUMBO", "IP_UDP_HEADER_BYTES", "NIC_VALUES_PER_MTU", "nic_values_for_mtu",
     "CTRL_TYPE", "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
-    "CTRL_KEY_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
+    "CTRL_KEY_BYTES", "CTRL_AUTH_KEY_BYTES", "CTRL_COUNTER_OFFSET", "CTRL_COUNTER_BYTES",
+    "CTRL_TAG_OFFSET", "CTRL_TAG_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int", "WIRE_GRADIENT_PORT", "WIRE_PORTS", "MAX_FRAME_BYTES",
     "MIN_FRAME_BYTES", "BufferSizes", "GROUP_TTL", "is_multicast", "multicast_mac", "group_active",
@@ -94,6 +95,14 @@ CTRL_COUNT_OFFSET = 8
 CTRL_SEQ_OFFSET = 16
 CTRL_KEY_OFFSET = 24
 CTRL_KEY_BYTES = 8
+#: Authenticated control (spec section 7; host side only for now, the gateware follows): a
+#: 128-bit control key, never sent; a 64-bit little-endian counter in header bytes 16..23
+#: (``seq`` is its low 32 bits); a SipHash-2-4 tag in place of the key, bytes 24..31.
+CTRL_AUTH_KEY_BYTES = 16
+CTRL_COUNTER_OFFSET = CTRL_SEQ_OFFSET
+CTRL_COUNTER_BYTES = 8
+CTRL_TAG_OFFSET = CTRL_KEY_OFFSET
+CTRL_TAG_BYTES = 8
 #: (address, value) pairs per ``CTRL`` packet, 1..64.
 CTRL_MAX_PAIRS = 64
 #: The control key of the simulation tops (``make verilog``, the benches, the Verilated

@@ -27,13 +27,13 @@ import dataclasses
 import enum
 from typing import Iterator
 
-from .counters import (AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS,
+from .counters import (AGG_COUNTERS, AUTH_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS,
                        WIRE_COUNTERS)
 
 __all__ = [
     "ADDRESS_BITS", "DATA_BITS", "Access", "Register", "RegisterArray", "CounterBlock",
     "RegisterMap", "Decoded", "COMMIT", "JobStatus", "NIC_REGISTERS", "SWITCH_REGISTERS",
-    "NET_REGISTERS", "WIRE_REGISTERS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
+    "NET_REGISTERS", "AUTH_REGISTERS", "WIRE_REGISTERS", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "REGISTER_MAPS", "markdown_table", "switch_params_word", "decode_switch_params",
     "switch_limits_word", "decode_switch_limits",
 ]
@@ -347,6 +347,23 @@ NET_REGISTERS = RegisterMap("net", [
         Register("port", 1, Access.RW,
                  "UDP port where the worker receives results (0: no worker)", width=16),
     ), f"the aggregator's worker table, entry job * {MAX_WORKERS_IN_TABLE} + worker"),
+])
+
+#: Authenticated control (``docs/protocol/network.md`` section 7), in region ``net`` beside
+#: :data:`NET_REGISTERS`: **host side only for now; the gateware follows.** A board with a
+#: 128-bit control key (the golden and virtual boards) serves these; the network top does
+#: not yet (it reads them as 0), which is why they are a map of their own, out of
+#: :data:`REGISTER_MAPS` and ``docs/registers.md``, whose every register the gateware
+#: serves. The counters sit right after ``NET_COUNTERS``' block and the write counter after
+#: ``link``, so their addresses stay when the gateware takes them into :data:`NET_REGISTERS`
+#: (``tests/contract/test_auth.py`` checks that no address is both maps').
+AUTH_REGISTERS = RegisterMap("net_auth", [
+    CounterBlock("auth_counter", 0x000 + len(NET_COUNTERS), AUTH_COUNTERS,
+                 "authenticated control counter (section 7)"),
+    Register("write_counter_low", 0x106, Access.R,
+             "the largest accepted CTRL write counter, bits 31-0 (0 after power-up)"),
+    Register("write_counter_high", 0x107, Access.R,
+             "the largest accepted CTRL write counter, bits 63-32 (0 after power-up)"),
 ])
 
 #: The NIC in the wire (``hdl.wire.engine.WireEngine``, ``docs/protocol/network.md``

@@ -17,10 +17,13 @@ import itertools
 import struct
 
 from contract.header import HEADER_BYTES, HEADER_FIELDS, Flags, Header, PacketType
-from contract.network import (CTRL_KEY_BYTES, CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET,
-                              SERVICE_OFFSETS, CtrlOp, Service, network_address)
+from contract.network import (CTRL_MAX_PAIRS, CTRL_OP_OFFSET, SERVICE_OFFSETS, CtrlOp, Service,
+                              network_address)
 from contract.registers import DATA_BITS
-from host.driver.transport import Transport, TransportError
+from host.driver.ctrl_counter import next_counter
+from host.driver.transport import BadTagError, Transport, TransportError
+from host.golden.ctrl_auth import (control_key, counter_of, is_authenticated, seal,
+                                   unsealed, with_counter)
 from host.driver.udp import check_read_back
 
 from .backend import BoardBackend, Datagram
@@ -58,6 +61,7 @@ class BackendControl(Transport):
         self.key = backend.key if key is None else key
         if self.key is None:
             raise TransportError("no control key: the backend does not show one; give it")
+        self.key = control_key(self.key)
         self.region = region
         self.source = source
         self._seq = itertools.count(1)
@@ -76,12 +80,14 @@ class BackendControl(Transport):
         header = bytearray(Header(type=PacketType.CTRL, count=len(pairs),
                                   seq=next(self._seq) & _WORD).pack())
         header[CTRL_OP_OFFSET] = op
-        header[CTRL_KEY_OFFSET:CTRL_KEY_OFFSET + CTRL_KEY_BYTES] = \
-            self.key.to_bytes(CTRL_KEY_BYTES, "little")
         words = [w for pair in pairs for w in pair]
         port = self.backend.port_base + SERVICE_OFFSETS[Service.CTRL]
-        request = Datagram(self.source[0], self.source[1], self.backend.ip, port,
-                           bytes(header) + struct.pack(f"<{len(words)}I", *words))
+        packet = bytes(header) + struct.pack(f"<{len(words)}I", *words)
+        authenticated = is_authenticated(self.key)
+        if authenticated:          # section 7: a fresh counter, then the tag
+            packet = with_counter(packet, next_counter())
+        packet = seal(self.key, packet)
+        request = Datagram(self.source[0], self.source[1], self.backend.ip, port, packet)
         self.requests += 1
         replies = [d for d in self.backend.deliver([request]) + self.backend.poll()
                    if (d.dst_ip, d.dst_port) == tuple(self.source) and d.src_port == port]
@@ -90,6 +96,10 @@ class BackendControl(Transport):
                                  f"with {len(replies)} replies (none: a wrong key, or no "
                                  f"control service)")
         reply = replies[0].payload
+        if authenticated and (not unsealed(self.key, reply)
+                              or counter_of(reply) != counter_of(packet)):
+            raise BadTagError(Service.CTRL, f"the control reply from the board at "
+                              f"{self.backend.ip} has a wrong SipHash tag or counter")
         flags = reply[_FLAGS]
         count = int.from_bytes(reply[_COUNT.offset:_COUNT.offset + _COUNT.size], "little")
         if flags & Flags.ERROR or not flags & Flags.RESULT or count != len(pairs) \

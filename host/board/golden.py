@@ -2,7 +2,8 @@
 
 :class:`GoldenBoard` is the network front end as the gateware implements it, written as
 executable Python over datagrams: the four services, the aggregator's worker table and
-source check, the ``CTRL`` service with the control key and the one address map, and the
+source check, the ``CTRL`` service with the control key (section 4's in clear, or section 7's
+tags and write counter, host side only for now) and the one address map, and the
 network counters. The behaviour beyond the spec (what every corner does) is
 ``docs/network-contract.md``; the engines behind it are the golden NIC
 (``host.golden.inceptionn`` through :class:`~host.driver.models.NicModelTransport`) and the
@@ -19,16 +20,17 @@ import ipaddress
 import struct
 from typing import Sequence
 
-from contract.counters import NET_COUNTERS
+from contract.counters import AUTH_COUNTERS, NET_COUNTERS
 from contract.header import (HEADER_BYTES, HEADER_FIELDS, MAGIC, VERSION, WORKER_MULTICAST,
                              Flags, PacketType)
-from contract.network import (CTRL_COUNT_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
+from contract.network import (CTRL_COUNT_OFFSET,
                               CTRL_MAX_PAIRS, CTRL_OP_OFFSET, DEFAULT_IP, DEFAULT_MAC,
                               MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE, SERVICE_OFFSETS,
                               CtrlOp, Service, decode_network_address, group_active,
                               ip_to_int, mac_to_int)
 from contract.packet import Packet
-from contract.registers import DATA_BITS
+from contract.registers import AUTH_REGISTERS, DATA_BITS
+from host.golden.ctrl_auth import control_key, counter_of, is_authenticated, seal, unsealed
 
 from .backend import BoardBackend, Datagram
 
@@ -44,6 +46,7 @@ _NAMED = _WORKER + 1
 _WORKER_TABLE = NET_REGISTERS["worker"]
 _GROUP_TABLE = NET_REGISTERS["group"]
 _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
+_AUTH_COUNTER_BLOCK = AUTH_REGISTERS["auth_counter"]
 _SERVICE_COUNTERS = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx",
                      Service.SWITCH: "switch", Service.CTRL: "ctrl"}
 _CTRL_OPS = {op.value for op in CtrlOp}
@@ -62,8 +65,12 @@ class GoldenBoard(BoardBackend):
 
     Parameters
     ----------
-    key : int
-        The 64-bit control key the board is built with.
+    key : int or bytes
+        The control key the board is built with: a 64-bit ``int`` (section 4: the key in
+        clear in every ``CTRL`` packet, what the gateware does today), or 16 ``bytes``
+        (section 7: every ``CTRL`` request and reply tagged, write counters, the
+        ``contract.counters.AUTH_COUNTERS`` and ``contract.registers.AUTH_REGISTERS``;
+        host side only for now). ``host.golden.ctrl_auth`` tells them apart.
     ip, mac : str
         The board's addresses (spec section 1 defaults).
     port_base : int
@@ -87,9 +94,9 @@ class GoldenBoard(BoardBackend):
         from host.golden.aggregator import AggregatorModel
         from host.driver.models import NicModelTransport
 
-        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 1 << 64:
-            raise ValueError(f"the control key must be a 64-bit unsigned integer, not {key!r}")
-        self.key = key
+        self.key = control_key(key)
+        #: section 7's authenticated control (a 128-bit key)
+        self.authenticated = is_authenticated(self.key)
         self.ip = str(ipaddress.IPv4Address(ip))
         self.mac = mac
         self._mac = mac_to_int(mac)
@@ -112,6 +119,11 @@ class GoldenBoard(BoardBackend):
                            max_workers=max_workers, jobs=jobs)
         #: network front end counters, keys ``contract.counters.NET_COUNTERS``
         self.counters = dict.fromkeys(NET_COUNTERS, 0)
+        if self.authenticated:
+            # section 7's counters, kept apart from the gateware's NET_COUNTERS
+            self.counters.update(dict.fromkeys(AUTH_COUNTERS, 0))
+        #: the largest counter of an accepted CTRL write (section 7; 0 after power-up)
+        self.write_counter = 0
         #: worker table: (job, worker) -> (ip as int, port); absent = (0, 0)
         self.worker_table: dict[tuple[int, int], tuple[int, int]] = {}
         #: result groups: job -> (ip as int, port); absent = (0, 0), no group
@@ -259,9 +271,10 @@ class GoldenBoard(BoardBackend):
         if len(data) < HEADER_BYTES:
             self._count("drop_bad_ctrl")      # no key to check: no reply
             return []
-        key = int.from_bytes(data[CTRL_KEY_OFFSET:CTRL_KEY_OFFSET + CTRL_KEY_BYTES], "little")
-        if key != self.key:
-            self._count("drop_bad_key")       # no reply, nothing done
+        if not unsealed(self.key, data):
+            # section 4: a wrong key; section 7: a wrong tag, checked before anything else
+            # (the counter included): no reply, nothing done
+            self._count("drop_bad_tag" if self.authenticated else "drop_bad_key")
             return []
         header = bytearray(data[:HEADER_BYTES])
         op = data[CTRL_OP_OFFSET]
@@ -272,7 +285,16 @@ class GoldenBoard(BoardBackend):
                 or len(payload) != 8 * count):
             self._count("drop_bad_ctrl")
             header[_FLAGS] |= Flags.RESULT | Flags.ERROR
-            return [self._reply(Service.CTRL, d.src_ip, d.src_port, bytes(header))]
+            return [self._reply(Service.CTRL, d.src_ip, d.src_port,
+                                self._sealed(bytes(header)))]
+        if self.authenticated and op == CtrlOp.WRITE:
+            # section 7: a write's counter above every accepted write's, or the whole
+            # request is dropped (no reply); an accepted one raises the largest
+            counter = counter_of(data)
+            if counter <= self.write_counter:
+                self._count("drop_replay")
+                return []
+            self.write_counter = counter
         words = list(struct.unpack(f"<{2 * count}I", payload))
         for i in range(0, 2 * count, 2):
             address = words[i]
@@ -281,7 +303,12 @@ class GoldenBoard(BoardBackend):
             words[i + 1] = self.read(address)     # a write reads back after writing
         header[_FLAGS] |= Flags.RESULT
         return [self._reply(Service.CTRL, d.src_ip, d.src_port,
-                            bytes(header) + struct.pack(f"<{2 * count}I", *words))]
+                            self._sealed(bytes(header) + struct.pack(f"<{2 * count}I", *words)))]
+
+    def _sealed(self, reply: bytes) -> bytes:
+        """A ``CTRL`` reply as it leaves: section 4 echoes the request's key field (the
+        key), section 7 tags the reply under the same key (the counter echoed)."""
+        return seal(self.key, reply) if self.authenticated else reply
 
     # -- the address map -----------------------------------------------------------------
 
@@ -338,7 +365,7 @@ class GoldenBoard(BoardBackend):
     def _read_net(self, local: int) -> int:
         decoded = NET_REGISTERS.decode(local)
         if decoded is None:
-            return 0
+            return self._read_auth(local) if self.authenticated else 0
         if decoded.entry is _NET_COUNTER_BLOCK:
             return self.counters[decoded.counter]
         if decoded.entry is _WORKER_TABLE:
@@ -360,3 +387,15 @@ class GoldenBoard(BoardBackend):
             "link": int(self.link),
         }[name]
         return value & ((1 << decoded.register.width) - 1)
+
+    def _read_auth(self, local: int) -> int:
+        """Section 7's registers (``contract.registers.AUTH_REGISTERS``): its counters and
+        the largest accepted write counter, low word first."""
+        decoded = AUTH_REGISTERS.decode(local)
+        if decoded is None:
+            return 0
+        if decoded.entry is _AUTH_COUNTER_BLOCK:
+            return self.counters[decoded.counter]
+        if decoded.register.name == "write_counter_low":
+            return self.write_counter & _WORD
+        return self.write_counter >> 32 & _WORD

@@ -76,8 +76,10 @@ class VirtualBoard:
         and ``params``) or a backend object.
     port_base : int or None
         First of the four UDP ports; None picks four free consecutive ports.
-    key : int or None
-        The control key for a named backend; None draws a random one.
+    key : int, bytes or None
+        The control key for a named backend; None draws a random one (64 bits). 16 bytes
+        are section 7's 128-bit key (authenticated control: the golden backend only, for
+        now).
     faults : WireFaults or None
         Fault injector on the wire.
     params
@@ -88,7 +90,7 @@ class VirtualBoard:
     """
 
     def __init__(self, backend: str | BoardBackend = "golden", *, port_base: int | None = PORT_BASE,
-                 key: int | None = None, faults: WireFaults | None = None, **params):
+                 key: int | bytes | None = None, faults: WireFaults | None = None, **params):
         if isinstance(backend, BoardBackend) and (params or key is not None):
             raise ValueError("key and backend parameters go to a named backend, not to a "
                              "backend object")

@@ -2,7 +2,8 @@
 
 The board's address, port base, key and MTU come from the arguments, else the environment
 (:func:`board_settings`): ``GRADWIRE_BOARD`` (``HOST`` or ``HOST:PORT_BASE``),
-``GRADWIRE_PORT_BASE``, ``GRADWIRE_KEY`` (16 hex digits) and ``GRADWIRE_MTU``. Packet sizes
+``GRADWIRE_PORT_BASE``, ``GRADWIRE_KEY`` (16 hex digits: section 4's 64-bit key; or 32:
+section 7's 128-bit key, authenticated control) and ``GRADWIRE_MTU``. Packet sizes
 follow from the MTU (:func:`nic_packet_values`): 1500 by default, up to 9000 (jumbo
 frames), at least :data:`MTU_MIN`.
 """
@@ -14,7 +15,7 @@ import os
 import numpy as np
 
 from contract.header import HEADER_BYTES, LANES, NIC_MAX_COUNT
-from contract.network import (CTRL_KEY_BYTES, IP_UDP_HEADER_BYTES, MTU_DEFAULT, PORT_BASE,
+from contract.network import (CTRL_AUTH_KEY_BYTES, CTRL_KEY_BYTES, IP_UDP_HEADER_BYTES, MTU_DEFAULT, PORT_BASE,
                               nic_values_for_mtu, service_ports)
 
 __all__ = ["board_settings", "parse_key", "format_key", "inc_max_bytes", "nic_packet_values",
@@ -28,17 +29,27 @@ ENV_MTU = "GRADWIRE_MTU"
 MTU_MIN = 576
 
 
-def parse_key(text: str) -> int:
-    """A control key from its hex digits (``"0x"`` and ``_``/``:`` separators allowed)."""
+def parse_key(text: str) -> int | bytes:
+    """A control key from its hex digits (``"0x"`` and ``_``/``:`` separators allowed): 1 to
+    16 digits are section 4's 64-bit key, an ``int``; exactly 32 are section 7's 128-bit
+    key (``docs/protocol/network.md``: its bytes in order, first byte first), 16 ``bytes``,
+    whatever their value (leading zeros included)."""
     digits = str(text).strip().lower().removeprefix("0x").replace("_", "").replace(":", "")
-    if not 1 <= len(digits) <= 2 * CTRL_KEY_BYTES or any(c not in "0123456789abcdef"
-                                                         for c in digits):
-        raise ValueError(f"a control key is 1 to {2 * CTRL_KEY_BYTES} hex digits, not {text!r}")
+    if any(c not in "0123456789abcdef" for c in digits) or not (
+            1 <= len(digits) <= 2 * CTRL_KEY_BYTES or len(digits) == 2 * CTRL_AUTH_KEY_BYTES):
+        raise ValueError(f"a control key is 1 to {2 * CTRL_KEY_BYTES} hex digits (64 bits) or "
+                         f"exactly {2 * CTRL_AUTH_KEY_BYTES} (128 bits, authenticated "
+                         f"control), not {text!r}")
+    if len(digits) == 2 * CTRL_AUTH_KEY_BYTES:
+        return bytes.fromhex(digits)
     return int(digits, 16)
 
 
-def format_key(key: int) -> str:
-    """``key`` as the 16 hex digits :func:`parse_key` reads."""
+def format_key(key: int | bytes) -> str:
+    """``key`` as the hex digits :func:`parse_key` reads: 16 for a 64-bit key, 32 for a
+    128-bit one."""
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key).hex()
     return f"{key:0{2 * CTRL_KEY_BYTES}x}"
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from contract.packet import Packet
 
-__all__ = ["Transport", "TransportError", "NoReplyError", "ExchangeStats"]
+__all__ = ["Transport", "TransportError", "NoReplyError", "BadTagError", "ExchangeStats"]
 
 
 class TransportError(RuntimeError):
@@ -32,6 +32,22 @@ class NoReplyError(TransportError):
     ----------
     service : contract.network.Service
         The board's service that did not answer.
+    """
+
+    def __init__(self, service, message):
+        self.service = service
+        super().__init__(message)
+
+
+class BadTagError(TransportError):
+    """A reply from a board with section 7's authenticated control
+    (``docs/protocol/network.md``) whose tag is not its tag under the control key: forged,
+    corrupted, or from a board built with another key. Nothing in it is taken.
+
+    Attributes
+    ----------
+    service : contract.network.Service
+        The board's service the reply came from.
     """
 
     def __init__(self, service, message):

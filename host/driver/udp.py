@@ -30,6 +30,12 @@ reordering as spec section 5 says:
   a time, in order, are resent on a timeout (a write sets values, so a resend is harmless)
   and are checked against the values the board reads back. After a job's commit the
   transport discards whatever its workers' sockets still hold for that job.
+- **Authenticated control** (section 7; the gateware follows): with a 128-bit key (16
+  ``bytes``, 32 hex digits) no key byte is sent; every request carries a 64-bit counter
+  (the host's clock in microseconds, :func:`host.driver.ctrl_counter.next_counter`; a
+  resend takes a new one) and a SipHash-2-4 tag, and every reply's tag is checked: a wrong
+  one is a :class:`~host.driver.transport.BadTagError`. A 64-bit key (an ``int``) is
+  section 4's, sent in clear, as the gateware expects today.
 
 Packet sizes come from the MTU (:func:`host.driver.settings.nic_packet_values`): 1500 by
 default, up to 9000 (jumbo frames); a datagram that would not fit, either way, is refused
@@ -48,17 +54,22 @@ import time
 import numpy as np
 
 from contract.header import HEADER_BYTES, HEADER_FIELDS, NIC_MAX_COUNT, Flags, Header, PacketType
-from contract.network import (CTRL_KEY_BYTES, CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET,
+from contract.network import (CTRL_MAX_PAIRS, CTRL_OP_OFFSET,
                               CTRL_SEQ_OFFSET, IP_UDP_HEADER_BYTES, MTU_DEFAULT, MTU_JUMBO,
                               PORT_BASE, CtrlOp, Service, decode_network_address,
                               network_address, service_ports)
 from contract.registers import COMMIT, DATA_BITS, SWITCH_REGISTERS
 
+from host.golden.ctrl_auth import (control_key, counter_of, is_authenticated, seal,
+                                   with_counter)
+from host.golden.siphash import check_tag
+
+from .ctrl_counter import next_counter
 from .pacing import ReplyBudget, board_buffers, give_up_after, reply_beats
 from .rtt import ResendTimer, RttEstimator
 from .settings import ENV_KEY, MTU_MIN, inc_max_bytes, nic_packet_values
 from .sockets import drain, local_address_towards, open_udp_socket
-from .transport import NoReplyError, Transport, TransportError
+from .transport import BadTagError, NoReplyError, Transport, TransportError
 from .udp_switch import SwitchWorkerSockets
 
 __all__ = ["UdpTransport", "ServiceStats"]
@@ -114,8 +125,9 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         The board's IPv4 address (or name).
     port_base : int
         UDP port of its first service.
-    key : int or None
-        The control key (needed for ``read``/``write`` only).
+    key : int, bytes or None
+        The control key (needed for ``read``/``write`` only): a 64-bit ``int`` (section 4,
+        sent in clear) or 16 ``bytes`` (section 7: tags and counters, never sent).
     mtu : int
         IP MTU of the path to the board, 576..9000 (default 1500).
     region : str or None
@@ -175,9 +187,8 @@ class UdpTransport(SwitchWorkerSockets, Transport):
             raise ValueError(f"give_up must be a time in seconds >= 0, not {give_up!r}")
         if region is not None:
             network_address(region, 0)          # a KeyError names the regions
-        if key is not None and (isinstance(key, bool) or not isinstance(key, int)
-                                or not 0 <= key < 1 << (8 * CTRL_KEY_BYTES)):
-            raise ValueError(f"the control key must be a 64-bit unsigned integer, not {key!r}")
+        if key is not None:
+            key = control_key(key)
         self.owns = owns
         try:
             self.host = socket.gethostbyname(host)
@@ -186,6 +197,8 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         self.port_base = port_base
         self.ports = service_ports(port_base)
         self.key = key
+        #: section 7's authenticated control (a 128-bit key): tagged requests and replies
+        self.authenticated = key is not None and is_authenticated(key)
         self.mtu = mtu
         self.max_datagram = mtu - IP_UDP_HEADER_BYTES
         self.max_packet_values = nic_packet_values(mtu)
@@ -271,6 +284,10 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         pending: dict[int, ResendTimer] = {}     # by request index
         # seq of every attempt -> (index, sent, its ticket in the reply budget)
         attempts: dict[int, tuple[int, float, int]] = {}
+        # authenticated control: seq of every attempt -> its whole 64-bit counter, which
+        # the (tagged) reply must echo
+        tagged = service is Service.CTRL and self.authenticated
+        counters: dict[int, int] = {}
         next_index, remaining = 0, len(requests)
         while remaining:
             now = time.monotonic()
@@ -280,6 +297,8 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                 self._send(sock, requests[next_index], service)
                 attempts[_seq_of(requests[next_index])] = \
                     (next_index, now, budget.charge(beats[next_index]))
+                if tagged:
+                    counters[_seq_of(requests[next_index])] = counter_of(requests[next_index])
                 pending[next_index] = ResendTimer(next_index, now, now, est.rto)
                 next_index += 1
             self._note_budget(stats, budget)
@@ -290,6 +309,11 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                     if source != address:
                         stats.foreign += 1
                         continue
+                    if tagged:
+                        self._check_reply_tag(service, data)
+                        if counters.get(_seq_of(data)) != counter_of(data):
+                            stats.discarded += 1   # tagged, but no counter of ours
+                            continue
                     index, sent, ticket = attempts.get(_seq_of(data), (None, None, None)) \
                         if len(data) >= HEADER_BYTES else (None, None, None)
                     if ticket is not None:
@@ -353,13 +377,31 @@ class UdpTransport(SwitchWorkerSockets, Transport):
                 probed = probed or silent
                 self._resend_timer(service, entry)
                 # every attempt has a seq of its own, so a reply says which one it answers
-                seq = self._fresh_seq()
-                requests[index] = _with_seq(requests[index], seq)
+                # (an authenticated request: a new counter, and a new tag over it)
+                requests[index] = self._renumbered(service, requests[index])
+                seq = _seq_of(requests[index])
                 attempts[seq] = (index, entry.last_sent, budget.charge(beats[index]))
+                if tagged:
+                    counters[seq] = counter_of(requests[index])
                 self._send(sock, requests[index], service)
         self._note_budget(stats, budget)
         self._update_rtt_stats(service)
         return replies
+
+    def _renumbered(self, service: Service, request: bytes) -> bytes:
+        """``request`` for its next attempt: a fresh ``seq``; for authenticated control a
+        new counter (section 7: never a write's old one) and the tag over it."""
+        if service is Service.CTRL and self.authenticated:
+            return seal(self.key, with_counter(request, next_counter()))
+        return _with_seq(request, self._fresh_seq())
+
+    def _check_reply_tag(self, service: Service, data: bytes) -> None:
+        """Raise :class:`BadTagError` unless ``data`` carries its tag under the key."""
+        if not check_tag(self.key, data):
+            raise BadTagError(service,
+                f"the control reply from the board at {self.host}:{self.ports[service]} has "
+                f"a wrong SipHash tag ({len(data)} bytes): forged, corrupted, or from a board "
+                f"with another control key; nothing in it was taken")
 
     def _board_srtt(self):
         """The largest smoothed round trip measured on any of the board's services."""
@@ -414,7 +456,8 @@ class UdpTransport(SwitchWorkerSockets, Transport):
     def _hint(self, service):
         if service is Service.CTRL:
             return (": is the board running and reachable, and is the control key right? (a "
-                    "board ignores control requests with a wrong key)")
+                    "board ignores control requests with a wrong key or tag, and a 128-bit "
+                    "key needs a board built for section 7's authenticated control)")
         if service is Service.NIC_RX:
             return (": is the board running and reachable? (the receive path sends nothing "
                     "for a packet it drops: pass allow_drops=True to take that as a drop)")
@@ -481,13 +524,16 @@ class UdpTransport(SwitchWorkerSockets, Transport):
         if self.key is None:
             raise TransportError("no control key: give the board's key (gradwire board serve "
                                  f"prints it; --key or {ENV_KEY})")
-        seq = self._fresh_seq()
-        header = bytearray(Header(type=PacketType.CTRL, count=len(pairs), seq=seq).pack())
+        header = bytearray(Header(type=PacketType.CTRL, count=len(pairs)).pack())
         header[CTRL_OP_OFFSET] = op
-        header[CTRL_KEY_OFFSET:CTRL_KEY_OFFSET + CTRL_KEY_BYTES] = \
-            self.key.to_bytes(CTRL_KEY_BYTES, "little")
         words = [w for pair in pairs for w in pair]
-        return bytes(header) + struct.pack(f"<{len(words)}I", *words)
+        packet = bytes(header) + struct.pack(f"<{len(words)}I", *words)
+        if self.authenticated:
+            # section 7: the counter in bytes 16..23 (its low half the seq), then the tag
+            packet = with_counter(packet, next_counter())
+        else:
+            packet = _with_seq(packet, self._fresh_seq())
+        return seal(self.key, packet)
 
     def _ctrl(self, op: CtrlOp, pairs, *, window: int):
         """Run ``pairs`` (full addresses) through the control service; the values read."""
