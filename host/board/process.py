@@ -116,9 +116,13 @@ class BoardProcess:
                         str(self.fault_seed)]
         for name, value in self.options.items():
             command += [f"--{name.replace('_', '-')}", str(value)]
+        # A session of its own: a terminal's Ctrl-C goes to the foreground group, and the
+        # caller decides (stopping this board on its way out). In the same group the board
+        # could stop first, and a training run report its ranks' errors instead of the
+        # interrupt (a loaded machine schedules the caller last).
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        text=True)
+                                        text=True, start_new_session=True)
         ready = threading.Event()
 
         def read():

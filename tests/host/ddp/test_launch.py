@@ -11,6 +11,7 @@ accuracy``.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -225,6 +226,7 @@ def test_gradwire_accuracy_stops_every_process_on_signal(tmp_path, how):
     process = _start([sys.executable, "-m", "host.cli", "accuracy", "--backend", "udp",
                       "--tasks", "digits", "--codecs", "inceptionn-k10", "--world-size", "2",
                       "--steps", "100000", "--out", str(tmp_path)])
+    started = []
     try:
         # The board and both ranks (and their helpers) running.
         assert _wait_for(lambda: len(_descendants(process.pid)) >= 3, 120), \
@@ -236,6 +238,9 @@ def test_gradwire_accuracy_stops_every_process_on_signal(tmp_path, how):
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGKILL)
+        for pid in started:                # the board has a session of its own
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_savings_are_worded_so_that_they_read_right_both_ways():

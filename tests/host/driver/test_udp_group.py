@@ -244,11 +244,15 @@ def test_a_job_over_two_boards_has_a_group_per_board(multicast):
         # every result of that board from the group
         results = r["per_board"][0][b]["results"]
         assert results > 0
-        assert counters == {"switch_in": 2 * results, "switch_out": results,
-                            "switch_group_out": results}
+        # (a loaded machine's resends counted apart, as above)
+        resent = sum(rank[b]["resends"] for rank in r["per_board"])
+        assert counters["switch_in"] == 2 * results + resent
+        assert counters["switch_group_out"] == results
+        assert 0 <= counters["switch_out"] - results <= resent
         for rank in r["per_board"]:
-            assert rank[b]["group"] == rank[b]["results"] == results
-            assert rank[b]["unicast"] == rank[b]["foreign"] == 0
+            assert rank[b]["results"] == results and rank[b]["foreign"] == 0
+            assert rank[b]["group"] + rank[b]["unicast"] == results
+            assert rank[b]["unicast"] <= rank[b]["resends"]
 
 
 def test_ranks_in_processes_of_their_own_each_join_the_group(multicast):
@@ -258,7 +262,14 @@ def test_ranks_in_processes_of_their_own_each_join_the_group(multicast):
         pytest.skip(r["skipped"])
     assert r["totals"] == [r["want"]] * 3
     results = r["stats"][0]["results"]
-    assert r["counters"] == {"switch_in": 3 * results, "switch_out": results,
-                             "switch_group_out": results}
+    # a rank whose timer runs out on a loaded machine resends: each resend is one more
+    # datagram in, and of a completed round one unicast answer out (counted apart)
+    resent = sum(s["resends"] for s in r["stats"])
+    counters = r["counters"]
+    assert counters["switch_in"] == 3 * results + resent
+    assert counters["switch_group_out"] == results
+    answers = counters["switch_out"] - results
+    assert sum(s["unicast"] for s in r["stats"]) <= answers <= resent
     for s in r["stats"]:
-        assert s["group"] == s["results"] == results and s["unicast"] == s["foreign"] == 0
+        assert s["results"] == results and s["foreign"] == 0
+        assert s["group"] + s["unicast"] == results and s["unicast"] <= s["resends"]
