@@ -108,7 +108,8 @@ NET_COUNTERS = (
 #: where they land when the gateware appends them to it.
 AUTH_COUNTERS = (
     "drop_bad_tag",       # datagram that must carry a tag and whose tag is wrong (no reply)
-    "drop_replay",        # CTRL write whose counter is not above the largest accepted
+    "drop_replay",        # CTRL write whose counter is not above the largest accepted, or
+                          # an authenticated job's data packet S or more chunks old
 )
 
 #: The NIC in the wire (``docs/protocol/network.md`` section 6): drop causes of a frame

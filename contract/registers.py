@@ -364,6 +364,14 @@ AUTH_REGISTERS = RegisterMap("net_auth", [
              "the largest accepted CTRL write counter, bits 31-0 (0 after power-up)"),
     Register("write_counter_high", 0x107, Access.R,
              "the largest accepted CTRL write counter, bits 63-32 (0 after power-up)"),
+    RegisterArray("job_auth", 0x300, 2, MAX_JOBS_IN_TABLE, (
+        Register("enable", 0, Access.RW,
+                 "bit 0: the job's AGG_* datagrams and results carry tags under its job key "
+                 "(section 7), pending until the job's commit", width=1),
+        Register("epoch", 1, Access.RW,
+                 "the epoch the job key is derived with, pending until the job's commit"),
+    ), "each job's authentication (section 7): applied by the job's commit in region "
+       "`switch`, which also forgets the job's replay filter"),
 ])
 
 #: The NIC in the wire (``hdl.wire.engine.WireEngine``, ``docs/protocol/network.md``

@@ -29,8 +29,9 @@ from contract.network import (CTRL_COUNT_OFFSET,
                               CtrlOp, Service, decode_network_address, group_active,
                               ip_to_int, mac_to_int)
 from contract.packet import Packet
-from contract.registers import AUTH_REGISTERS, DATA_BITS
+from contract.registers import AUTH_REGISTERS, COMMIT, DATA_BITS, SWITCH_REGISTERS
 from host.golden.ctrl_auth import control_key, counter_of, is_authenticated, seal, unsealed
+from host.golden.job_auth import PASSED, JobAuthTable
 
 from .backend import BoardBackend, Datagram
 
@@ -47,6 +48,8 @@ _WORKER_TABLE = NET_REGISTERS["worker"]
 _GROUP_TABLE = NET_REGISTERS["group"]
 _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
 _AUTH_COUNTER_BLOCK = AUTH_REGISTERS["auth_counter"]
+_JOB_AUTH = AUTH_REGISTERS["job_auth"]
+_SWITCH_JOB = SWITCH_REGISTERS["job"]
 _SERVICE_COUNTERS = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx",
                      Service.SWITCH: "switch", Service.CTRL: "ctrl"}
 _CTRL_OPS = {op.value for op in CtrlOp}
@@ -124,6 +127,8 @@ class GoldenBoard(BoardBackend):
             self.counters.update(dict.fromkeys(AUTH_COUNTERS, 0))
         #: the largest counter of an accepted CTRL write (section 7; 0 after power-up)
         self.write_counter = 0
+        #: section 7's authenticated jobs (a board with a 128-bit key only)
+        self.job_auth = JobAuthTable(self.key, jobs) if self.authenticated else None
         #: worker table: (job, worker) -> (ip as int, port); absent = (0, 0)
         self.worker_table: dict[tuple[int, int], tuple[int, int]] = {}
         #: result groups: job -> (ip as int, port); absent = (0, 0), no group
@@ -195,10 +200,22 @@ class GoldenBoard(BoardBackend):
             data = bytes(data)
         elif len(data) >= _NAMED:
             job, worker = data[_JOB], data[_WORKER]
+            auth = self.job_auth is not None and self.job_auth.active(job) is not None
+            if auth and len(data) >= HEADER_BYTES:
+                # section 7: an authenticated job's tag before anything else, then the
+                # source, then the replay filter (which a forged source must not move)
+                if not self.job_auth.check_tag(job, data):
+                    self._count("drop_bad_tag")
+                    return []
             entry = self._entry(job, worker)
             if entry is None or entry[1] == 0 or entry != (ip_to_int(d.src_ip), d.src_port):
                 self._count("drop_bad_source")
                 return []
+            if auth and len(data) >= HEADER_BYTES:
+                verdict = self.job_auth.filter(job, worker, data)
+                if verdict != PASSED:
+                    self._count(verdict)
+                    return []
         # A datagram too short to name a (job, worker) goes to the engine unchecked, which
         # drops it as bad_length without a slot being touched (so does one that names
         # them but is shorter than a header).
@@ -206,6 +223,8 @@ class GoldenBoard(BoardBackend):
         for result in self.aggregator.process(data):
             h = result.header
             image = result.to_bytes()
+            if self.job_auth is not None and h.flags & Flags.RESULT:
+                image = self.job_auth.seal(h.job, image)
             if not h.flags & Flags.RESULT:
                 # The aggregate of a leaf's slot, to its upstream: the leaf job is the one
                 # whose slot range holds the slot (ranges never overlap).
@@ -339,9 +358,22 @@ class GoldenBoard(BoardBackend):
         region, local = where
         if region.name == "switch" and Service.SWITCH in self.services:
             self.aggregator.write(local, value & _WORD)
+            decoded = SWITCH_REGISTERS.decode(local)
+            if (self.job_auth is not None and decoded is not None
+                    and decoded.entry is _SWITCH_JOB and decoded.register.name == "commit"
+                    and value == COMMIT):
+                job = decoded.index
+                self.job_auth.commit(job, configured=job < self.params["jobs"] and
+                                     self.aggregator.job_config(job) is not None)
         elif region.name == "net":
             decoded = NET_REGISTERS.decode(local)
             if decoded is None:
+                if self.job_auth is not None:
+                    auth = AUTH_REGISTERS.decode(local)
+                    if auth is not None and auth.entry is _JOB_AUTH:
+                        width = auth.register.width
+                        self.job_auth.set_register(auth.index, auth.register.name,
+                                                   value & ((1 << width) - 1))
                 return
             value &= (1 << decoded.register.width) - 1
             if decoded.entry is _GROUP_TABLE:
@@ -396,6 +428,8 @@ class GoldenBoard(BoardBackend):
             return 0
         if decoded.entry is _AUTH_COUNTER_BLOCK:
             return self.counters[decoded.counter]
+        if decoded.entry is _JOB_AUTH:
+            return self.job_auth.register(decoded.index, decoded.register.name)
         if decoded.register.name == "write_counter_low":
             return self.write_counter & _WORD
         return self.write_counter >> 32 & _WORD

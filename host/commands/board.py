@@ -10,6 +10,8 @@
     gradwire board configure-job JOB --workers N --slots BASE:COUNT [--worker IP:PORT ...]
                                  [--group ADDR:PORT]
                                  [--upstream HOST:PORT --upstream-job J --upstream-worker W]
+                                 [--auth --epoch E]
+    gradwire board job-key JOB --epoch E
     gradwire board compress IN.npy OUT.gwz [-k K]
     gradwire board decompress IN.gwz OUT.npy
 
@@ -32,6 +34,11 @@ multicast address and UDP port, for the workers that joined it); ``--group 0`` o
 HOST whose switch port is PORT (its port base + 2), this board's job its worker W; its
 completed slots go there and its workers get the parent's results. ``--upstream 0`` or no
 ``--upstream`` configures the job without one. ``status`` shows each job's upstream.
+``configure-job --auth --epoch E`` gives the job authentication (``network.md`` section 7,
+a board with a 32-digit key): its datagrams and results carry tags under the job key,
+derived from the control key, the job and ``E``; it prints nothing secret. ``job-key JOB
+--epoch E`` prints that job key (32 hex digits) for a worker that is not a Python process;
+it needs the key, not the board.
 """
 from __future__ import annotations
 
@@ -214,8 +221,25 @@ def add_arguments(p):
                     help="with --upstream: the parent's job number")
     cj.add_argument("--upstream-worker", type=int, metavar="W",
                     help="with --upstream: this job's worker number in the parent's job")
+    cj.add_argument("--auth", action="store_true",
+                    help="authenticate the job (section 7; a board with a 32-digit key): "
+                         "tags under the job key on its datagrams and results; needs --epoch")
+    cj.add_argument("--epoch", type=_epoch, metavar="E",
+                    help="with --auth: the epoch (0..2^32-1) the job key is derived with; a "
+                         "new epoch makes the old key's packets worthless")
     cj.add_argument("--clear", action="store_true", help="unconfigure the job instead")
     cj.set_defaults(board_run=_configure_job)
+
+    jk = sub.add_parser("job-key", help="print a job's key (section 7) for its workers",
+                        description="Print the job key of an authenticated job, derived from "
+                                    "the 128-bit control key, the job and its epoch (32 hex "
+                                    "digits), for a worker that is not a Python process. "
+                                    "Needs the key only; nothing is sent.")
+    jk.add_argument("job", type=int, help="job number")
+    jk.add_argument("--epoch", type=_epoch, metavar="E", required=True,
+                    help="the epoch the job was configured with")
+    jk.add_argument("--key", help="the control key, 32 hex digits (default: GRADWIRE_KEY)")
+    jk.set_defaults(board_run=_job_key)
 
     for name, func, (inp, out), text in (
             ("compress", _compress, ("IN.npy", "OUT.gwz"),
@@ -688,8 +712,12 @@ def _configure_job(args):
     upstream_given = any(value is not None for value in (args.upstream, args.upstream_job,
                                                          args.upstream_worker))
     if args.clear and (args.workers or args.slots or args.worker or args.group is not None
-                       or upstream_given):
-        raise CliError("--clear takes no --workers, --slots, --worker, --group or --upstream")
+                       or upstream_given or args.auth or args.epoch is not None):
+        raise CliError("--clear takes no --workers, --slots, --worker, --group, --upstream, "
+                       "--auth or --epoch")
+    if args.auth != (args.epoch is not None):
+        raise CliError("--auth and --epoch E go together (the job key derives from the "
+                       "epoch)")
     if not args.clear and args.workers is None:
         raise CliError("give --workers N (or --clear)")
     if args.worker and len(args.worker) != args.workers:
@@ -717,9 +745,17 @@ def _configure_job(args):
                 pairs += [(network_address("net", _TABLE.address(entry, "ip")), ip_to_int(ip)),
                           (network_address("net", _TABLE.address(entry, "port")), port)]
             _control(args, settings, lambda: transport.write_many(pairs, full=True))
-        from ..driver.udp_worker import write_group
+        from ..driver.udp_worker import write_group, write_job_auth
         # before the commit, always: without --group a job configured again loses its group
         _control(args, settings, lambda: write_group(transport, args.job, group))
+        # likewise its authentication: without --auth a job configured again loses it
+        try:
+            _control(args, settings, lambda: write_job_auth(transport, args.job, args.epoch))
+        except TransportError as exc:
+            if args.epoch is None:
+                raise
+            raise CliError(f"--auth: {exc}") from None
+
         def configure():
             # the upstream registers before the commit, always: without --upstream a job
             # configured again loses its upstream
@@ -739,7 +775,41 @@ def _configure_job(args):
           + (", worker table " + " ".join(f"{ip}:{port}" for ip, port in args.worker)
              if args.worker else "")
           + (f", result group {group[0]}:{group[1]}" if group else "")
-          + (f", upstream {format_upstream(upstream)}" if upstream else ""))
+          + (f", upstream {format_upstream(upstream)}" if upstream else "")
+          + (f", authenticated, epoch {args.epoch} (its workers need the job key: "
+             f"gradwire board job-key {args.job} --epoch {args.epoch})"
+             if args.auth else ""))
+    return 0
+
+
+def _epoch(text: str) -> int:
+    try:
+        value = int(text, 0)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if not 0 <= value <= 0xFFFF_FFFF:
+        raise argparse.ArgumentTypeError(f"an epoch is 0..{0xFFFF_FFFF}, not {value}")
+    return value
+
+
+def _job_key(args):
+    from ..driver.settings import parse_key
+    from ..golden.ctrl_auth import is_authenticated
+    from ..golden.siphash import job_key
+
+    if not 0 <= args.job < _JOB_REGS.count:
+        raise CliError(f"job must be in 0..{_JOB_REGS.count - 1}, not {args.job}")
+    text = args.key if args.key is not None else os.environ.get("GRADWIRE_KEY")
+    if not text:
+        raise CliError("no control key: give --key or set GRADWIRE_KEY (32 hex digits)")
+    try:
+        key = parse_key(text)
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
+    if not is_authenticated(key):
+        raise CliError("a job key derives from a 128-bit control key (32 hex digits); this "
+                       "one has 16 (section 4's key has no authenticated jobs)")
+    print(job_key(key, args.job, args.epoch).hex())
     return 0
 
 

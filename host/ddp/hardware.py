@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import struct
 import time
 import weakref
@@ -710,12 +711,19 @@ class UdpSwitch(_Backend):
         outcome = [None]
         if rank == 0:
             try:
-                outcome[0] = ("ok", self._configure(addresses))
+                value = self._configure(addresses)
+                # an authenticated job's key (network.md section 7) goes to the ranks over
+                # the hook's own process group, never to or from the board
+                outcome[0] = ("ok", (value, self._job_key(value)))
             except Exception as exc:          # noqa: BLE001 (every rank raises it)
                 outcome[0] = ("error", _describe(exc))
         if world > 1:
             dist.broadcast_object_list(outcome, src=_group_rank_zero(group), group=group)
         kind, value = outcome[0]
+        job_key = None
+        if kind == "ok":
+            value, job_key = value
+        keyed = {} if job_key is None else {"job_key": job_key}
         if kind == "error":
             where = f"the {len(self.boards)} boards' switches" if striped \
                 else "the tree's boards" if self.tree is not None else "the board's switch"
@@ -746,13 +754,13 @@ class UdpSwitch(_Backend):
                                                    self.settings, self.job)
         if self.group is None and not (self.tree is not None and self.tree.groups
                                        and any(self.tree.groups)):
-            self.worker.set_layout(value)
+            self.worker.set_layout(value, **keyed)
         else:
             # joining the group may fail on one rank (no multicast on its interface):
             # every rank learns it, none waits for a worker that will not hear results
             error = None
             try:
-                self.worker.set_layout(value)
+                self.worker.set_layout(value, **keyed)
             except Exception as exc:          # noqa: BLE001 (every rank raises it)
                 error = _describe(exc)
             where = f"{self.group[0]}:{self.group[1]}" if self.group is not None else \
@@ -765,7 +773,22 @@ class UdpSwitch(_Backend):
             return self._configure_tree(addresses)
         if len(self.boards) > 1:
             return self._configure_boards(addresses)
-        return self._configure_board(self.settings, addresses, self.group)
+        from ..golden.ctrl_auth import control_key, is_authenticated
+
+        epoch = None
+        if is_authenticated(control_key(self.settings["key"])):
+            # a board with a 128-bit key: the job authenticated, under a fresh epoch, so
+            # that no packet of an earlier configuration of the job counts
+            epoch = secrets.randbits(32)
+        return self._configure_board(self.settings, addresses, self.group, epoch=epoch)
+
+    def _job_key(self, value):
+        """The job key of a single board's authenticated job (None for any other)."""
+        from ..driver.udp_worker import JobLayout, job_key_for
+
+        if isinstance(value, JobLayout) and value.epoch is not None:
+            return job_key_for(self.settings["key"], value)
+        return None
 
     def _configure_boards(self, addresses):
         """Configure the job on every board (rank r's address on board b is
@@ -806,7 +829,7 @@ class UdpSwitch(_Backend):
             settings = {"host": board.host, "port_base": board.port_base}
             raise HookBackendError(f"{role} of the tree: {_diagnose(settings)}") from None
 
-    def _configure_board(self, s, addresses, group):
+    def _configure_board(self, s, addresses, group, epoch=None):
         from ..driver.transport import NoReplyError
         from ..driver.udp import UdpTransport
         from ..driver.udp_worker import configure_job
@@ -816,7 +839,7 @@ class UdpSwitch(_Backend):
                                retries=4)
         try:
             return configure_job(control, self.job, addresses, slot_base=self.slot_base,
-                                 slot_count=self.slot_count, group=group)
+                                 slot_count=self.slot_count, group=group, epoch=epoch)
         except NoReplyError:
             raise HookBackendError(_diagnose(s)) from None
         finally:

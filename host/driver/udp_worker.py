@@ -39,7 +39,12 @@ that side of the aggregator protocol (``docs/protocol/aggregator-protocol.md`` s
 - a message that makes no progress (no new result) for ``timeout`` seconds, and at least
   :data:`~host.driver.pacing.GIVE_UP_RTTS` measured round trips, raises
   :class:`~host.driver.transport.NoReplyError`: a stopped board, a job that is not
-  configured, or a worker of the job that does not send.
+  configured, or a worker of the job that does not send;
+- a job with authentication (``network.md`` section 7, **Jobs**; :func:`configure_job`'s
+  ``epoch``, carried by :attr:`JobLayout.epoch`): the worker tags every datagram under the
+  job key (:meth:`UdpSwitchWorker.set_layout`'s ``job_key``, derived by the controller with
+  :func:`job_key_for`) and takes only results whose tag is right (the others are counted
+  in :attr:`WorkerStats.bad_tag`); chunks are numbered as that section says already.
 """
 from __future__ import annotations
 
@@ -54,7 +59,9 @@ from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, Packe
 from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE,
                               Service, ip_to_int, network_address, service_ports)
 from contract.packet import Packet
+from contract.registers import AUTH_REGISTERS
 
+from ..golden.siphash import check_tag, job_key, tag_datagram
 from ..switchml.window import ProtocolError, SwitchWorkerWindow
 from .pacing import board_buffers, give_up_after
 from .rtt import ResendTimer, RttEstimator
@@ -63,25 +70,29 @@ from .sockets import (drain, local_address_towards, open_group_socket, open_udp_
 from .transport import NoReplyError, TransportError
 
 __all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "write_group",
-           "read_group", "DEFAULT_TIMEOUT"]
+           "read_group", "write_job_auth", "job_key_for", "DEFAULT_TIMEOUT"]
 
 #: seconds a message may go without any new result before the worker gives up
 DEFAULT_TIMEOUT = 30.0
 _WORKER_TABLE = NET_REGISTERS["worker"]
 _GROUP_TABLE = NET_REGISTERS["group"]
+_JOB_AUTH = AUTH_REGISTERS["job_auth"]
 _OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
 
 
 @dataclasses.dataclass(frozen=True)
 class JobLayout:
-    """Where a job's rounds go on the switch (the same on every worker of the job), and
-    its result group: ``(ip, port)`` or None (results come one datagram per worker)."""
+    """Where a job's rounds go on the switch (the same on every worker of the job), its
+    result group: ``(ip, port)`` or None (results come one datagram per worker), and the
+    epoch of its job key where it has authentication (None: none). The layout holds
+    nothing secret: the job key travels apart (:func:`job_key_for`)."""
     job: int
     workers: int
     slot_base: int
     slot_count: int
     lanes: int
     group: tuple[str, int] | None = None
+    epoch: int | None = None
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -103,6 +114,7 @@ class WorkerStats:
     bytes_in: int = 0
     seconds: float = 0.0       # wall time inside aggregate()
     group: int = 0             # results taken from the job's result group (multicast ones)
+    bad_tag: int = 0           # datagrams of an authenticated job with a wrong tag (dropped)
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -168,6 +180,8 @@ class UdpSwitchWorker:
         #: the socket that receives the job's result group (None: the job has none)
         self.group_sock = None
         self.next_chunk = 0
+        #: the job key of a job with authentication (None: datagrams go untagged)
+        self._job_key: bytes | None = None
         self._rtt = RttEstimator(rto, min_rto, max_rto)
         self._heard = float("-inf")
         self._closed = False
@@ -182,12 +196,22 @@ class UdpSwitchWorker:
         """``(ip, port)`` of the worker's socket: its worker table entry."""
         return self.sock.getsockname()
 
-    def set_layout(self, layout: JobLayout, first_chunk: int = 0) -> None:
+    def set_layout(self, layout: JobLayout, first_chunk: int = 0, *,
+                   job_key: bytes | None = None) -> None:
         """The job's slots and lanes (after its commit: chunk numbers start at
         ``first_chunk``), and its result group: with one, the worker joins it on the
-        interface of its own socket (the one that reaches the board)."""
+        interface of its own socket (the one that reaches the board). A job with
+        authentication (``layout.epoch`` set) needs its 16-byte ``job_key``
+        (:func:`job_key_for`); one without takes none."""
         if layout.job != self.job or not 0 <= self.worker < layout.workers:
             raise ValueError(f"job {self.job} worker {self.worker} is not a worker of {layout}")
+        if layout.epoch is not None:
+            if not isinstance(job_key, (bytes, bytearray)) or len(job_key) != 16:
+                raise ValueError(f"job {self.job} has authentication (epoch {layout.epoch}): "
+                                 f"set_layout needs its 16-byte job key, not {job_key!r:.20}")
+        elif job_key is not None:
+            raise ValueError(f"job {self.job} has no authentication (its layout has no "
+                             f"epoch): it takes no job key")
         group = parse_group(layout.group)
         if self._closed:
             raise TransportError("the switch worker is closed")
@@ -195,6 +219,7 @@ class UdpSwitchWorker:
         if group is not None:
             self.group_sock = open_group_socket(group, self.address[0])
         self.layout = layout
+        self._job_key = None if job_key is None else bytes(job_key)
         self.next_chunk = int(first_chunk)
 
     def _leave_group(self) -> None:
@@ -248,6 +273,8 @@ class UdpSwitchWorker:
             while held and len(timers) < limit:
                 packet = held.popleft()
                 data = packet.to_bytes()
+                if self._job_key is not None:      # a resend sends the same bytes
+                    data = tag_datagram(self._job_key, data)
                 timers[packet.header.seq] = ResendTimer(data, now, now, self._rtt.rto)
                 self.stats.packets += 1
                 self._send(data)
@@ -329,6 +356,9 @@ class UdpSwitchWorker:
         if len(data) < HEADER_BYTES or (len(data) - HEADER_BYTES) % 4:
             self.stats.discarded += 1
             return None
+        if self._job_key is not None and not check_tag(self._job_key, data):
+            self.stats.bad_tag += 1          # forged, or of another epoch: never taken
+            return None
         header = Header.parse(data)
         if on_group and not (header.flags & Flags.RESULT and header.job == self.job
                              and header.worker == WORKER_MULTICAST):
@@ -374,7 +404,8 @@ class UdpSwitchWorker:
 
 
 def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
-                  slot_count: int | None = None, group=None, upstream=None) -> JobLayout:
+                  slot_count: int | None = None, group=None, upstream=None,
+                  epoch: int | None = None) -> JobLayout:
     """Write ``addresses`` (worker w's ``(ip, port)``, in worker order) into the board's
     worker table for ``layout_job`` and (re)configure the job for that many workers over
     ``[slot_base, slot_base + slot_count)`` (default: the rest of the switch's pool), which
@@ -394,6 +425,13 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
     configured again without one loses its old upstream
     (:meth:`~host.driver.switch.SwitchInterface.configure_job`). The workers see no
     difference: the layout does not carry it.
+
+    ``epoch`` (0..2**32-1, or None) gives the job authentication (``network.md`` section
+    7): its ``job_auth`` registers are written before the commit (None writes 0: a job
+    configured again without one loses it), the layout carries the epoch, and the job key
+    is :func:`job_key_for` ``(key, layout)``, for the controller to hand to the workers.
+    Only a board with a 128-bit control key has the registers: any other stops here, with
+    one line, before the commit.
     """
     from .switch import SwitchInterface
 
@@ -401,6 +439,8 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
     job = _check_int("job", layout_job, 0, MAX_JOBS_IN_TABLE - 1)
     _check_int("workers", workers, 1, MAX_WORKERS_IN_TABLE)
     group = parse_group(group)
+    if epoch is not None:
+        epoch = _check_int("epoch", epoch, 0, 0xFFFF_FFFF)
     switch = SwitchInterface(transport)
     if slot_count is None:
         slot_count = switch.slots - slot_base
@@ -414,9 +454,48 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
                    (network_address("net", _WORKER_TABLE.address(entry, "port")), int(port))]
     transport.write_many(writes, full=True)
     write_group(transport, job, group)
+    write_job_auth(transport, job, epoch)
     switch.configure_job(job, workers, slot_base, slot_count, upstream=upstream)
     return JobLayout(job=job, workers=workers, slot_base=slot_base, slot_count=slot_count,
-                     lanes=switch.lanes, group=group)
+                     lanes=switch.lanes, group=group, epoch=epoch)
+
+
+def write_job_auth(transport, job: int, epoch: int | None) -> None:
+    """Write ``job``'s ``job_auth`` registers (section 7): ``epoch`` with authentication,
+    or none (None: 0 and 0, on a board with a 128-bit key; a board with section 4's key
+    has nothing to clear), and check the read-back. Before the job's commit, which applies
+    them."""
+    from ..golden.ctrl_auth import is_authenticated
+
+    if epoch is None and not is_authenticated(getattr(transport, "key", None)):
+        return          # a board with section 4's key has no such registers to clear
+    enable = int(epoch is not None)
+    pairs = [(network_address("net", _JOB_AUTH.address(job, "enable")), enable),
+             (network_address("net", _JOB_AUTH.address(job, "epoch")), epoch or 0)]
+    try:
+        transport.write_many(pairs, full=True)
+    except TransportError as exc:
+        if epoch is None or "reads back" not in str(exc):
+            raise
+        raise TransportError(f"the board does not authenticate job {job} (section 7's "
+                             f"authenticated jobs need a board with a 128-bit control key "
+                             f"whose front end serves them, and job {job} within its "
+                             f"switch's jobs): {exc}") from None
+
+
+def job_key_for(key, layout: JobLayout) -> bytes:
+    """The job key of ``layout``'s job (section 7): derived from the board's 128-bit
+    control ``key`` (16 bytes), the job and the layout's epoch. What the controller hands
+    to the job's workers over its own channel; it never travels to or from the board."""
+    from ..golden.ctrl_auth import control_key, is_authenticated
+
+    key = control_key(key)
+    if layout.epoch is None:
+        raise ValueError(f"job {layout.job} has no authentication (its layout has no epoch)")
+    if not is_authenticated(key):
+        raise ValueError("a job key derives from section 7's 128-bit control key (32 hex "
+                         "digits), not a 64-bit one")
+    return job_key(key, layout.job, layout.epoch)
 
 
 def write_group(transport, job: int, group) -> tuple[str, int] | None:
