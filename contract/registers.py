@@ -372,6 +372,13 @@ AUTH_REGISTERS = RegisterMap("net_auth", [
                  "the epoch the job key is derived with, pending until the job's commit"),
     ), "each job's authentication (section 7): applied by the job's commit in region "
        "`switch`, which also forgets the job's replay filter"),
+    RegisterArray("upstream_key", 0x400, 4, MAX_JOBS_IN_TABLE, tuple(
+        Register(f"word{i}", i, Access.W,
+                 f"bytes {4 * i}..{4 * i + 3} of the job's upstream key (a little-endian "
+                 f"word), written wrapped; reads 0")
+        for i in range(4)),
+        "the job key of each job's upstream (aggregator-protocol.md section 4, where the "
+        "parent's job has authentication; all zero: none), pending until the job's commit"),
 ])
 
 #: The NIC in the wire (``hdl.wire.engine.WireEngine``, ``docs/protocol/network.md``

@@ -23,7 +23,7 @@ from contract.registers import DATA_BITS
 from host.driver.ctrl_counter import next_counter
 from host.driver.transport import BadTagError, Transport, TransportError
 from host.golden.ctrl_auth import (control_key, counter_of, is_authenticated, seal,
-                                   unsealed, with_counter)
+                                   unsealed, with_counter, wrapped_request)
 from host.driver.udp import check_read_back
 
 from .backend import BoardBackend, Datagram
@@ -84,9 +84,9 @@ class BackendControl(Transport):
         port = self.backend.port_base + SERVICE_OFFSETS[Service.CTRL]
         packet = bytes(header) + struct.pack(f"<{len(words)}I", *words)
         authenticated = is_authenticated(self.key)
-        if authenticated:          # section 7: a fresh counter, then the tag
+        if authenticated:          # section 7: a fresh counter, key words wrapped, the tag
             packet = with_counter(packet, next_counter())
-        packet = seal(self.key, packet)
+        packet = seal(self.key, wrapped_request(self.key, packet))
         request = Datagram(self.source[0], self.source[1], self.backend.ip, port, packet)
         self.requests += 1
         replies = [d for d in self.backend.deliver([request]) + self.backend.poll()

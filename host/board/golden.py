@@ -30,7 +30,9 @@ from contract.network import (CTRL_COUNT_OFFSET,
                               ip_to_int, mac_to_int)
 from contract.packet import Packet
 from contract.registers import AUTH_REGISTERS, COMMIT, DATA_BITS, SWITCH_REGISTERS
-from host.golden.ctrl_auth import control_key, counter_of, is_authenticated, seal, unsealed
+from host.golden.ctrl_auth import (control_key, counter_of, is_authenticated, is_wrapped,
+                                   seal, unsealed)
+from host.golden.siphash import check_tag, tag_datagram, wrap_word
 from host.golden.job_auth import PASSED, JobAuthTable
 
 from .backend import BoardBackend, Datagram
@@ -49,6 +51,7 @@ _GROUP_TABLE = NET_REGISTERS["group"]
 _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
 _AUTH_COUNTER_BLOCK = AUTH_REGISTERS["auth_counter"]
 _JOB_AUTH = AUTH_REGISTERS["job_auth"]
+_UPSTREAM_KEY = AUTH_REGISTERS["upstream_key"]
 _SWITCH_JOB = SWITCH_REGISTERS["job"]
 _SERVICE_COUNTERS = {Service.NIC_TX: "nic_tx", Service.NIC_RX: "nic_rx",
                      Service.SWITCH: "switch", Service.CTRL: "ctrl"}
@@ -195,6 +198,10 @@ class GoldenBoard(BoardBackend):
             if leaf is None:
                 self._count("drop_result_source")
                 return []
+            upstream_key = self.job_auth.upstream_key(leaf) if self.job_auth else None
+            if upstream_key is not None and not check_tag(upstream_key, data):
+                self._count("drop_bad_tag")       # the parent's job key: forged or stale
+                return []
             data = bytearray(data)
             data[_JOB] = leaf
             data = bytes(data)
@@ -228,8 +235,11 @@ class GoldenBoard(BoardBackend):
             if not h.flags & Flags.RESULT:
                 # The aggregate of a leaf's slot, to its upstream: the leaf job is the one
                 # whose slot range holds the slot (ranges never overlap).
-                upstream = self._upstream_of_slot(h.slot)
+                job, upstream = self._upstream_of_slot(h.slot)
                 if upstream is not None:
+                    upstream_key = self.job_auth.upstream_key(job) if self.job_auth else None
+                    if upstream_key is not None:
+                        image = tag_datagram(upstream_key, image)
                     self._count("switch_upstream_out")
                     out.append(self._reply(Service.SWITCH, self._dotted_ip(upstream.ip),
                                            upstream.port, image))
@@ -263,12 +273,13 @@ class GoldenBoard(BoardBackend):
         return None
 
     def _upstream_of_slot(self, slot: int):
-        """The upstream of the configured job whose slot range holds ``slot``."""
+        """``(job, upstream)`` of the configured job whose slot range holds ``slot``
+        (``(None, None)`` where none does)."""
         for job in range(self.params["jobs"]):
             config = self.aggregator.job_config(job)
             if config is not None and slot in config.slot_range:
-                return config.upstream
-        return None
+                return job, config.upstream
+        return None, None
 
     def _entry(self, job: int, worker: int):
         """The worker table entry ``(ip, port)`` of (job, worker), or None where the board
@@ -318,7 +329,11 @@ class GoldenBoard(BoardBackend):
         for i in range(0, 2 * count, 2):
             address = words[i]
             if op == CtrlOp.WRITE:
-                self.write(address, words[i + 1])
+                value = words[i + 1]
+                if self.authenticated and is_wrapped(address):
+                    # section 7: a key word arrives wrapped under the request's counter
+                    value = wrap_word(self.key, counter_of(data), address, value)
+                self.write(address, value)
             words[i + 1] = self.read(address)     # a write reads back after writing
         header[_FLAGS] |= Flags.RESULT
         return [self._reply(Service.CTRL, d.src_ip, d.src_port,
@@ -370,7 +385,7 @@ class GoldenBoard(BoardBackend):
             if decoded is None:
                 if self.job_auth is not None:
                     auth = AUTH_REGISTERS.decode(local)
-                    if auth is not None and auth.entry is _JOB_AUTH:
+                    if auth is not None and auth.entry in (_JOB_AUTH, _UPSTREAM_KEY):
                         width = auth.register.width
                         self.job_auth.set_register(auth.index, auth.register.name,
                                                    value & ((1 << width) - 1))
@@ -428,7 +443,7 @@ class GoldenBoard(BoardBackend):
             return 0
         if decoded.entry is _AUTH_COUNTER_BLOCK:
             return self.counters[decoded.counter]
-        if decoded.entry is _JOB_AUTH:
+        if decoded.entry in (_JOB_AUTH, _UPSTREAM_KEY):
             return self.job_auth.register(decoded.index, decoded.register.name)
         if decoded.register.name == "write_counter_low":
             return self.write_counter & _WORD

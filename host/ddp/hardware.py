@@ -723,6 +723,8 @@ class UdpSwitch(_Backend):
         job_key = None
         if kind == "ok":
             value, job_key = value
+            if self.tree is not None and job_key is not None:
+                job_key = job_key[self.plan.leaf]        # this rank's leaf's job
         keyed = {} if job_key is None else {"job_key": job_key}
         if kind == "error":
             where = f"the {len(self.boards)} boards' switches" if striped \
@@ -783,11 +785,16 @@ class UdpSwitch(_Backend):
         return self._configure_board(self.settings, addresses, self.group, epoch=epoch)
 
     def _job_key(self, value):
-        """The job key of a single board's authenticated job (None for any other)."""
+        """The job key of a single board's authenticated job, or every leaf's of an
+        authenticated tree (None for any other)."""
         from ..driver.udp_worker import JobLayout, job_key_for
+        from ..switchml.tree import TreeLayout
 
         if isinstance(value, JobLayout) and value.epoch is not None:
             return job_key_for(self.settings["key"], value)
+        if isinstance(value, TreeLayout) and value.root.epoch is not None:
+            return tuple(value.leaf_job_key(leaf, self.keys)
+                         for leaf in range(len(value.leaves)))
         return None
 
     def _configure_boards(self, addresses):
@@ -813,8 +820,15 @@ class UdpSwitch(_Backend):
         from ..driver.transport import TransportError
         from ..switchml.tree import configure_tree_over_udp, release_tree
 
+        from ..golden.ctrl_auth import is_authenticated
+        from ..switchml.tree import tree_keys
+
+        # every board with a 128-bit key: every job of the tree authenticated, under a
+        # fresh epoch (each leaf's workers get their leaf job's key)
+        epoch = secrets.randbits(32) if all(
+            is_authenticated(k) for k in tree_keys(self.tree, self.keys).values()) else None
         try:
-            return configure_tree_over_udp(self.tree, self.keys, addresses)
+            return configure_tree_over_udp(self.tree, self.keys, addresses, epoch=epoch)
         except Exception as exc:
             # the boards configured before the failure (the root first) hold the tree's
             # jobs: free them again (best effort)

@@ -70,13 +70,15 @@ from .sockets import (drain, local_address_towards, open_group_socket, open_udp_
 from .transport import NoReplyError, TransportError
 
 __all__ = ["UdpSwitchWorker", "WorkerStats", "JobLayout", "configure_job", "write_group",
-           "read_group", "write_job_auth", "job_key_for", "DEFAULT_TIMEOUT"]
+           "read_group", "write_job_auth", "write_upstream_key", "job_key_for",
+           "DEFAULT_TIMEOUT"]
 
 #: seconds a message may go without any new result before the worker gives up
 DEFAULT_TIMEOUT = 30.0
 _WORKER_TABLE = NET_REGISTERS["worker"]
 _GROUP_TABLE = NET_REGISTERS["group"]
 _JOB_AUTH = AUTH_REGISTERS["job_auth"]
+_UPSTREAM_KEY = AUTH_REGISTERS["upstream_key"]
 _OPS = (PacketType.AGG_ADD_I32, PacketType.AGG_OR32)
 
 
@@ -405,7 +407,7 @@ class UdpSwitchWorker:
 
 def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
                   slot_count: int | None = None, group=None, upstream=None,
-                  epoch: int | None = None) -> JobLayout:
+                  epoch: int | None = None, upstream_key: bytes | None = None) -> JobLayout:
     """Write ``addresses`` (worker w's ``(ip, port)``, in worker order) into the board's
     worker table for ``layout_job`` and (re)configure the job for that many workers over
     ``[slot_base, slot_base + slot_count)`` (default: the rest of the switch's pool), which
@@ -432,6 +434,11 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
     is :func:`job_key_for` ``(key, layout)``, for the controller to hand to the workers.
     Only a board with a 128-bit control key has the registers: any other stops here, with
     one line, before the commit.
+
+    ``upstream_key`` (16 bytes, with ``upstream``) is the job key of the parent's job where
+    that job has authentication: written wrapped before the commit (a board with a 128-bit
+    key gets zeros for None), after which the leaf tags what it sends up under it and takes
+    only the parent's results that carry its tag.
     """
     from .switch import SwitchInterface
 
@@ -455,6 +462,7 @@ def configure_job(transport, layout_job: int, addresses, *, slot_base: int = 0,
     transport.write_many(writes, full=True)
     write_group(transport, job, group)
     write_job_auth(transport, job, epoch)
+    write_upstream_key(transport, job, upstream_key if upstream is not None else None)
     switch.configure_job(job, workers, slot_base, slot_count, upstream=upstream)
     return JobLayout(job=job, workers=workers, slot_base=slot_base, slot_count=slot_count,
                      lanes=switch.lanes, group=group, epoch=epoch)
@@ -481,6 +489,26 @@ def write_job_auth(transport, job: int, epoch: int | None) -> None:
                              f"authenticated jobs need a board with a 128-bit control key "
                              f"whose front end serves them, and job {job} within its "
                              f"switch's jobs): {exc}") from None
+
+
+def write_upstream_key(transport, job: int, key: bytes | None) -> None:
+    """Write ``job``'s upstream key (section 7, wrapped by the transport: the words never
+    travel in clear and read back 0), or zeros for None on a board with a 128-bit key (a
+    board with section 4's key has no such registers: nothing to clear, and a key is
+    refused). Before the job's commit, which applies it."""
+    from ..golden.ctrl_auth import is_authenticated
+
+    if not is_authenticated(getattr(transport, "key", None)):
+        if key is None:
+            return
+        raise TransportError(f"job {job}'s upstream key goes to a board with a 128-bit "
+                             f"control key (section 7) only")
+    if key is not None and (not isinstance(key, (bytes, bytearray)) or len(key) != 16):
+        raise ValueError(f"an upstream key is 16 bytes, not {key!r:.20}")
+    words = [0] * 4 if key is None else \
+        [int.from_bytes(bytes(key)[4 * i:4 * i + 4], "little") for i in range(4)]
+    transport.write_many([(network_address("net", _UPSTREAM_KEY.address(job, f"word{i}")),
+                           words[i]) for i in range(4)], full=True)
 
 
 def job_key_for(key, layout: JobLayout) -> bytes:

@@ -18,10 +18,10 @@ from contract.header import HEADER_BYTES
 from contract.network import (CTRL_AUTH_KEY_BYTES, CTRL_COUNTER_BYTES, CTRL_COUNTER_OFFSET,
                               CTRL_KEY_BYTES, CTRL_KEY_OFFSET)
 
-from .siphash import check_tag, tag_datagram
+from .siphash import check_tag, tag_datagram, wrap_word
 
 __all__ = ["control_key", "is_authenticated", "seal", "unsealed", "counter_of",
-           "with_counter", "key_fragments"]
+           "with_counter", "key_fragments", "is_wrapped", "wrapped_request"]
 
 
 def control_key(key):
@@ -87,3 +87,46 @@ def key_fragments(key) -> list[bytes]:
         return [raw, raw[::-1]]
     halves = [key[:8], key[8:]]
     return [key, key[::-1]] + halves + [h[::-1] for h in halves]
+
+
+def is_wrapped(address: int) -> bool:
+    """Whether the 32-bit ``CTRL`` address ``address`` is a register written wrapped
+    (section 7: a word of a key, ``contract.registers.AUTH_REGISTERS`` ``upstream_key``)."""
+    from contract.network import decode_network_address
+    from contract.registers import AUTH_REGISTERS
+
+    where = decode_network_address(address)
+    if where is None or where[0].name != "net":
+        return False
+    decoded = AUTH_REGISTERS.decode(where[1])
+    return decoded is not None and decoded.entry is AUTH_REGISTERS["upstream_key"]
+
+
+def wrapped_request(key, packet: bytes, old_counter: int | None = None) -> bytes:
+    """A ``CTRL`` write request ``packet`` (counter in place, not sealed yet) with every
+    value at a wrapped address wrapped under its counter: from clear values, or, with
+    ``old_counter``, from values wrapped under that one (a resend's new counter). Other
+    requests come back unchanged. A section 4 key cannot wrap: ValueError."""
+    import struct
+
+    from contract.network import CTRL_COUNT_OFFSET, CTRL_OP_OFFSET, CtrlOp
+
+    if packet[CTRL_OP_OFFSET] != CtrlOp.WRITE:
+        return packet
+    count = int.from_bytes(packet[CTRL_COUNT_OFFSET:CTRL_COUNT_OFFSET + 4], "little")
+    words = list(struct.unpack_from(f"<{2 * count}I", packet, HEADER_BYTES))
+    addresses = words[0::2]
+    if not any(is_wrapped(a) for a in addresses):
+        return packet
+    if not is_authenticated(key):
+        raise ValueError("a key register is written wrapped under section 7's 128-bit "
+                         "control key; a board with a 64-bit key has none")
+    counter = counter_of(packet)
+    for i, address in enumerate(addresses):
+        if is_wrapped(address):
+            value = words[2 * i + 1]
+            if old_counter is not None:
+                value = wrap_word(key, old_counter, address, value)    # unwrap
+            words[2 * i + 1] = wrap_word(key, counter, address, value)
+    return packet[:HEADER_BYTES] + struct.pack(f"<{2 * count}I", *words) \
+        + packet[HEADER_BYTES + 8 * count:]

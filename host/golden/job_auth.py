@@ -56,8 +56,12 @@ class JobAuthTable:
             raise ValueError("authenticated jobs need section 7's 16-byte control key")
         self._control_key = control_key
         self.jobs = jobs
-        #: job -> {"enable", "epoch"} as written, applied by the job's commit
-        self._pending = [dict(enable=0, epoch=0) for _ in range(jobs)]
+        #: job -> {"enable", "epoch", "word0".."word3"} as written (the upstream key's
+        #: words unwrapped), applied by the job's commit
+        self._pending = [dict(enable=0, epoch=0, word0=0, word1=0, word2=0, word3=0)
+                         for _ in range(jobs)]
+        #: job -> the job key of its upstream's job (aggregator-protocol.md section 4)
+        self._upstream_keys: dict[int, bytes] = {}
         #: job -> JobAuth for a committed job with authentication
         self._active: dict[int, JobAuth] = {}
         #: (job, worker, slot) -> the seq of the last data packet that passed the filter
@@ -66,8 +70,11 @@ class JobAuthTable:
     # -- registers -----------------------------------------------------------------------
 
     def register(self, job: int, field: str) -> int:
-        """``job_auth[job].field`` as written (0 for a job beyond the board's)."""
-        return self._pending[job][field] if 0 <= job < self.jobs else 0
+        """``job_auth[job].field`` as written (0 for a job beyond the board's, and for the
+        upstream key's words, which never read back)."""
+        if not 0 <= job < self.jobs or field.startswith("word"):
+            return 0
+        return self._pending[job][field]
 
     def set_register(self, job: int, field: str, value: int) -> None:
         """Write ``job_auth[job].field`` (applied by the job's commit)."""
@@ -86,8 +93,18 @@ class JobAuthTable:
                                         job_key(self._control_key, job, pending["epoch"]))
         else:
             self._active.pop(job, None)
+        words = [pending[f"word{i}"] for i in range(4)]
+        if configured and any(words):
+            self._upstream_keys[job] = b"".join(w.to_bytes(4, "little") for w in words)
+        else:
+            self._upstream_keys.pop(job, None)
         for key in [k for k in self._last if k[0] == job]:
             del self._last[key]
+
+    def upstream_key(self, job: int) -> bytes | None:
+        """The job key of ``job``'s upstream (its packets up and the parent's results are
+        tagged under it), or None (no key: untagged)."""
+        return self._upstream_keys.get(job)
 
     def active(self, job: int) -> JobAuth | None:
         """The job's authentication, or None (a job without it, or not committed)."""

@@ -255,8 +255,17 @@ class TreeLayout:
         plan = self.tree.worker(rank)
         return plan, self.leaves[plan.leaf]
 
+    def leaf_job_key(self, leaf: int, keys) -> bytes:
+        """The job key of leaf ``leaf``'s job (a tree configured with an ``epoch``): what
+        the leaf's workers take (``set_layout(..., job_key=)``), derived from that leaf
+        board's control key (``keys`` as :func:`tree_keys` takes them)."""
+        from ..driver.udp_worker import job_key_for
 
-def configure_tree(tree: Tree, controls, addresses) -> TreeLayout:
+        board = self.tree.leaves[leaf]
+        return job_key_for(tree_keys(self.tree, keys)[board], self.leaves[leaf])
+
+
+def configure_tree(tree: Tree, controls, addresses, *, epoch: int | None = None) -> TreeLayout:
     """Configure every job of ``tree`` (the module docstring says what, root first).
 
     Parameters
@@ -267,6 +276,12 @@ def configure_tree(tree: Tree, controls, addresses) -> TreeLayout:
         each :class:`BoardAddress` of the tree (region ``"switch"``, with the board's key).
     addresses : sequence of (str, int)
         Every worker's result address (its worker table entry), by rank.
+    epoch : int or None
+        Authenticate every job of the tree (``network.md`` section 7; boards with 128-bit
+        keys): the root's job and each leaf's under this epoch, each leaf given the root
+        job's key as its upstream key (written wrapped), so that the aggregates going up
+        and the root's results coming down carry the root job's tags, and each leaf's
+        results its own (:meth:`TreeLayout.leaf_job_key`).
 
     Returns
     -------
@@ -299,14 +314,19 @@ def configure_tree(tree: Tree, controls, addresses) -> TreeLayout:
         slot_count = SwitchInterface(root_control).slots - tree.slot_base
     root = configure_job(root_control, tree.root_job,
                          [leaf.switch_address for leaf in tree.leaves],
-                         slot_base=tree.slot_base, slot_count=slot_count)
+                         slot_base=tree.slot_base, slot_count=slot_count, epoch=epoch)
+    root_key = None
+    if epoch is not None:
+        from ..driver.udp_worker import job_key_for
+        root_key = job_key_for(root_control.key, root)
     leaves = []
     for leaf, board in enumerate(tree.leaves):
         layout = configure_job(control(board), tree.leaf_job,
                                [addresses[r] for r in tree.leaf_ranks(leaf)],
                                slot_base=tree.slot_base, slot_count=slot_count,
                                group=tree.groups[leaf] if tree.groups else None,
-                               upstream=tree.upstream(leaf))
+                               upstream=tree.upstream(leaf), epoch=epoch,
+                               upstream_key=root_key)
         if layout.lanes != root.lanes:
             raise ValueError(f"leaf {leaf} ({board}) has {layout.lanes} lanes per slot, the "
                              f"root {root.lanes}: the boards of a tree must agree")
@@ -324,10 +344,12 @@ def tree_keys(tree: Tree, keys) -> dict:
     def key_of(value, board):
         if isinstance(value, str):
             return parse_key(value)
+        if isinstance(value, (bytes, bytearray)) and len(value) == 16:
+            return bytes(value)                 # section 7's 128-bit key
         if isinstance(value, bool) or not isinstance(value, numbers.Integral) \
                 or not 0 <= value < 1 << 64:
             raise ValueError(f"board {board}'s control key must be 64 bits (an integer or "
-                             f"hex digits), not {value!r}")
+                             f"hex digits) or 16 bytes, not {value!r}")
         return int(value)
 
     if not isinstance(keys, collections.abc.Mapping):
@@ -340,7 +362,7 @@ def tree_keys(tree: Tree, keys) -> dict:
 
 
 def configure_tree_over_udp(tree: Tree, keys, addresses, *, mtu: int | None = None,
-                            **transport_options) -> TreeLayout:
+                            epoch: int | None = None, **transport_options) -> TreeLayout:
     """:func:`configure_tree` over each board's control port (a
     :class:`~host.driver.udp.UdpTransport` per board with its key from :func:`tree_keys`,
     closed again). ``transport_options`` go to the transports (timeouts, retries).
@@ -372,7 +394,7 @@ def configure_tree_over_udp(tree: Tree, keys, addresses, *, mtu: int | None = No
         return control(board)
 
     try:
-        return configure_tree(tree, tracked, addresses)
+        return configure_tree(tree, tracked, addresses, epoch=epoch)
     except TransportError as exc:
         error = type(exc)(*((exc.service,) if hasattr(exc, "service") else ()),
                           f"board {current[0]} ({'root' if current[0] == tree.root else 'leaf'}) "
