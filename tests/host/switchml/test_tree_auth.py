@@ -30,15 +30,18 @@ WORD0 = network_address("net", AUTH_REGISTERS["upstream_key"].address(1, "word0"
 
 
 class Wire:
-    """Every datagram in and out of one board; ``outbound`` may change one on its way."""
+    """Every datagram in and out of one board; ``inbound`` and ``outbound`` may change or
+    lose one on its way."""
 
     def __init__(self, backend):
         self._deliver = backend.deliver
         self.lock = threading.Lock()
-        self.seen, self.outbound = [], None
+        self.seen, self.outbound, self.inbound = [], None, None
         backend.deliver = self.deliver
 
     def deliver(self, datagrams):
+        if self.inbound:
+            datagrams = [d for d in map(self.inbound, datagrams) if d is not None]
         out = self._deliver(datagrams)
         with self.lock:
             if self.outbound:
@@ -145,3 +148,31 @@ def test_the_upstream_key_is_written_wrapped_and_reads_zero():
                 write_upstream_key(control, 1, key)
             with pytest.raises(ValueError, match="wrapped"):
                 control.write_many([(WORD0, 5)], full=True)
+
+
+def test_a_lost_key_write_is_resent_wrapped_anew_under_its_new_counter():
+    """The first request of the key write is lost: the transport's resend carries a new
+    counter, so its words are wrapped again under it, and the board unwraps the key."""
+    with VirtualBoard("golden", port_base=None, key=KEYS[1]) as board:
+        board.wire = Wire(board.backend)
+        lost = []
+
+        def lose_first_write(datagram):
+            if not lost and datagram.payload[2] == PacketType.CTRL:
+                lost.append(datagram.payload)
+                return None
+            return datagram
+
+        board.wire.inbound = lose_first_write
+        key = bytes(range(200, 216))
+        with UdpTransport("127.0.0.1", port_base=board.port_base, key=KEYS[1],
+                          region="switch", timeout=0.05, min_timeout=0.01,
+                          max_timeout=0.2) as control:
+            write_upstream_key(control, 3, key)
+        writes = [p for p in board.wire.seen if len(p) >= HEADER_BYTES
+                  and p[2] == PacketType.CTRL and not p[3] & Flags.RESULT]
+        assert len(lost) == 1 and len(writes) == 1
+        assert writes[0][HEADER_BYTES + 4:HEADER_BYTES + 8] != \
+            lost[0][HEADER_BYTES + 4:HEADER_BYTES + 8]          # wrapped differently
+        pending = board.backend.job_auth._pending[3]
+        assert b"".join(pending[f"word{i}"].to_bytes(4, "little") for i in range(4)) == key
