@@ -51,17 +51,18 @@ import signal
 import time
 
 
-from contract.counters import (AGG_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS, NIC_TX_COUNTERS,
-                               WIRE_COUNTERS)
+from contract.counters import (AGG_COUNTERS, AUTH_COUNTERS, NET_COUNTERS, NIC_RX_COUNTERS,
+                               NIC_TX_COUNTERS, WIRE_COUNTERS)
 from contract.header import Header, PacketType
 from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS,
                               NIC_REGISTERS, PORT_BASE, SERVICE_OFFSETS, SWITCH_REGISTERS, Service,
                               group_active, network_address, service_ports)
 from contract.packet import Packet
-from contract.registers import WIRE_REGISTERS, JobStatus, decode_switch_params
+from contract.registers import AUTH_REGISTERS, WIRE_REGISTERS, JobStatus, decode_switch_params
 
 from ..cli import CliError
 from ..driver.transport import TransportError
+from ..golden.ctrl_auth import is_authenticated
 
 __all__ = ["add_arguments", "run"]
 
@@ -71,6 +72,8 @@ _JOB_REGS = SWITCH_REGISTERS["job"]
 _TABLE = NET_REGISTERS["worker"]
 _GROUPS = NET_REGISTERS["group"]
 _UPSTREAMS = SWITCH_REGISTERS["upstream"]
+_AUTH_COUNTERS = AUTH_REGISTERS["auth_counter"]
+_JOB_AUTH = AUTH_REGISTERS["job_auth"]
 #: values per progress step of compress / decompress
 
 
@@ -559,7 +562,24 @@ def _read_status(transport):
         for i, j in enumerate(jobs):
             # a board whose switch predates trees reads them as 0: no upstream
             jobs[j]["upstream"] = Upstream.from_registers(*upstreams[fields * i:fields * (i + 1)])
-    return values, jobs, table
+    auth = None
+    if is_authenticated(transport.key):
+        # section 7's registers (a board with a 128-bit key): its counters, the largest
+        # accepted write counter, and each job's authentication
+        names = [("counter", c) for c in AUTH_COUNTERS] + [("write_counter_low",),
+                                                            ("write_counter_high",)]
+        addresses = [network_address("net", _AUTH_COUNTERS.address(c)) for c in AUTH_COUNTERS]
+        addresses += [network_address("net", AUTH_REGISTERS[n[0]].address) for n in names[-2:]]
+        addresses += [network_address("net", _JOB_AUTH.address(j, field))
+                      for j in jobs for field in ("enable", "epoch")]
+        words = transport.read_many(addresses, full=True)
+        n = len(AUTH_COUNTERS)
+        auth = {"counters": dict(zip(AUTH_COUNTERS, words[:n])),
+                "write_counter": words[n] | words[n + 1] << 32}
+        for i, j in enumerate(jobs):
+            enable, epoch = words[n + 2 + 2 * i:n + 4 + 2 * i]
+            jobs[j]["epoch"] = epoch if enable & 1 else None
+    return values, jobs, table, auth
 
 
 def _upstream_json(upstream):
@@ -578,7 +598,7 @@ def _status(args):
     transport, settings = _open(args)
     try:
         started = time.perf_counter()
-        values, jobs, table = _control(args, settings, lambda: _read_status(transport))
+        values, jobs, table, auth = _control(args, settings, lambda: _read_status(transport))
         elapsed = time.perf_counter() - started
     finally:
         transport.close()
@@ -599,6 +619,7 @@ def _status(args):
                   "group": (f"{_ip_text(f['group'][0])}:{f['group'][1]}"
                             if group_active(*f["group"]) else None),
                   "upstream": _upstream_json(f["upstream"]),
+                  "auth_epoch": f.get("epoch"),
                   "worker_table": {w: f"{_ip_text(ip)}:{port}" if port else None
                                    for w, (ip, port) in table.get(job, {}).items()}}
             for job, f in jobs.items()}},
@@ -606,7 +627,9 @@ def _status(args):
             "net": {c: values[("net_counter", c)] for c in NET_COUNTERS},
             "nic_tx": {c: values[("nic_tx", c)] for c in NIC_TX_COUNTERS},
             "nic_rx": {c: values[("nic_rx", c)] for c in NIC_RX_COUNTERS},
-            "switch": {c: values[("switch_counter", c)] for c in AGG_COUNTERS}},
+            "switch": {c: values[("switch_counter", c)] for c in AGG_COUNTERS},
+            **({"auth": auth["counters"]} if auth else {})},
+        "write_counter": auth["write_counter"] if auth else None,
         "read_seconds": round(elapsed, 4),
         "control_packets": transport.network[Service.CTRL].requests,
     }
@@ -624,6 +647,8 @@ def _status(args):
                   f"{j['slot_base'] + j['slot_count'] - 1}, status {j['status']}")
             if j["group"]:
                 print(f"    result group {j['group']} (each multicast result once)")
+            if j["auth_epoch"] is not None:
+                print(f"    authenticated, epoch {j['auth_epoch']} (tags under its job key)")
             if j["upstream"]:
                 u = j["upstream"]
                 print(f"    upstream {u['address']} job {u['job']} worker {u['worker']} (a leaf: "

@@ -225,3 +225,23 @@ def test_a_board_with_a_64_bit_key_refuses_auth_in_one_line(monkeypatch, capsys)
         err = capsys.readouterr().err
         assert code != 0 and "does not authenticate job 0" in err
         assert b.backend.aggregator.job_config(0) is None
+
+
+def test_board_status_shows_each_jobs_authentication_and_the_auth_counters(board, capsys):
+    import json
+
+    where = ["--board", f"{LOOP}:{board.port_base}", "--key", KEY.hex(), "--timeout", "2"]
+    assert main(["board", "configure-job", "0", "--workers", "1", "--slots", "0:4",
+                 "--auth", "--epoch", "12", *where]) == 0
+    assert main(["board", "configure-job", "1", "--workers", "1", "--slots", "4:4",
+                 *where]) == 0
+    capsys.readouterr()
+    assert main(["board", "status", "--json", *where]) == 0
+    status = json.loads(capsys.readouterr().out)
+    jobs = status["switch"]["jobs"]
+    assert jobs["0"]["auth_epoch"] == 12 and jobs["1"]["auth_epoch"] is None
+    assert status["counters"]["auth"] == {"drop_bad_tag": 0, "drop_replay": 0}
+    assert status["write_counter"] == board.backend.write_counter > 0
+    assert main(["board", "status", *where]) == 0
+    out = capsys.readouterr().out
+    assert out.count("authenticated, epoch 12") == 1 and "drop_bad_tag" in out
