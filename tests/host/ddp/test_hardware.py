@@ -289,7 +289,8 @@ def test_the_hooks_count_what_went_through_the_hardware(ranks):
         assert hardware["packets"] == sum(c[2]["packets"] for c in lhc["calls"])
         assert hardware["bytes_out"] == (hardware["packets"] + hardware["resends"]) * (32 + 256)
         assert hardware["layout"] == {"job": 0, "workers": 4, "slot_base": 0,
-                                      "slot_count": 64, "lanes": 64, "group": None}
+                                      "slot_count": 64, "lanes": 64, "group": None,
+                                      "epoch": None}      # a 64-bit key: no authentication
         # The wire bytes of a ring hop are its packets: compressed payload counted as sent,
         # headers and length words as control bytes.
         for numel, _, per_call, sent, control in r["train"][4, "inceptionn-verilator"]["stats"][

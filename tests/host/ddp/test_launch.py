@@ -173,11 +173,30 @@ def _wait_for(condition, within):
     return condition()
 
 
+def _as_from_a_terminal():
+    """A shell's child: SIGINT and SIGTERM at their defaults and not blocked, whatever the
+    test process inherited or a test before this one left (a launcher started with SIGINT
+    ignored ignores it too, as ``nohup`` wants)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
 def _start(command):
     # A session of its own: Ctrl-C is SIGINT to the terminal's whole foreground group.
     return subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True,
+                            preexec_fn=_as_from_a_terminal,
                             env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def _signal_state(pid):
+    """The signal lines of ``/proc/PID/status`` (what a process ignores, blocks, catches)."""
+    try:
+        lines = Path("/proc", str(pid), "status").read_text().splitlines()
+    except OSError:
+        return "gone"
+    return "; ".join(line for line in lines if line.startswith(("SigBlk", "SigIgn", "SigCgt")))
 
 
 def _stop_and_check(process, how, started_pids):
@@ -189,8 +208,10 @@ def _stop_and_check(process, how, started_pids):
     try:
         process.wait(timeout=STOP_WITHIN)
     except subprocess.TimeoutExpired:
+        state = _signal_state(process.pid)
         os.killpg(process.pid, signal.SIGKILL)
-        pytest.fail(f"the launcher ignored {how} for {STOP_WITHIN:.0f} s")
+        pytest.fail(f"the launcher ignored {how} for {STOP_WITHIN:.0f} s ({state}; this "
+                    f"test's process: {_signal_state(os.getpid())})")
     assert _wait_for(lambda: not any(_alive(p) for p in started_pids), STOP_WITHIN), \
         f"processes left running after {how}: {[p for p in started_pids if _alive(p)]}"
     # Nothing of the session is left either (zombies waiting for their reaper aside).
