@@ -17,7 +17,7 @@ import numpy as np
 
 from host.board.process import start_module
 
-__all__ = ["REPO", "fresh_rng", "bits", "serve_board", "in_threads", "namespace_command",
+__all__ = ["REPO", "fresh_rng", "bits", "serve_board", "in_threads", "Wire", "namespace_command",
            "run_in_namespace"]
 
 REPO = Path(__file__).resolve().parents[1]
@@ -64,6 +64,28 @@ def in_threads(calls, timeout: float = 120.0) -> list:
     if errors:
         raise errors[0]
     return results
+
+
+class Wire:
+    """A board backend's datagrams, in and out, seen where the virtual board hands them to
+    it: ``seen`` holds every payload; ``inbound`` and ``outbound`` (datagram -> datagram,
+    or None to lose it) may change or lose one on its way."""
+
+    def __init__(self, backend):
+        self._deliver = backend.deliver
+        self.lock = threading.Lock()
+        self.seen, self.inbound, self.outbound = [], None, None
+        backend.deliver = self.deliver
+
+    def deliver(self, datagrams):
+        if self.inbound:
+            datagrams = [d for d in map(self.inbound, datagrams) if d is not None]
+        out = self._deliver(datagrams)
+        with self.lock:
+            if self.outbound:
+                out = [d for d in map(self.outbound, out) if d is not None]
+            self.seen.extend(d.payload for d in list(datagrams) + out)
+        return out
 
 
 def namespace_command(setup: str, what: str):

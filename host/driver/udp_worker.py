@@ -480,15 +480,10 @@ def write_job_auth(transport, job: int, epoch: int | None) -> None:
     enable = int(epoch is not None)
     pairs = [(network_address("net", _JOB_AUTH.address(job, "enable")), enable),
              (network_address("net", _JOB_AUTH.address(job, "epoch")), epoch or 0)]
-    try:
-        transport.write_many(pairs, full=True)
-    except TransportError as exc:
-        if epoch is None or "reads back" not in str(exc):
-            raise
-        raise TransportError(f"the board does not authenticate job {job} (section 7's "
-                             f"authenticated jobs need a board with a 128-bit control key "
-                             f"whose front end serves them, and job {job} within its "
-                             f"switch's jobs): {exc}") from None
+    _write_registers(transport, pairs, epoch is not None,
+                     f"the board does not authenticate job {job} (section 7's authenticated "
+                     f"jobs need a board with a 128-bit control key whose front end serves "
+                     f"them, and job {job} within its switch's jobs)")
 
 
 def write_upstream_key(transport, job: int, key: bytes | None) -> None:
@@ -534,15 +529,23 @@ def write_group(transport, job: int, group) -> tuple[str, int] | None:
     ip, port = (ip_to_int(group[0]), group[1]) if group is not None else (0, 0)
     pairs = [(network_address("net", _GROUP_TABLE.address(job, "ip")), ip),
              (network_address("net", _GROUP_TABLE.address(job, "port")), port)]
+    _write_registers(transport, pairs, group is not None,
+                     f"the board does not hold a result group for job {job} (its network "
+                     f"front end predates result groups, or job {job} is beyond its "
+                     f"switch's jobs)")
+    return group
+
+
+def _write_registers(transport, pairs, wanted: bool, missing: str) -> None:
+    """Write ``pairs`` (full addresses) and check the read-back; where something was
+    ``wanted`` and a register does not read back (a board without it), the error says
+    ``missing`` first. Writing zeros to registers a board lacks is no error."""
     try:
         transport.write_many(pairs, full=True)
     except TransportError as exc:
-        if group is None or "reads back" not in str(exc):
+        if not wanted or "reads back" not in str(exc):
             raise
-        raise TransportError(f"the board does not hold a result group for job {job} (its "
-                             f"network front end predates result groups, or job {job} is "
-                             f"beyond its switch's jobs): {exc}") from None
-    return group
+        raise TransportError(f"{missing}: {exc}") from None
 
 
 def read_group(transport, job: int) -> tuple[str, int] | None:

@@ -14,9 +14,13 @@ the tag under it.
 """
 from __future__ import annotations
 
+import struct
+
 from contract.header import HEADER_BYTES
-from contract.network import (CTRL_AUTH_KEY_BYTES, CTRL_COUNTER_BYTES, CTRL_COUNTER_OFFSET,
-                              CTRL_KEY_BYTES, CTRL_KEY_OFFSET)
+from contract.network import (CTRL_AUTH_KEY_BYTES, CTRL_COUNT_OFFSET, CTRL_COUNTER_BYTES,
+                              CTRL_COUNTER_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
+                              CTRL_OP_OFFSET, CtrlOp, decode_network_address)
+from contract.registers import AUTH_REGISTERS
 
 from .siphash import check_tag, tag_datagram, wrap_word
 
@@ -92,9 +96,6 @@ def key_fragments(key) -> list[bytes]:
 def is_wrapped(address: int) -> bool:
     """Whether the 32-bit ``CTRL`` address ``address`` is a register written wrapped
     (section 7: a word of a key, ``contract.registers.AUTH_REGISTERS`` ``upstream_key``)."""
-    from contract.network import decode_network_address
-    from contract.registers import AUTH_REGISTERS
-
     where = decode_network_address(address)
     if where is None or where[0].name != "net":
         return False
@@ -107,10 +108,6 @@ def wrapped_request(key, packet: bytes, old_counter: int | None = None) -> bytes
     value at a wrapped address wrapped under its counter: from clear values, or, with
     ``old_counter``, from values wrapped under that one (a resend's new counter). Other
     requests come back unchanged. A section 4 key cannot wrap: ValueError."""
-    import struct
-
-    from contract.network import CTRL_COUNT_OFFSET, CTRL_OP_OFFSET, CtrlOp
-
     if packet[CTRL_OP_OFFSET] != CtrlOp.WRITE:
         return packet
     count = int.from_bytes(packet[CTRL_COUNT_OFFSET:CTRL_COUNT_OFFSET + 4], "little")

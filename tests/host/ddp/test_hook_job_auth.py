@@ -16,26 +16,13 @@ from host import ddp  # noqa: E402
 from host.board import VirtualBoard  # noqa: E402
 from host.golden.siphash import check_tag, job_key  # noqa: E402
 from host.switchml.tree import BoardAddress, Tree  # noqa: E402
+from tests.host.ddp.test_hook_worker import _Bucket  # noqa: E402
 
 KEY = bytes.fromhex("5f0e2a9c41b7d3866e12c0fa9b3d4e71")
 TREE_KEYS = tuple(bytes.fromhex(k) for k in ("6d1c0b3a29f8e7d6c5b4a39281706f5e",
                                              "13579bdf02468ace13579bdf02468ace",
                                              "fedcba98765432100123456789abcdef"))
 WORLD = 2
-
-
-class _Bucket:
-    def __init__(self, tensor, index, last):
-        self._tensor, self._index, self._last = tensor, index, last
-
-    def buffer(self):
-        return self._tensor
-
-    def index(self):
-        return self._index
-
-    def is_last(self):
-        return self._last
 
 
 def _sum_through(hook, rank, world):

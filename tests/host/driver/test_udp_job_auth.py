@@ -5,8 +5,6 @@ the wire, and ``gradwire board configure-job --auth --epoch`` / ``job-key``.
 
 The board's datagrams are seen where the virtual board hands them to its backend. Every
 wait is bounded (the workers' timeouts, ``in_threads``)."""
-import threading
-
 import numpy as np
 import pytest
 
@@ -17,31 +15,11 @@ from host.driver.udp import UdpTransport
 from host.driver.udp_worker import JobLayout, UdpSwitchWorker, configure_job, job_key_for
 from host.golden.ctrl_auth import key_fragments
 from host.golden.siphash import check_tag, job_key
-from tests.helpers import in_threads
+from tests.helpers import Wire, in_threads
 
 LOOP = "127.0.0.1"
 KEY = bytes.fromhex("8d3a51c2f0e97b46a1d52c3e9f078b64")
 FAST = dict(timeout=0.05, min_timeout=0.01, max_timeout=0.2)
-
-
-class Wire:
-    """The board's datagrams in and out (``outbound``: datagram -> datagram, to change one
-    on its way)."""
-
-    def __init__(self, backend):
-        self._deliver = backend.deliver
-        self.lock = threading.Lock()
-        self.seen = []
-        self.outbound = None
-        backend.deliver = self.deliver
-
-    def deliver(self, datagrams):
-        out = self._deliver(datagrams)
-        with self.lock:
-            if self.outbound:
-                out = [self.outbound(d) for d in out]
-            self.seen.extend(d.payload for d in list(datagrams) + out)
-        return out
 
 
 @pytest.fixture
@@ -62,6 +40,15 @@ def workers_of(board, epoch, count=2):
     return workers, layout
 
 
+def keyed_workers(board, epoch):
+    """``workers_of`` an authenticated job, each holding the job key: workers, key."""
+    workers, layout = workers_of(board, epoch)
+    key = job_key_for(KEY, layout)
+    for w in workers:
+        w.set_layout(layout, job_key=key)
+    return workers, key
+
+
 def aggregate(workers, seed, chunks=20):
     rng = np.random.default_rng(seed)
     lanes = workers[0].layout.lanes
@@ -75,11 +62,8 @@ def aggregate(workers, seed, chunks=20):
 
 
 def test_an_authenticated_job_over_udp_is_exact_and_tagged_end_to_end(board):
-    workers, layout = workers_of(board, epoch=3)
-    key = job_key_for(KEY, layout)
+    workers, key = keyed_workers(board, epoch=3)
     try:
-        for w in workers:
-            w.set_layout(layout, job_key=key)
         aggregate(workers, 1)
         aggregate(workers, 2)                  # chunk numbers go on across messages
     finally:
@@ -162,11 +146,8 @@ def test_set_layout_asks_for_the_job_key_exactly_when_the_job_has_authentication
 
 
 def test_no_key_byte_of_the_control_or_the_job_key_in_any_datagram(board):
-    workers, layout = workers_of(board, epoch=6)
-    key = job_key_for(KEY, layout)
+    workers, key = keyed_workers(board, epoch=6)
     try:
-        for w in workers:
-            w.set_layout(layout, job_key=key)
         aggregate(workers, 4)
     finally:
         for w in workers:

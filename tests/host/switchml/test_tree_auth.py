@@ -5,8 +5,6 @@ key as its upstream key (written wrapped: never in clear on the wire, reads 0). 
 go up and results come down under the root job's tags, each leaf's workers get its own
 job's; a parent's result forged or changed on the way is dropped (``drop_bad_tag``) and
 recovered, bit-exact. Every wait is bounded (the workers' timeouts, ``in_threads``)."""
-import threading
-
 import numpy as np
 import pytest
 
@@ -20,34 +18,13 @@ from host.driver.udp_worker import UdpSwitchWorker, job_key_for, write_upstream_
 from host.golden.ctrl_auth import key_fragments
 from host.golden.siphash import check_tag
 from host.switchml.tree import BoardAddress, Tree, configure_tree_over_udp
-from tests.helpers import in_threads
+from tests.helpers import Wire, in_threads
 
 FAST = dict(rto=0.05, min_rto=0.01, max_rto=0.2, timeout=30)
 KEYS = [bytes.fromhex(k) for k in ("00112233445566778899aabbccddeeff",
                                    "0f1e2d3c4b5a69788796a5b4c3d2e1f0",
                                    "a1b2c3d4e5f60718293a4b5c6d7e8f90")]
 WORD0 = network_address("net", AUTH_REGISTERS["upstream_key"].address(1, "word0"))
-
-
-class Wire:
-    """Every datagram in and out of one board; ``inbound`` and ``outbound`` may change or
-    lose one on its way."""
-
-    def __init__(self, backend):
-        self._deliver = backend.deliver
-        self.lock = threading.Lock()
-        self.seen, self.outbound, self.inbound = [], None, None
-        backend.deliver = self.deliver
-
-    def deliver(self, datagrams):
-        if self.inbound:
-            datagrams = [d for d in map(self.inbound, datagrams) if d is not None]
-        out = self._deliver(datagrams)
-        with self.lock:
-            if self.outbound:
-                out = [self.outbound(d) for d in out]
-            self.seen.extend(d.payload for d in list(datagrams) + out)
-        return out
 
 
 def run_tree(change_root_result=None, epoch=11, seed=1):
