@@ -9,15 +9,17 @@
 
 ``--top network`` (the default wherever it fits; ``constraints/boards.toml`` gives each
 board's tops) is :mod:`hdl.board.network`: the engines served over the board's Ethernet port (``constraints/network.toml``), with the board's MAC and IP address
-(``--mac``/``--ip``, default the configuration's) and a 64-bit control key (``--key``,
-default a fresh random one). The key goes into ``summary.json`` only, which is then
+(``--mac``/``--ip``, default the configuration's) and a control key (``--key``, default a
+fresh random one): 128 bits, 32 hex digits, ``network.md`` section 7 (every ``CTRL``
+request and reply tagged); 1..16 digits build section 4's 64-bit key, carried in clear. The key goes into ``summary.json`` only, which is then
 readable by its owner alone (mode 0600), like the build folder (the netlists hold the key
 too); it is printed only with ``--show-key``. ``--top selftest`` is :mod:`hdl.board.top`: the
 engines with their built-in self-test, for a board with no network at hand. ``--top wire``
 (the Versa: a board with two Ethernet ports) is :mod:`hdl.board.wire`: the NIC engines in
 the wire between a host (port 0) and the network (port 1), ``network.md`` section 6; it
 keeps an address and a control key on the host side, as the network top does (``--mac``,
-``--ip``, ``--key``).
+``--ip``, ``--key``); its service has section 4's 64-bit key only, so its default key is
+64 bits.
 
 Boards and what fits on each come from ``constraints/boards.toml`` (see
 :mod:`hdl.board.boards`). The tools are the YoWASP builds in the project's virtualenv
@@ -48,6 +50,7 @@ import time
 from pathlib import Path
 
 from hdl.board.boards import TOPS, build_folder
+from host.driver.settings import format_key, parse_key
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",
@@ -219,9 +222,11 @@ def _arguments(argv, boards):
     p.add_argument("--ip", default=None, help="network and wire tops: the board's IPv4 address "
                    "(default constraints/network.toml's)")
     p.add_argument("--key", default=os.environ.get("GRADWIRE_KEY") or None,
-                   help="network and wire tops: the 64-bit control key, hex (default: the "
-                        "environment's GRADWIRE_KEY, which `make bitstream KEY=...` sets, "
-                        "else a fresh random key, written to summary.json only)")
+                   help="network and wire tops: the control key, hex: 32 digits for "
+                        "section 7's 128-bit key (tags), 1..16 for section 4's 64-bit key "
+                        "(default: the environment's GRADWIRE_KEY, which `make bitstream "
+                        "KEY=...` sets, else a fresh random key, 128 bits on the network "
+                        "top, written to summary.json only)")
     p.add_argument("--show-key", action="store_true",
                    help="also print the control key (it is otherwise only in summary.json)")
     p.add_argument("--engine", default="all", choices=["all", "nic", "switch", "none"],
@@ -247,14 +252,6 @@ def _arguments(argv, boards):
     p.add_argument("--build-dir", default=None,
                    help="default build/bitstream/<board> (or <board>-<engine>)")
     return p.parse_args(argv)
-
-
-def parse_key(text):
-    """A control key given as hex (``0x`` optional, 1..16 digits) -> int."""
-    digits = text[2:] if text.lower().startswith("0x") else text
-    if not re.fullmatch(r"[0-9a-fA-F]{1,16}", digits):
-        raise ValueError("the control key must be 1..16 hex digits (64 bits)")
-    return int(digits, 16)
 
 
 def write_private(path, text):
@@ -302,7 +299,7 @@ def main(argv=None) -> int:
         from hdl.net.core.liteeth import load_network_config
         from hdl.net.top import port_base_of
         try:
-            key = parse_key(args.key) if args.key is not None else secrets.randbits(64)
+            key = parse_key(args.key) if args.key is not None else secrets.token_bytes(16)
             overrides = {k: v for k, v in (("mac_address", args.mac), ("ip_address", args.ip))
                          if v is not None}
             config = load_network_config(board.name, **overrides)
@@ -311,7 +308,7 @@ def main(argv=None) -> int:
             return 2
         top = NetworkBoardTop(board, config, key=key, engines=engines, engine_mhz=args.freq)
         network = {"mac": config.mac_address, "ip": config.ip_address,
-                   "port_base": port_base_of(config), "key": f"{key:016x}",
+                   "port_base": port_base_of(config), "key": format_key(key),
                    "key_generated": args.key is None}
     elif args.top == "wire":
         from hdl.board.wire import WireBoardTop
@@ -321,6 +318,10 @@ def main(argv=None) -> int:
             return 2
         try:
             key = parse_key(args.key) if args.key is not None else secrets.randbits(64)
+            if isinstance(key, bytes):
+                raise ValueError("the wire top's control service takes section 4's 64-bit "
+                                 "key (1..16 hex digits); section 7's tags are the network "
+                                 "top's only")
             overrides = {k: v for k, v in (("mac_address", args.mac), ("ip_address", args.ip))
                          if v is not None}
             config = load_network_config(board.name, **overrides)
@@ -330,7 +331,7 @@ def main(argv=None) -> int:
             return 2
         wire = {"mac": config.mac_address, "ip": config.ip_address,
                 "host_port": list(config.resource), "network_port": list(config.port1_resource),
-                "key": f"{key:016x}", "key_generated": args.key is None}
+                "key": format_key(key), "key_generated": args.key is None}
     else:
         top = BoardTop(board, engines=engines, engine_mhz=args.freq)
 

@@ -18,6 +18,12 @@ already checked its FCS and holds it whole):
    touched (``docs/network-contract.md``, the golden board's order);
 4. otherwise executed (``executed``).
 
+With section 7's 128-bit key (16 ``bytes``), :class:`~hdl.net.front_end.ctrl_auth.CtrlAuth`
+checks each request's tag before step 2 (a wrong one: dropped, no reply, ``bad_tag``) and
+tags each reply; step 2 is gone (the tag replaces the key), and after step 3 a write whose
+64-bit counter (header bytes 16..23) is not above the largest accepted is dropped with no
+reply (``replay``); an accepted write raises that counter (:attr:`CtrlService.write_counter`).
+
 The checks themselves are :mod:`hdl.ctrl_request`'s, which the wire's CTRL responder
 (:class:`hdl.wire.ctrl.CtrlResponder`) applies too.
 """
@@ -27,11 +33,13 @@ from amaranth import Cat, Module, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.network import (CTRL_COUNT_OFFSET, CTRL_KEY_BYTES, CTRL_KEY_OFFSET,
-                              CTRL_MAX_PAIRS, CTRL_OP_OFFSET, CtrlOp)
+from contract.network import (CTRL_COUNT_OFFSET, CTRL_COUNTER_BYTES, CTRL_COUNTER_OFFSET,
+                              CTRL_KEY_BYTES, CTRL_KEY_OFFSET, CTRL_MAX_PAIRS, CTRL_OP_OFFSET,
+                              CtrlOp)
 from hdl import ctrl_request as request
 from hdl.ctrl_request import PAIR_BYTES
 from hdl.header import HeaderLayout
+from hdl.net.front_end.ctrl_auth import CtrlAuth, check_auth_key
 from hdl.net.front_end.layouts import WORDS_PER_BEAT, ServiceBeat
 from hdl.stream.axis import DATA_BITS, axis_signature
 
@@ -64,6 +72,8 @@ CtrlEvents = data.StructLayout({
     "bad_key": 1,       # wrong key: dropped, no reply
     "bad_ctrl": 1,      # not a control packet (no reply) or refused (ERROR reply)
     "no_reply": 1,      # the request ends without a reply (bad_key, or not a CTRL packet)
+    "bad_tag": 1,       # section 7: wrong tag, dropped, no reply
+    "replay": 1,        # section 7: a write whose counter is not above the largest accepted
 })
 
 
@@ -72,8 +82,9 @@ class CtrlService(wiring.Component):
 
     Parameters
     ----------
-    key : int
-        The 64-bit control key, a constant of the bitstream.
+    key : int or bytes
+        The control key, a constant of the bitstream: a 64-bit ``int`` (section 4, carried
+        in clear) or 16 ``bytes`` (section 7: tags, write counter).
 
     Members
     -------
@@ -83,22 +94,74 @@ class CtrlService(wiring.Component):
         Replies.
     bus : Out(RegisterBusSignature)
     events : Out(CtrlEvents)
+    write_counter : Out(64)
+        Section 7 only: the largest counter of an accepted write (0 after power-up).
     """
 
     def __init__(self, *, key):
-        self._key = request.check_key(key)
-        super().__init__({
+        if isinstance(key, (bytes, bytearray)):
+            self._key = check_auth_key(key)
+        else:
+            self._key = request.check_key(key)
+        self.authenticated = isinstance(self._key, bytes)
+        members = {
             "i": In(stream.Signature(ServiceBeat)),
             "o": Out(axis_signature()),
             "bus": Out(RegisterBusSignature),
             "events": Out(CtrlEvents),
-        })
+        }
+        if self.authenticated:
+            members["write_counter"] = Out(64)
+        super().__init__(members)
 
     def __repr__(self):
         return "CtrlService(key=<secret>)"      # the key never goes into logs
 
     def elaborate(self, platform):
         m = Module()
+        if not self.authenticated:
+            m.submodules.executor = executor = _Executor(key=self._key)
+            wiring.connect(m, wiring.flipped(self.i), executor.i)
+            wiring.connect(m, executor.o, wiring.flipped(self.o))
+            wiring.connect(m, executor.bus, wiring.flipped(self.bus))
+            m.d.comb += self.events.eq(executor.events)
+            return m
+        m.submodules.auth = auth = CtrlAuth(key=self._key)
+        m.submodules.executor = executor = _Executor(key=None)
+        wiring.connect(m, wiring.flipped(self.i), auth.i)
+        wiring.connect(m, auth.service_i, executor.i)
+        wiring.connect(m, executor.o, auth.service_o)
+        wiring.connect(m, auth.o, wiring.flipped(self.o))
+        wiring.connect(m, executor.bus, wiring.flipped(self.bus))
+        m.d.comb += [
+            auth.service_no_reply.eq(executor.events.no_reply),
+            self.events.eq(executor.events),
+            self.events.bad_tag.eq(auth.events.bad_tag),
+            self.events.no_reply.eq(executor.events.no_reply | auth.no_reply),
+            self.write_counter.eq(executor.write_counter),
+        ]
+        return m
+
+
+class _Executor(wiring.Component):
+    """The service's state machine: checks a request's header, runs its pairs on the bus,
+    answers. ``key=None``: section 7 (no key field; the write counter instead)."""
+
+    def __init__(self, *, key):
+        self._key = key
+        members = {
+            "i": In(stream.Signature(ServiceBeat)),
+            "o": Out(axis_signature()),
+            "bus": Out(RegisterBusSignature),
+            "events": Out(CtrlEvents),
+        }
+        if key is None:
+            members["write_counter"] = Out(64)
+        super().__init__(members)
+
+    def elaborate(self, platform):
+        m = Module()
+        authenticated = self._key is None
         i, o, bus = self.i, self.o, self.bus
         beat = i.p
         header = data.View(HeaderLayout, beat.data)
@@ -118,13 +181,19 @@ class CtrlService(wiring.Component):
         # (the checks are the wire's too: hdl.ctrl_request)
         m.d.comb += [
             whole_header.eq(request.whole_header(length)),
-            key_ok.eq(request.key_matches(key, self._key)),
+            key_ok.eq(1 if authenticated else request.key_matches(key, self._key)),
             fields_ok.eq(request.request_ok(request.magic_ok(header.magic, header.version),
                                             header.type, op)),
             count_ok.eq(request.count_ok(count)),
             length_ok.eq(request.length_ok(length, count)),
         ]
         checks = Signal(3)
+        # Section 7: a write whose counter is not above the largest accepted is a replay
+        # (compared as the header comes, so the decision starts from a register).
+        replayed = Signal()
+        counter = beat.data.word_select(CTRL_COUNTER_OFFSET // CTRL_COUNTER_BYTES, 64)
+        if authenticated:
+            m.d.sync += replayed.eq((op == CtrlOp.WRITE) & (counter <= self.write_counter))
 
         writing = Signal()
         refused = Signal()
@@ -159,10 +228,18 @@ class CtrlService(wiring.Component):
                         m.next = "REPLY_HEADER"
             with m.State("REPLY_HEADER"):
                 # The header beat answers from a register, a clock after the request came.
-                m.d.comb += [o.valid.eq(1),
+                replay = ~refused & replayed
+                m.d.comb += [o.valid.eq(~replay),
                              o.p.data.eq(out_data | (reply_flags << flags_offset)),
                              o.p.keep.eq((1 << (DATA_BITS // 8)) - 1), o.p.last.eq(refused)]
-                with m.If(o.ready):
+                with m.If(replay):
+                    m.d.sync += [self.events.replay.eq(1), self.events.no_reply.eq(1)]
+                    m.next = "DRAIN"
+                with m.Elif(o.ready):
+                    if authenticated:
+                        with m.If(~refused & writing):
+                            m.d.sync += self.write_counter.eq(
+                                out_data.word_select(CTRL_COUNTER_OFFSET // 8, 64))
                     with m.If(refused):
                         m.d.sync += self.events.bad_ctrl.eq(1)
                         m.next = "DRAIN"

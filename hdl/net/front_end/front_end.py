@@ -92,8 +92,9 @@ class NetworkFrontEnd(wiring.Component):
         The board's addresses (for the registers that report them).
     port_base : int
         UDP port of the first service (``contract.network.service_ports``).
-    key : int
-        The 64-bit control key.
+    key : int or bytes
+        The control key: 64 bits (section 4) or 16 bytes (section 7's tags,
+        :class:`~hdl.net.front_end.ctrl_service.CtrlService`).
     nic, switch : bool
         Whether the design has the NIC engines (two services) and the aggregator.
     jobs, max_workers, slots : int
@@ -136,7 +137,8 @@ class NetworkFrontEnd(wiring.Component):
         self._ctrl = CtrlService(key=key)
         self._registers = NetRegisters(
             mac=mac, ip=ip, port_base=port_base, jobs=jobs, max_workers=max_workers,
-            services=sum(1 << SERVICE_OFFSETS[s] for s in self.services))
+            services=sum(1 << SERVICE_OFFSETS[s] for s in self.services),
+            authenticated=self._ctrl.authenticated)
         self.max_workers = max_workers
         self._jobs_served = jobs
         self._job_workers = (JobWorkers(slots=slots, max_workers=max_workers, jobs=jobs)
@@ -315,20 +317,32 @@ class NetworkFrontEnd(wiring.Component):
         """The control service, its reply, and its register bus to every register port."""
         m, events = p.m, p.events
         m.submodules.ctrl = ctrl = self._ctrl
-        _, flight = self._request_reply(p, "ctrl", Service.CTRL, p.sizes.ctrl_in, None, None,
-                                        None, None, max_length=CTRL_MAX_LENGTH,
-                                        header_of_long=True)
+        # Section 4 answers a request longer than the longest from its header (refused).
+        # Section 7 cannot: its tag covers the whole datagram, which the buffer does not
+        # keep, so such a request is dropped at the buffer, unanswered (`drop_bad_ctrl`).
+        authenticated = ctrl.authenticated
+        buffer_in, flight = self._request_reply(p, "ctrl", Service.CTRL, p.sizes.ctrl_in, None,
+                                                None, None, None, max_length=CTRL_MAX_LENGTH,
+                                                header_of_long=not authenticated)
         wiring.connect(m, flight.o, ctrl.i)
         # The service's reply beats come from its state machine; a skid buffer registers
         # them before the output buffer's word count and queue write.
         m.submodules.ctrl_slice = ctrl_slice = SkidBuffer(ctrl.o.p.shape())
         wiring.connect(m, ctrl.o, ctrl_slice.i)
         self._finish(p, "ctrl", flight, ctrl_slice.o, ctrl.events.no_reply, p.sizes.ctrl_out)
+        too_long = buffer_in.events.too_long if authenticated else 0
         m.d.comb += [
             events.drop_bad_key.eq(ctrl.events.bad_key),
-            # a request longer than the longest is refused by the service (header_of_long)
-            events.drop_bad_ctrl.eq(ctrl.events.bad_ctrl),
+            # section 4: a request longer than the longest is refused by the service
+            # (header_of_long); section 7: dropped by the buffer
+            events.drop_bad_ctrl.eq(ctrl.events.bad_ctrl + too_long),
         ]
+        if authenticated:
+            m.d.comb += [
+                p.registers.auth_events.drop_bad_tag.eq(ctrl.events.bad_tag),
+                p.registers.auth_events.drop_replay.eq(ctrl.events.replay),
+                p.registers.write_counter.eq(ctrl.write_counter),
+            ]
         m.submodules.router = router = RegisterRouter(nic=self.nic, switch=self.switch)
         wiring.connect(m, ctrl.bus, router.bus)
         wiring.connect(m, router.nic, wiring.flipped(self.nic_ctrl))

@@ -16,15 +16,15 @@ from amaranth import Array, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from contract.counters import NET_COUNTERS
+from contract.counters import AUTH_COUNTERS, NET_COUNTERS
 from contract.network import NETWORK_REGIONS
-from contract.registers import NET_REGISTERS, RegisterArray
+from contract.registers import AUTH_REGISTERS, NET_REGISTERS, RegisterArray
 from hdl.ctrl_port import RegisterPort
 from hdl.net.front_end.ctrl_service import REGISTER_ADDRESS_SETUP, RegisterBusSignature
 from hdl.net.front_end.worker_table import GroupLookup, LookupSignature, WorkerTable
 from hdl.replica import replica
 
-__all__ = ["RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents",
+__all__ = ["RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents", "AuthEvents",
            "NetRegisters"]
 
 _REGION = {r.name: r.index for r in NETWORK_REGIONS}
@@ -103,9 +103,12 @@ class RegisterRouter(wiring.Component):
 
 
 #: Increments per clock each counter can take (a strobe, or several outputs at once).
-NET_EVENT_WIDTHS = {name: 1 for name in NET_COUNTERS} | {"drop_reply_full": 3}
+NET_EVENT_WIDTHS = {name: 1 for name in NET_COUNTERS} | {"drop_reply_full": 3,
+                                                         "drop_bad_ctrl": 2}
 #: One field per network counter: what to add this clock.
 NetEvents = data.StructLayout({name: unsigned(w) for name, w in NET_EVENT_WIDTHS.items()})
+#: Section 7's counters (``contract.counters.AUTH_COUNTERS``): one strobe each.
+AuthEvents = data.StructLayout({name: 1 for name in AUTH_COUNTERS})
 
 
 class NetRegisters(wiring.Component):
@@ -125,6 +128,9 @@ class NetRegisters(wiring.Component):
         Bit i: the service at ``port_base + i`` exists.
     jobs, max_workers : int
         The worker table's size (the switch's).
+    authenticated : bool
+        Section 7's control: also ``contract.registers.AUTH_REGISTERS``' counters and write
+        counter (its job registers are not in the gateware: they read 0).
 
     Members
     -------
@@ -138,14 +144,20 @@ class NetRegisters(wiring.Component):
         Each job's result group (``group`` registers, flip-flops: a few jobs of 48 bits).
     counters : Out(StructLayout({name: 32 for name in NET_COUNTERS}))
         The counters' values (for the board's report and LEDs).
+    auth_events : In(AuthEvents)
+        Section 7 only.
+    write_counter : In(64)
+        Section 7 only: the control service's largest accepted write counter.
     """
 
-    def __init__(self, *, mac, ip, port_base, services, jobs, max_workers):
+    def __init__(self, *, mac, ip, port_base, services, jobs, max_workers,
+                 authenticated=False):
         self._constants = {"mac_high": mac >> 32, "mac_low": mac & 0xFFFFFFFF, "ip": ip,
                            "port_base": port_base, "services": services}
         self._table = WorkerTable(jobs=jobs, max_workers=max_workers)
         self._jobs = jobs
-        super().__init__({
+        self.authenticated = bool(authenticated)
+        members = {
             "ctrl": In(RegisterPort()),
             "events": In(NetEvents),
             "link": In(1),
@@ -153,7 +165,10 @@ class NetRegisters(wiring.Component):
             "fanout": In(LookupSignature),
             "group": In(GroupLookup),
             "counters": Out(data.StructLayout({name: 32 for name in NET_COUNTERS})),
-        })
+        }
+        if self.authenticated:
+            members.update({"auth_events": In(AuthEvents), "write_counter": In(64)})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -216,6 +231,16 @@ class NetRegisters(wiring.Component):
         for j in range(self._jobs):
             sources[group.address(j, "ip")] = group_ip[j]
             sources[group.address(j, "port")] = group_port[j]
+        if self.authenticated:
+            auth_events = Signal(AuthEvents)
+            m.d.sync += auth_events.eq(self.auth_events)
+            for name, address in AUTH_REGISTERS["auth_counter"].items():
+                counter = Signal(32, name=f"auth_{name}")
+                with m.If(auth_events[name]):
+                    m.d.sync += counter.eq(counter + 1)
+                sources[address] = counter
+            sources[AUTH_REGISTERS["write_counter_low"].address] = self.write_counter[:32]
+            sources[AUTH_REGISTERS["write_counter_high"].address] = self.write_counter[32:]
         block_bits = 5
         blocks = sorted({address >> block_bits for address in sources})
         index = Signal(block_bits)

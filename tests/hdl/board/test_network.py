@@ -56,7 +56,8 @@ def test_every_counter_is_in_the_report_line():
 def test_keys_and_the_private_summary(tmp_path):
     assert parse_key("0x0123456789abcdef") == 0x0123456789ABCDEF
     assert parse_key("FF") == 255
-    for bad in ("", "0x", "12345678901234567", "xyz"):
+    assert parse_key("00" * 15 + "0f") == bytes(15) + b"\x0f"      # section 7: 16 bytes
+    for bad in ("", "0x", "12345678901234567", "xyz", "1" * 31, "1" * 33):
         with pytest.raises(ValueError):
             parse_key(bad)
     path = tmp_path / "summary.json"
