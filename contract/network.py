@@ -20,7 +20,8 @@ __all__ = [
     "MTU_DEFAULT", "MTU_JUMBO", "IP_UDP_HEADER_BYTES", "NIC_VALUES_PER_MTU", "nic_values_for_mtu",
     "CTRL_TYPE", "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
     "CTRL_KEY_BYTES", "CTRL_AUTH_KEY_BYTES", "CTRL_COUNTER_OFFSET", "CTRL_COUNTER_BYTES",
-    "CTRL_TAG_OFFSET", "CTRL_TAG_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
+    "CTRL_TAG_OFFSET", "CTRL_TAG_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "parse_key",
+    "format_key", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int", "WIRE_GRADIENT_PORT", "WIRE_PORTS", "MAX_FRAME_BYTES",
     "MIN_FRAME_BYTES", "BufferSizes", "GROUP_TTL", "is_multicast", "multicast_mac", "group_active",
@@ -207,3 +208,27 @@ class BufferSizes:
     ctrl_in: int = 64
     ctrl_out: int = 32
     queue: int = 32
+
+
+def parse_key(text: str) -> int | bytes:
+    """A control key from its hex digits (``"0x"`` and ``_``/``:`` separators allowed): 1 to
+    16 digits are section 4's 64-bit key, an ``int``; exactly 32 are section 7's 128-bit
+    key (``docs/protocol/network.md``: its bytes in order, first byte first), 16 ``bytes``,
+    whatever their value (leading zeros included)."""
+    digits = str(text).strip().lower().removeprefix("0x").replace("_", "").replace(":", "")
+    if any(c not in "0123456789abcdef" for c in digits) or not (
+            1 <= len(digits) <= 2 * CTRL_KEY_BYTES or len(digits) == 2 * CTRL_AUTH_KEY_BYTES):
+        raise ValueError(f"a control key is 1 to {2 * CTRL_KEY_BYTES} hex digits (64 bits) or "
+                         f"exactly {2 * CTRL_AUTH_KEY_BYTES} (128 bits, authenticated "
+                         f"control), not {text!r}")
+    if len(digits) == 2 * CTRL_AUTH_KEY_BYTES:
+        return bytes.fromhex(digits)
+    return int(digits, 16)
+
+
+def format_key(key: int | bytes) -> str:
+    """``key`` as the hex digits :func:`parse_key` reads: 16 for a 64-bit key, 32 for a
+    128-bit one."""
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key).hex()
+    return f"{key:0{2 * CTRL_KEY_BYTES}x}"

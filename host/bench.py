@@ -26,6 +26,7 @@ SECTIONS = {
     "lhc": "host.benchmarks.lhc",
     "udp": "host.benchmarks.udp",
     "switch": "sim.benchmarks.switch",
+    "ctrl_auth": "sim.benchmarks.ctrl_auth",
     "nic": "sim.benchmarks.nic",
     "codec_memory": "host.benchmarks.codec_memory",
     "sim_speed": "sim.benchmarks.sim_speed",

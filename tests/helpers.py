@@ -88,6 +88,22 @@ class Wire:
         return out
 
 
+def control_forgeries(key: bytes) -> dict:
+    """What an attacker on the LAN does to a tagged ``CTRL`` request (section 7) to make it
+    do something else: name -> request -> forged request, each with a wrong tag under
+    ``key`` (a 128-bit control key)."""
+    from host.golden.ctrl_auth import seal
+    return {
+        "wrong-tag": lambda p: p[:24] + bytes([p[24] ^ 0x80]) + p[25:],
+        "old-64-bit-key": lambda p: seal(int.from_bytes(key[:8], "little"), p),
+        "truncated": lambda p: p[:-8],
+        "tag-moved-to-the-end": lambda p: p[:24] + bytes(8) + p[32:] + p[24:32],
+        "tag-moved-to-the-counter": lambda p: p[:16] + p[24:32] + bytes(8) + p[32:],
+        "another-128-bit-key": lambda p: seal(bytes(16), p),
+        "value-changed": lambda p: p[:-1] + bytes([p[-1] ^ 1]),
+    }
+
+
 def namespace_command(setup: str, what: str):
     """``(command, None)``: ``unshare -n`` (root) or ``unshare -rn`` (a user namespace),
     checked by running the shell commands ``setup`` in a new namespace; or ``(None, why)``

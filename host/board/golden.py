@@ -49,6 +49,8 @@ _NAMED = _WORKER + 1
 _WORKER_TABLE = NET_REGISTERS["worker"]
 _GROUP_TABLE = NET_REGISTERS["group"]
 _NET_COUNTER_BLOCK = NET_REGISTERS["counter"]
+#: the longest CTRL request: a header and CTRL_MAX_PAIRS pairs
+_CTRL_MAX_LENGTH = HEADER_BYTES + 8 * CTRL_MAX_PAIRS
 _AUTH_COUNTER_BLOCK = AUTH_REGISTERS["auth_counter"]
 _JOB_AUTH = AUTH_REGISTERS["job_auth"]
 _UPSTREAM_KEY = AUTH_REGISTERS["upstream_key"]
@@ -160,6 +162,13 @@ class GoldenBoard(BoardBackend):
         service = self._by_port.get(d.dst_port)
         if service is None:
             self._count("drop_closed_port")
+            return []
+        if (service is Service.CTRL and self.authenticated
+                and len(d.payload) > _CTRL_MAX_LENGTH):
+            # section 7: the tag covers the whole datagram, and the board keeps no more
+            # than the longest request, so it cannot be checked: dropped by the service's
+            # input buffer (never taken in), unanswered
+            self._count("drop_bad_ctrl")
             return []
         name = _SERVICE_COUNTERS[service]
         self._count(f"{name}_in")

@@ -15,8 +15,8 @@ import os
 import numpy as np
 
 from contract.header import HEADER_BYTES, LANES, NIC_MAX_COUNT
-from contract.network import (CTRL_AUTH_KEY_BYTES, CTRL_KEY_BYTES, IP_UDP_HEADER_BYTES, MTU_DEFAULT, PORT_BASE,
-                              nic_values_for_mtu, service_ports)
+from contract.network import (IP_UDP_HEADER_BYTES, MTU_DEFAULT, PORT_BASE, format_key,
+                              nic_values_for_mtu, parse_key, service_ports)
 
 __all__ = ["board_settings", "parse_key", "format_key", "inc_max_bytes", "nic_packet_values",
            "ENV_BOARD", "ENV_PORT_BASE", "ENV_KEY", "ENV_MTU", "MTU_MIN"]
@@ -27,30 +27,6 @@ ENV_KEY = "GRADWIRE_KEY"
 ENV_MTU = "GRADWIRE_MTU"
 #: the smallest IPv4 MTU every host must accept
 MTU_MIN = 576
-
-
-def parse_key(text: str) -> int | bytes:
-    """A control key from its hex digits (``"0x"`` and ``_``/``:`` separators allowed): 1 to
-    16 digits are section 4's 64-bit key, an ``int``; exactly 32 are section 7's 128-bit
-    key (``docs/protocol/network.md``: its bytes in order, first byte first), 16 ``bytes``,
-    whatever their value (leading zeros included)."""
-    digits = str(text).strip().lower().removeprefix("0x").replace("_", "").replace(":", "")
-    if any(c not in "0123456789abcdef" for c in digits) or not (
-            1 <= len(digits) <= 2 * CTRL_KEY_BYTES or len(digits) == 2 * CTRL_AUTH_KEY_BYTES):
-        raise ValueError(f"a control key is 1 to {2 * CTRL_KEY_BYTES} hex digits (64 bits) or "
-                         f"exactly {2 * CTRL_AUTH_KEY_BYTES} (128 bits, authenticated "
-                         f"control), not {text!r}")
-    if len(digits) == 2 * CTRL_AUTH_KEY_BYTES:
-        return bytes.fromhex(digits)
-    return int(digits, 16)
-
-
-def format_key(key: int | bytes) -> str:
-    """``key`` as the hex digits :func:`parse_key` reads: 16 for a 64-bit key, 32 for a
-    128-bit one."""
-    if isinstance(key, (bytes, bytearray)):
-        return bytes(key).hex()
-    return f"{key:0{2 * CTRL_KEY_BYTES}x}"
 
 
 def _port_base(value, source) -> int:

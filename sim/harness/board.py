@@ -38,6 +38,7 @@ from scapy.packet import Raw
 from contract.frames import IP_HEADER, IP_PROTO_UDP
 from contract.network import GROUP_TTL, SERVICE_OFFSETS, Service, is_multicast, multicast_mac
 from host.board.backend import BoardBackend, Datagram
+from host.golden.ctrl_auth import control_key
 
 from .network import IDLE_CYCLES, NetworkHarness
 
@@ -61,9 +62,10 @@ class VerilatorBoard(BoardBackend):
 
     Parameters
     ----------
-    key : int, optional
+    key : int or bytes, optional
         The control key the gateware is built with (default the simulation tops' public
-        ``hdl.net.top.SIMULATION_KEY``, whose build the tests share).
+        ``hdl.net.top.SIMULATION_KEY``, whose build the tests share): a 64-bit ``int``
+        (section 4) or 16 ``bytes`` (section 7's tags; ``host.golden.ctrl_auth``).
     port_base : int, optional
         The socket side's port base (the gateware's own ports are the configuration's;
         :class:`~host.board.virtual.VirtualBoard` translates).
@@ -89,14 +91,13 @@ class VerilatorBoard(BoardBackend):
     #: out the next large window, and every spurious resend is more simulation.
     transport_options = {"timeout": 5.0, "min_timeout": 1.0, "max_timeout": 30.0}
 
-    def __init__(self, key: int | None = None, *, port_base: int | None = None, board: str = "ecpix5",
+    def __init__(self, key: int | bytes | None = None, *, port_base: int | None = None, board: str = "ecpix5",
                  idle: int = IDLE_CYCLES, waves=None, max_count: int | None = None,
                  rgmii_ps: int = 8000, rgmii_phase_ps: int = 0, **switch_params):
         if key is None:
             from hdl.net.top import SIMULATION_KEY
             key = SIMULATION_KEY
-        if isinstance(key, bool) or not isinstance(key, int) or not 0 <= key < 1 << 64:
-            raise ValueError(f"the control key must be a 64-bit unsigned integer, not {key!r}")
+        key = control_key(key)
         unknown = set(switch_params) - {"slots", "lanes", "max_workers", "jobs"}
         if unknown:
             raise ValueError(f"the Verilated board has no parameter(s) {sorted(unknown)}")

@@ -49,8 +49,8 @@ import sys
 import time
 from pathlib import Path
 
+from contract.network import format_key, parse_key
 from hdl.board.boards import TOPS, build_folder
-from host.driver.settings import format_key, parse_key
 
 __all__ = ["TOOLS", "PLACER_OPTS", "tool_environment", "parse_nextpnr_report",
            "parse_yosys_cells", "parse_nextpnr_log", "parse_key", "write_private",

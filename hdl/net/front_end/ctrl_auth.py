@@ -140,37 +140,13 @@ class CtrlAuth(wiring.Component):
         m.d.sync += [self.events.eq(0), self.no_reply.eq(0)]
 
         # -- hashing: scratch beats [0, ceil(length / 8) words), word 3 as zero -----------
-        words = Mux(length == 0, 1, (length + 7) >> 3)
-        last_word = word == words - 1
-        remaining = length - (word << 3)       # bytes of the message from this word on
-        word_data = beat.word_select(word[:2], 64)
-        m.d.comb += [
-            siphash.i.p.data.eq(Mux(word == _TAG_WORD, 0, word_data)),
-            siphash.i.p.bytes.eq(Mux(last_word, remaining[:4], 8)),
-            siphash.i.p.last.eq(last_word),
-        ]
-        # The reply's length: its beats and its last beat's `keep` (whole 32-bit words)
-        reply_keep = Signal(BEAT_BYTES)
-        reply_bytes = Signal(range(BEAT_BYTES + 1))
-        for w in range(1, BEAT_BYTES // 4 + 1):
-            with m.If(reply_keep[4 * w - 1]):
-                m.d.comb += reply_bytes.eq(4 * w)
-        reply_length = ((reply_beats - 1) << 5) + reply_bytes
-
+        last_word = self._feed(m, siphash, beat, length, word)
         # -- serving: the reply's beats into the memory, in order, as they come ------------
         serving = Signal()
         reply_position = Signal(index_bits + 1)
-        m.d.comb += self.service_o.ready.eq(serving)
-        with m.If(serving):
-            m.d.comb += [write.addr.eq(reply_position), write.data.eq(self.service_o.p.data),
-                         write.en.eq(self.service_o.valid)]
-            with m.If(self.service_o.valid):
-                m.d.sync += reply_position.eq(reply_position + 1)
-                with m.If(self.service_o.p.last):
-                    m.d.sync += [reply_beats.eq(reply_position + 1),
-                                 reply_keep.eq(self.service_o.p.keep), answered.eq(1)]
-            with m.If(self.service_no_reply):
-                m.d.sync += silent.eq(1)
+        reply_keep = Signal(BEAT_BYTES)
+        reply_length = self._collect_reply(m, write, serving, reply_position, reply_beats,
+                                           reply_keep, answered, silent)
         start_serving = [serving.eq(1), answered.eq(0), silent.eq(0), reply_position.eq(0),
                          position.eq(0)]
 
@@ -276,3 +252,43 @@ class CtrlAuth(wiring.Component):
                     with m.Else():
                         m.next = "EMIT_READ"
         return m
+
+    @staticmethod
+    def _feed(m, siphash, beat, length, word):
+        """SipHash's input: word ``word`` of the message of ``length`` bytes whose beat is
+        in ``beat`` (header word 3, the tag's place, as zero); returns "it is the last"."""
+        words = Mux(length == 0, 1, (length + 7) >> 3)
+        last_word = word == words - 1
+        remaining = length - (word << 3)       # bytes of the message from this word on
+        word_data = beat.word_select(word[:2], 64)
+        m.d.comb += [
+            siphash.i.p.data.eq(Mux(word == _TAG_WORD, 0, word_data)),
+            siphash.i.p.bytes.eq(Mux(last_word, remaining[:4], 8)),
+            siphash.i.p.last.eq(last_word),
+        ]
+        return last_word
+
+    def _collect_reply(self, m, write, serving, reply_position, reply_beats, reply_keep,
+                       answered, silent):
+        """While ``serving``: the service's reply beats into the scratch memory as they
+        come (``answered`` at the last), or its ``no_reply`` (``silent``); returns the
+        reply's length in bytes."""
+        # The reply's length: its beats and its last beat's `keep` (whole 32-bit words)
+        reply_bytes = Signal(range(BEAT_BYTES + 1))
+        for w in range(1, BEAT_BYTES // 4 + 1):
+            with m.If(reply_keep[4 * w - 1]):
+                m.d.comb += reply_bytes.eq(4 * w)
+        reply_length = ((reply_beats - 1) << 5) + reply_bytes
+
+        m.d.comb += self.service_o.ready.eq(serving)
+        with m.If(serving):
+            m.d.comb += [write.addr.eq(reply_position), write.data.eq(self.service_o.p.data),
+                         write.en.eq(self.service_o.valid)]
+            with m.If(self.service_o.valid):
+                m.d.sync += reply_position.eq(reply_position + 1)
+                with m.If(self.service_o.p.last):
+                    m.d.sync += [reply_beats.eq(reply_position + 1),
+                                 reply_keep.eq(self.service_o.p.keep), answered.eq(1)]
+            with m.If(self.service_no_reply):
+                m.d.sync += silent.eq(1)
+        return reply_length

@@ -25,6 +25,7 @@ from host.driver.transport import BadTagError, NoReplyError
 from host.driver.udp import UdpTransport
 from host.golden.ctrl_auth import counter_of, key_fragments, seal, unsealed, with_counter
 from host.golden.siphash import check_tag
+from tests.helpers import control_forgeries
 
 LOOP = "127.0.0.1"
 KEY = bytes.fromhex("8d3a51c2f0e97b46a1d52c3e9f078b64")
@@ -171,14 +172,7 @@ def test_a_captured_write_replayed_is_dropped_before_and_after_a_newer_write(boa
 
 # -- forged requests -----------------------------------------------------------------------
 
-FORGERIES = {
-    "wrong-tag": lambda p: p[:24] + bytes([p[24] ^ 0x80]) + p[25:],
-    "old-64-bit-key": lambda p: seal(int.from_bytes(KEY[:8], "little"), p),
-    "truncated": lambda p: p[:-8],
-    "tag-moved-to-the-end": lambda p: p[:24] + bytes(8) + p[32:] + p[24:32],
-    "tag-moved-to-the-counter": lambda p: p[:16] + p[24:32] + bytes(8) + p[32:],
-    "another-128-bit-key": lambda p: seal(bytes(16), p),
-}
+FORGERIES = control_forgeries(KEY)
 
 
 @pytest.mark.parametrize("forge", FORGERIES.values(), ids=FORGERIES.keys())

@@ -32,6 +32,8 @@ from host.driver.models import NicModelTransport
 from host.driver.switch import SwitchInterface
 from host.driver.transport import NoReplyError
 from host.driver.udp import UdpTransport
+from host.golden.ctrl_auth import is_authenticated, seal, with_counter
+from host.golden.siphash import check_tag
 from host.golden import inceptionn, lhc
 from sim.nic_stimulus import rx_traffic, tx_traffic
 from tests.helpers import bits, fresh_rng, serve_board
@@ -143,11 +145,18 @@ def test_a_switch_round_of_two_workers_is_bit_exact(verilated):
 # -- the cross-check: the same datagrams, the same replies ---------------------------------
 
 def ctrl(key, op, pairs, *, seq, count=None):
-    header = bytearray(Header(count=len(pairs) if count is None else count, seq=seq).pack())
+    """A ``CTRL`` request: section 4's key in clear (an ``int`` key), or (16 bytes) section
+    7's tag with ``seq`` as its 64-bit counter."""
+    authenticated = is_authenticated(key)
+    header = bytearray(Header(count=len(pairs) if count is None else count,
+                              seq=0 if authenticated else seq).pack())
     header[2] = PacketType.CTRL
     header[CTRL_OP_OFFSET] = op
+    body = b"".join(struct.pack("<II", a, v) for a, v in pairs)
+    if authenticated:
+        return seal(key, with_counter(bytes(header) + body, seq))
     header[CTRL_KEY_OFFSET:CTRL_KEY_OFFSET + 8] = key.to_bytes(8, "little")
-    return bytes(header) + b"".join(struct.pack("<II", a, v) for a, v in pairs)
+    return bytes(header) + body
 
 
 def agg(job, worker, values, *, slot, seq, op=PacketType.AGG_ADD_I32, version=0):
@@ -224,10 +233,11 @@ def cross_check_traffic(rng, key):
     ]
 
 
-def replies_of(traffic, *, compare_counters=True, **board):
+def replies_of(traffic, *, compare_counters=True, seen=None, **board):
     """Each of ``traffic`` through a fresh Verilated board (built with ``board``) and its
     golden twin, one at a time; returns the mismatches ``[(index, golden replies,
-    Verilated replies)]``."""
+    Verilated replies)]``. ``seen``, a list: every datagram the Verilated board sent is
+    appended to it."""
     from sim.harness.board import VerilatorBoard
     backend = VerilatorBoard(**board)
     mismatches = []
@@ -240,6 +250,11 @@ def replies_of(traffic, *, compare_counters=True, **board):
             datagram = Datagram(LOOP, sport, backend.ip, ports[service], payload)
             want = twin.deliver([datagram])
             got = backend.deliver([datagram])
+            if seen is not None:
+                seen.extend(got)
+            if service is Service.CTRL and is_authenticated(backend.key):
+                # every reply tagged right under the key
+                assert all(check_tag(backend.key, d.payload) for d in got), n
             if service is Service.CTRL and len(payload) >= HEADER_BYTES and payload[
                     CTRL_OP_OFFSET] == CtrlOp.WRITE and got:
                 # a commit's read-back is the job's status at that moment: BUSY while the
@@ -251,6 +266,12 @@ def replies_of(traffic, *, compare_counters=True, **board):
                         words[i + 1] &= ~JobStatus.BUSY
                 got = [got[0]._replace(payload=got[0].payload[:HEADER_BYTES] +
                                        struct.pack(f"<{len(words)}I", *words))]
+            if service is Service.CTRL and is_authenticated(backend.key):
+                # compared without the tag (which the BUSY bit below changes): it was
+                # checked as the gateware sent it
+                untagged = lambda ds: [d._replace(payload=d.payload[:CTRL_KEY_OFFSET] + bytes(8)
+                                                  + d.payload[CTRL_KEY_OFFSET + 8:]) for d in ds]
+                got, want = untagged(got), untagged(want)
             if got != want:
                 mismatches.append((n, want, got))
         assert backend.stats["bad_frames"] == 0
