@@ -350,11 +350,12 @@ NET_REGISTERS = RegisterMap("net", [
 ])
 
 #: Authenticated control (``docs/protocol/network.md`` section 7), in region ``net`` beside
-#: :data:`NET_REGISTERS`: **host side only for now; the gateware follows.** A board with a
-#: 128-bit control key (the golden and virtual boards) serves these; the network top does
-#: not yet (it reads them as 0), which is why they are a map of their own, out of
-#: :data:`REGISTER_MAPS` and ``docs/registers.md``, whose every register the gateware
-#: serves. The counters sit right after ``NET_COUNTERS``' block and the write counter after
+#: :data:`NET_REGISTERS`. A board with a 128-bit control key serves these: the golden and
+#: virtual boards all of them, the network top built with such a key the counters and the
+#: write counter (its ``job_auth`` and ``upstream_key`` read 0: authenticated jobs are not
+#: in the gateware yet), a network top with a 64-bit key none. Hence a map of its own, out
+#: of :data:`REGISTER_MAPS` (whose every register every network top serves; it has its own
+#: table in ``docs/registers.md``). The counters sit right after ``NET_COUNTERS``' block and the write counter after
 #: ``link``, so their addresses stay when the gateware takes them into :data:`NET_REGISTERS`
 #: (``tests/contract/test_auth.py`` checks that no address is both maps').
 AUTH_REGISTERS = RegisterMap("net_auth", [

@@ -775,14 +775,9 @@ class UdpSwitch(_Backend):
             return self._configure_tree(addresses)
         if len(self.boards) > 1:
             return self._configure_boards(addresses)
-        from ..golden.ctrl_auth import control_key, is_authenticated
-
-        epoch = None
-        if is_authenticated(control_key(self.settings["key"])):
-            # a board with a 128-bit key: the job authenticated, under a fresh epoch, so
-            # that no packet of an earlier configuration of the job counts
-            epoch = secrets.randbits(32)
-        return self._configure_board(self.settings, addresses, self.group, epoch=epoch)
+        # a board with a 128-bit key that serves authenticated jobs: the job authenticated,
+        # under a fresh epoch, so that no packet of an earlier configuration counts
+        return self._configure_board(self.settings, addresses, self.group, epoch="auto")
 
     def _job_key(self, value):
         """The job key of a single board's authenticated job, or every leaf's of an
@@ -823,10 +818,22 @@ class UdpSwitch(_Backend):
         from ..golden.ctrl_auth import is_authenticated
         from ..switchml.tree import tree_keys
 
-        # every board with a 128-bit key: every job of the tree authenticated, under a
-        # fresh epoch (each leaf's workers get their leaf job's key)
-        epoch = secrets.randbits(32) if all(
-            is_authenticated(k) for k in tree_keys(self.tree, self.keys).values()) else None
+        # every board with a 128-bit key and authenticated jobs: every job of the tree
+        # authenticated, under a fresh epoch (each leaf's workers get their leaf job's key)
+        keys = tree_keys(self.tree, self.keys)
+        epoch = None
+        if all(is_authenticated(k) for k in keys.values()):
+            from ..driver.udp import UdpTransport
+            from ..driver.udp_worker import authenticates_jobs
+
+            served = True
+            for board, key in keys.items():
+                job = self.tree.root_job if board == self.tree.root else self.tree.leaf_job
+                with UdpTransport(board.host, port_base=board.port_base, key=key,
+                                  timeout=0.1, min_timeout=0.02, max_timeout=1.0,
+                                  retries=4) as probe:
+                    served = served and authenticates_jobs(probe, job)
+            epoch = secrets.randbits(32) if served else None
         try:
             return configure_tree_over_udp(self.tree, self.keys, addresses, epoch=epoch)
         except Exception as exc:
@@ -846,12 +853,14 @@ class UdpSwitch(_Backend):
     def _configure_board(self, s, addresses, group, epoch=None):
         from ..driver.transport import NoReplyError
         from ..driver.udp import UdpTransport
-        from ..driver.udp_worker import configure_job
+        from ..driver.udp_worker import authenticates_jobs, configure_job
 
         control = UdpTransport(s["host"], port_base=s["port_base"], key=s["key"], mtu=s["mtu"],
                                region="switch", timeout=0.1, min_timeout=0.02, max_timeout=1.0,
                                retries=4)
         try:
+            if epoch == "auto":
+                epoch = secrets.randbits(32) if authenticates_jobs(control, self.job) else None
             return configure_job(control, self.job, addresses, slot_base=self.slot_base,
                                  slot_count=self.slot_count, group=group, epoch=epoch)
         except NoReplyError:

@@ -486,6 +486,22 @@ def write_job_auth(transport, job: int, epoch: int | None) -> None:
                      f"them, and job {job} within its switch's jobs)")
 
 
+def authenticates_jobs(transport, job: int) -> bool:
+    """Whether the board behind ``transport`` serves section 7's authenticated jobs for
+    ``job``: it has a 128-bit control key and its ``job_auth`` registers hold what is
+    written (the golden and virtual boards; the network top built with a 128-bit key
+    authenticates control only so far, and reads them as 0). The probe writes the job's
+    pending epoch, which only the job's next commit applies (:func:`configure_job` writes it
+    again before its commit)."""
+    from ..golden.ctrl_auth import is_authenticated
+
+    if not is_authenticated(getattr(transport, "key", None)):
+        return False
+    address = network_address("net", _JOB_AUTH.address(job, "epoch"))
+    probe = 0xA5A5_0001
+    return transport.write_many([(address, probe)], verify=False, full=True) == [probe]
+
+
 def write_upstream_key(transport, job: int, key: bytes | None) -> None:
     """Write ``job``'s upstream key (section 7, wrapped by the transport: the words never
     travel in clear and read back 0), or zeros for None on a board with a 128-bit key (a

@@ -12,7 +12,8 @@ from contract.header import HEADER_BYTES, Flags, PacketType
 from host.board import VirtualBoard
 from host.cli import main
 from host.driver.udp import UdpTransport
-from host.driver.udp_worker import JobLayout, UdpSwitchWorker, configure_job, job_key_for
+from host.driver.udp_worker import (JobLayout, UdpSwitchWorker, authenticates_jobs, configure_job,
+                                    job_key_for)
 from host.golden.ctrl_auth import key_fragments
 from host.golden.siphash import check_tag, job_key
 from tests.helpers import Wire, in_threads
@@ -226,3 +227,13 @@ def test_board_status_shows_each_jobs_authentication_and_the_auth_counters(board
     assert main(["board", "status", *where]) == 0
     out = capsys.readouterr().out
     assert out.count("authenticated, epoch 12") == 1 and "drop_bad_tag" in out
+
+
+def test_the_probe_finds_authenticated_jobs_on_the_golden_board_and_not_on_a_64_bit_one(board):
+    with UdpTransport(LOOP, port_base=board.port_base, key=KEY, region="switch",
+                      **FAST) as control:
+        assert authenticates_jobs(control, 0) and authenticates_jobs(control, 3)
+    with VirtualBoard("golden", port_base=None, key=0x0123456789ABCDEF) as plain:
+        with UdpTransport(LOOP, port_base=plain.port_base, key=0x0123456789ABCDEF,
+                          **FAST) as control:
+            assert not authenticates_jobs(control, 0)

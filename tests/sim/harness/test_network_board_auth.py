@@ -101,7 +101,9 @@ def test_hostile_control_is_dropped_and_counted_as_the_golden_board_does():
 def test_the_driver_and_gradwire_board_on_the_authenticated_gateware(capsys):
     from host.board import VirtualBoard
     from host.cli import main
+    from host.driver.transport import TransportError
     from host.driver.udp import UdpTransport
+    from host.driver.udp_worker import authenticates_jobs, configure_job
     from sim.harness.board import VerilatorBoard
     port = net("worker", 0, "port")
     with VirtualBoard(VerilatorBoard(key=KEY), port_base=None) as board:
@@ -112,6 +114,13 @@ def test_the_driver_and_gradwire_board_on_the_authenticated_gateware(capsys):
             assert t.read(port) == 4321
             low, high, bad_tag, replay = t.read_many([a for a, _ in AUTH_READS])
             assert high << 32 | low > 0 and bad_tag == replay == 0
+            # authenticated jobs are not in the gateware: the probe says so, and asking
+            # for one is refused in words before the commit
+        with UdpTransport("127.0.0.1", port_base=board.port_base, key=KEY, region="switch",
+                          **options) as t:
+            assert not authenticates_jobs(t, 0)
+            with pytest.raises(TransportError, match="does not authenticate job 0"):
+                configure_job(t, 0, [("127.0.0.1", 40000)], epoch=7)
         where = ["--board", f"127.0.0.1:{board.port_base}", "--timeout", "5"]
         assert main(["board", "status", *where, "--key", KEY.hex()]) == 0
         out, err = capsys.readouterr()
