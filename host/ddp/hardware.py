@@ -815,27 +815,9 @@ class UdpSwitch(_Backend):
         from ..driver.transport import TransportError
         from ..switchml.tree import configure_tree_over_udp, release_tree
 
-        from ..golden.ctrl_auth import is_authenticated
-        from ..switchml.tree import tree_keys
-
-        # every board with a 128-bit key and authenticated jobs: every job of the tree
-        # authenticated, under a fresh epoch (each leaf's workers get their leaf job's key)
-        keys = tree_keys(self.tree, self.keys)
-        epoch = None
-        if all(is_authenticated(k) for k in keys.values()):
-            from ..driver.udp import UdpTransport
-            from ..driver.udp_worker import authenticates_jobs
-
-            served = True
-            for board, key in keys.items():
-                job = self.tree.root_job if board == self.tree.root else self.tree.leaf_job
-                with UdpTransport(board.host, port_base=board.port_base, key=key,
-                                  timeout=0.1, min_timeout=0.02, max_timeout=1.0,
-                                  retries=4) as probe:
-                    served = served and authenticates_jobs(probe, job)
-            epoch = secrets.randbits(32) if served else None
         try:
-            return configure_tree_over_udp(self.tree, self.keys, addresses, epoch=epoch)
+            return configure_tree_over_udp(self.tree, self.keys, addresses,
+                                           epoch=self._tree_epoch())
         except Exception as exc:
             # the boards configured before the failure (the root first) hold the tree's
             # jobs: free them again (best effort)
@@ -849,6 +831,32 @@ class UdpSwitch(_Backend):
                 f"leaf {self.tree.leaves.index(board)}"
             settings = {"host": board.host, "port_base": board.port_base}
             raise HookBackendError(f"{role} of the tree: {_diagnose(settings)}") from None
+
+    def _tree_epoch(self):
+        """A fresh epoch when every board of the tree has a 128-bit key and authenticates
+        jobs (each leaf's workers then get their leaf job's key), else None. A board that
+        does not answer the probe fails as in the tree's configuration (named)."""
+        from ..driver.transport import TransportError
+        from ..driver.udp import UdpTransport
+        from ..driver.udp_worker import authenticates_jobs
+        from ..golden.ctrl_auth import is_authenticated
+        from ..switchml.tree import tree_keys
+
+        keys = tree_keys(self.tree, self.keys)
+        if not all(is_authenticated(k) for k in keys.values()):
+            return None
+        for board, key in keys.items():
+            job = self.tree.root_job if board == self.tree.root else self.tree.leaf_job
+            with UdpTransport(board.host, port_base=board.port_base, key=key, timeout=0.1,
+                              min_timeout=0.02, max_timeout=1.0, retries=4) as probe:
+                try:
+                    served = authenticates_jobs(probe, job)
+                except TransportError as exc:
+                    exc.board = board
+                    raise
+            if not served:
+                return None
+        return secrets.randbits(32)
 
     def _configure_board(self, s, addresses, group, epoch=None):
         from ..driver.transport import NoReplyError

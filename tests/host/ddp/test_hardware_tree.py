@@ -234,3 +234,32 @@ def test_tree_arguments_are_checked_where_the_caller_sees_them(monkeypatch):
                                          "leaves": ["127.0.0.1:20000"], "workers": 1}, key=1)
     with pytest.raises(TypeError, match="tree must be a host.switchml.tree.Tree or a mapping"):
         ddp.LhcHook(backend="udp", tree="127.0.0.1:20000", key=1)
+
+
+def test_a_tree_is_authenticated_only_where_every_board_authenticates_jobs():
+    """UdpSwitch._tree_epoch: an epoch when every board has a 128-bit key and authenticated
+    jobs; None when one has a 64-bit key; a board that does not answer its probe is named
+    (the hook's diagnosis of the tree then says which)."""
+    import types
+
+    from host.ddp.hardware import UdpSwitch
+    from host.driver.transport import TransportError
+
+    keys = [bytes([k]) * 16 for k in (1, 2, 3)]
+    with contextlib.ExitStack() as stack:
+        boards = [stack.enter_context(VirtualBoard("golden", port_base=None, key=key))
+                  for key in keys]
+        tree = _tree([(b.host, b.port_base) for b in boards])
+        epoch_of = lambda k: UdpSwitch._tree_epoch(types.SimpleNamespace(
+            tree=tree, keys=dict(zip(tree.boards, k))))
+        assert isinstance(epoch_of(keys), int)
+        with pytest.raises(TransportError) as error:
+            epoch_of([keys[0], keys[1], bytes(16)])      # leaf 1's key wrong: no reply
+        assert error.value.board == tree.leaves[1]
+    with contextlib.ExitStack() as stack:
+        mixed = [keys[0], keys[1], 0x3333]
+        boards = [stack.enter_context(VirtualBoard("golden", port_base=None, key=key))
+                  for key in mixed]
+        tree = _tree([(b.host, b.port_base) for b in boards])
+        assert UdpSwitch._tree_epoch(types.SimpleNamespace(
+            tree=tree, keys=dict(zip(tree.boards, mixed)))) is None
