@@ -24,7 +24,8 @@ from contract.header import Header, PacketType
 from contract.network import CTRL_KEY_OFFSET, CTRL_OP_OFFSET, NET_REGISTERS, CtrlOp, Service, \
     network_address
 
-#: section 7's key of the measured build (public: a benchmark's)
+#: section 7's key of the measured build (public: a benchmark's; the Verilated tests of
+#: section 7, tests/sim/harness/test_network_board_auth.py, share it and so its build)
 KEY = bytes.fromhex("5a17c3e08b94d2f61e0d7c3ba2958406")
 PAIRS = (1, 8, 64)
 

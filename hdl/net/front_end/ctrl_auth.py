@@ -150,6 +150,10 @@ class CtrlAuth(wiring.Component):
         start_serving = [serving.eq(1), answered.eq(0), silent.eq(0), reply_position.eq(0),
                          position.eq(0)]
 
+        # the beat served or emitted: the last of `beats`, whole but for the last
+        is_last = position == beats - 1
+        keep = Mux(is_last, last_keep, (1 << BEAT_BYTES) - 1)
+
         with m.FSM():
             with m.State("RECEIVE"):
                 m.d.comb += [i.ready.eq(1), write.addr.eq(position), write.data.eq(i.p.data),
@@ -204,14 +208,12 @@ class CtrlAuth(wiring.Component):
                 m.d.sync += beat.eq(read.data)
                 m.next = "SERVE_OFFER"
             with m.State("SERVE_OFFER"):
-                is_last = position == beats - 1
                 m.d.comb += [
                     self.service_i.valid.eq(1),
                     self.service_i.p.data.eq(beat),
                     self.service_i.p.first.eq(position == 0),
                     self.service_i.p.last.eq(is_last),
-                    self.service_i.p.keep.eq(Mux(is_last, last_keep,
-                                                 (1 << BEAT_BYTES) - 1)),
+                    self.service_i.p.keep.eq(keep),
                     self.service_i.p.meta.eq(meta),
                 ]
                 with m.If(self.service_i.ready):
@@ -241,9 +243,8 @@ class CtrlAuth(wiring.Component):
                     m.d.sync += beat.eq(read.data)
                 m.next = "EMIT_OFFER"
             with m.State("EMIT_OFFER"):
-                is_last = position == beats - 1
                 m.d.comb += [o.valid.eq(1), o.p.data.eq(beat), o.p.last.eq(is_last),
-                             o.p.keep.eq(Mux(is_last, last_keep, (1 << BEAT_BYTES) - 1))]
+                             o.p.keep.eq(keep)]
                 with m.If(o.ready):
                     m.d.sync += position.eq(position + 1)
                     with m.If(is_last):

@@ -13,6 +13,7 @@ import pytest
 from contract.network import CTRL_OP_OFFSET, CtrlOp, Service, network_address
 from contract.registers import AUTH_REGISTERS
 from host.golden.ctrl_auth import key_fragments, seal
+from sim.benchmarks.ctrl_auth import KEY     # one build of the top for both
 from tests.helpers import control_forgeries, fresh_rng
 from tests.sim.harness.test_network_board import (COUNTERS_COMPARED, CTRL_PORT, WORKER_A,
                                                   WORKER_B, agg, ctrl, job_setup, net,
@@ -20,7 +21,6 @@ from tests.sim.harness.test_network_board import (COUNTERS_COMPARED, CTRL_PORT, 
 
 pytestmark = pytest.mark.slow
 
-KEY = bytes.fromhex("5a17c3e08b94d2f61e0d7c3ba2958406")
 
 
 def auth(name, *args):
