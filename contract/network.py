@@ -20,7 +20,7 @@ __all__ = [
     "MTU_DEFAULT", "MTU_JUMBO", "IP_UDP_HEADER_BYTES", "NIC_VALUES_PER_MTU", "nic_values_for_mtu",
     "CTRL_TYPE", "CtrlOp", "CTRL_OP_OFFSET", "CTRL_COUNT_OFFSET", "CTRL_SEQ_OFFSET", "CTRL_KEY_OFFSET",
     "CTRL_KEY_BYTES", "CTRL_AUTH_KEY_BYTES", "CTRL_COUNTER_OFFSET", "CTRL_COUNTER_BYTES",
-    "CTRL_TAG_OFFSET", "CTRL_TAG_BYTES", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "parse_key",
+    "CTRL_TAG_OFFSET", "CTRL_TAG_BYTES", "JOB_KEY_LABEL", "WRAP_LABEL", "CTRL_MAX_PAIRS", "SIMULATION_KEY", "parse_key",
     "format_key", "MAX_JOBS_IN_TABLE", "MAX_WORKERS_IN_TABLE",
     "NET_REGISTERS", "Region", "NETWORK_REGIONS", "network_address", "decode_network_address",
     "mac_to_int", "ip_to_int", "WIRE_GRADIENT_PORT", "WIRE_PORTS", "MAX_FRAME_BYTES",
@@ -104,6 +104,10 @@ CTRL_COUNTER_OFFSET = CTRL_SEQ_OFFSET
 CTRL_COUNTER_BYTES = 8
 CTRL_TAG_OFFSET = CTRL_KEY_OFFSET
 CTRL_TAG_BYTES = 8
+#: Section 7's derivations: a job key's messages start with JOB_KEY_LABEL, a wrapped
+#: write's pad's with WRAP_LABEL (8 bytes each: one SipHash word).
+JOB_KEY_LABEL = b"gwjobkey"
+WRAP_LABEL = b"gwwrap\0\0"
 #: (address, value) pairs per ``CTRL`` packet, 1..64.
 CTRL_MAX_PAIRS = 64
 #: The control key of the simulation tops (``make verilog``, the benches, the Verilated

@@ -351,13 +351,19 @@ NET_REGISTERS = RegisterMap("net", [
 
 #: Authenticated control (``docs/protocol/network.md`` section 7), in region ``net`` beside
 #: :data:`NET_REGISTERS`. A board with a 128-bit control key serves these: the golden and
-#: virtual boards all of them, the network top built with such a key the counters and the
-#: write counter (its ``job_auth`` and ``upstream_key`` read 0: authenticated jobs are not
-#: in the gateware yet), a network top with a 64-bit key none. Hence a map of its own, out
+#: virtual boards all of them, the network top built with such a key all but
+#: ``upstream_key`` (which reads 0 anyway: the gateware has no upstream keys yet, and says
+#: so in ``auth_features``), a network top with a 64-bit key none. Hence a map of its own, out
 #: of :data:`REGISTER_MAPS` (whose every register every network top serves; it has its own
 #: table in ``docs/registers.md``). The counters sit right after ``NET_COUNTERS``' block and the write counter after
 #: ``link``, so their addresses stay when the gateware takes them into :data:`NET_REGISTERS`
 #: (``tests/contract/test_auth.py`` checks that no address is both maps').
+#: ``auth_features``' bits: what of section 7 a board with a 128-bit key does.
+AUTH_FEATURE_CONTROL = 1 << 0
+AUTH_FEATURE_JOBS = 1 << 1
+AUTH_FEATURE_UPSTREAM = 1 << 2
+AUTH_FEATURES_ALL = AUTH_FEATURE_CONTROL | AUTH_FEATURE_JOBS | AUTH_FEATURE_UPSTREAM
+
 AUTH_REGISTERS = RegisterMap("net_auth", [
     CounterBlock("auth_counter", 0x000 + len(NET_COUNTERS), AUTH_COUNTERS,
                  "authenticated control counter (section 7)"),
@@ -365,6 +371,10 @@ AUTH_REGISTERS = RegisterMap("net_auth", [
              "the largest accepted CTRL write counter, bits 31-0 (0 after power-up)"),
     Register("write_counter_high", 0x107, Access.R,
              "the largest accepted CTRL write counter, bits 63-32 (0 after power-up)"),
+    Register("auth_features", 0x108, Access.R,
+             "what of section 7 the board does: bit 0 control tags, bit 1 jobs (job_auth, "
+             "tags on AGG_* datagrams and results, the replay filter), bit 2 upstream keys "
+             "(wrapped writes, a tree's tags)", width=3),
     RegisterArray("job_auth", 0x300, 2, MAX_JOBS_IN_TABLE, (
         Register("enable", 0, Access.RW,
                  "bit 0: the job's AGG_* datagrams and results carry tags under its job key "

@@ -27,6 +27,7 @@ SECTIONS = {
     "udp": "host.benchmarks.udp",
     "switch": "sim.benchmarks.switch",
     "ctrl_auth": "sim.benchmarks.ctrl_auth",
+    "job_auth": "sim.benchmarks.job_auth",
     "nic": "sim.benchmarks.nic",
     "codec_memory": "host.benchmarks.codec_memory",
     "sim_speed": "sim.benchmarks.sim_speed",

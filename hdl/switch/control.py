@@ -105,6 +105,10 @@ class AggControl(wiring.Component):
         A commit is waiting or slots are being cleared: the engine must not start packets.
     clear_en, clear_slot : Signal, out
         Metadata row to clear this cycle (only while ``busy`` and drained).
+    commit_done, commit_job, commit_configured : Signal, out
+        A strobe the clock after a commit of ``commit_job`` is granted (``active`` holds
+        what it applied by then), and whether the job is configured after it (section 7's
+        job authentication follows the job's commit: the network front end's copy).
     """
 
     def __init__(self, *, slots, lanes, max_workers, jobs):
@@ -125,6 +129,9 @@ class AggControl(wiring.Component):
             "busy": Out(1),
             "clear_en": Out(1),
             "clear_slot": Out(range(slots)),
+            "commit_done": Out(1),
+            "commit_job": Out(range(jobs)),
+            "commit_configured": Out(1),
         })
 
     def elaborate(self, platform):
@@ -265,7 +272,10 @@ class AggControl(wiring.Component):
         # they were a clock ago, so a commit right after another would miss its change.
         granted = Signal()
         grant = (commit_req != 0) & ~clearing & ~granted & self.drained
-        m.d.sync += granted.eq(grant)
+        m.d.sync += [granted.eq(grant), self.commit_done.eq(grant),
+                     self.commit_job.eq(grant_job),
+                     self.commit_configured.eq(snap_fits.bit_select(grant_job, 1)
+                                               & (snap_workers[grant_job] != 0))]
         req_next = Signal(J)
         m.d.comb += req_next.eq(commit_req)
         with m.If(grant):

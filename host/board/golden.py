@@ -29,7 +29,8 @@ from contract.network import (CTRL_COUNT_OFFSET,
                               CtrlOp, Service, decode_network_address, group_active,
                               ip_to_int, mac_to_int)
 from contract.packet import Packet
-from contract.registers import AUTH_REGISTERS, COMMIT, DATA_BITS, SWITCH_REGISTERS
+from contract.registers import (AUTH_FEATURES_ALL, AUTH_REGISTERS, COMMIT, DATA_BITS,
+                                SWITCH_REGISTERS)
 from host.golden.ctrl_auth import (control_key, counter_of, is_authenticated, is_wrapped,
                                    seal, unsealed)
 from host.golden.siphash import check_tag, tag_datagram, wrap_word
@@ -217,18 +218,20 @@ class GoldenBoard(BoardBackend):
         elif len(data) >= _NAMED:
             job, worker = data[_JOB], data[_WORKER]
             auth = self.job_auth is not None and self.job_auth.active(job) is not None
-            if auth and len(data) >= HEADER_BYTES:
-                # section 7: an authenticated job's tag before anything else, then the
-                # source, then the replay filter (which a forged source must not move)
-                if not self.job_auth.check_tag(job, data):
-                    self._count("drop_bad_tag")
-                    return []
+            # The source first: it is decided as the datagram is stored, the tag only once
+            # all of it is (docs/network-contract.md); then, for an authenticated job, the
+            # tag, then the replay filter (which a wrong tag must not move).
             entry = self._entry(job, worker)
             if entry is None or entry[1] == 0 or entry != (ip_to_int(d.src_ip), d.src_port):
                 self._count("drop_bad_source")
                 return []
             if auth and len(data) >= HEADER_BYTES:
-                verdict = self.job_auth.filter(job, worker, data)
+                if not self.job_auth.check_tag(job, data):
+                    self._count("drop_bad_tag")
+                    return []
+                config = self.aggregator.job_config(job)
+                verdict = self.job_auth.filter(job, worker, data,
+                                               config.slot_range if config else range(0))
                 if verdict != PASSED:
                     self._count(verdict)
                     return []
@@ -454,6 +457,8 @@ class GoldenBoard(BoardBackend):
             return self.counters[decoded.counter]
         if decoded.entry in (_JOB_AUTH, _UPSTREAM_KEY):
             return self.job_auth.register(decoded.index, decoded.register.name)
+        if decoded.register.name == "auth_features":
+            return AUTH_FEATURES_ALL
         if decoded.register.name == "write_counter_low":
             return self.write_counter & _WORD
         return self.write_counter >> 32 & _WORD

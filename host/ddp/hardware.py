@@ -834,11 +834,12 @@ class UdpSwitch(_Backend):
 
     def _tree_epoch(self):
         """A fresh epoch when every board of the tree has a 128-bit key and authenticates
-        jobs (each leaf's workers then get their leaf job's key), else None. A board that
-        does not answer the probe fails as in the tree's configuration (named)."""
+        jobs and upstream keys (each leaf's workers then get their leaf job's key), else
+        None. A board that does not answer the probe fails as in the tree's configuration
+        (named)."""
         from ..driver.transport import TransportError
         from ..driver.udp import UdpTransport
-        from ..driver.udp_worker import authenticates_jobs
+        from ..driver.udp_worker import authenticates_jobs, authenticates_trees
         from ..golden.ctrl_auth import is_authenticated
         from ..switchml.tree import tree_keys
 
@@ -850,7 +851,7 @@ class UdpSwitch(_Backend):
             with UdpTransport(board.host, port_base=board.port_base, key=key, timeout=0.1,
                               min_timeout=0.02, max_timeout=1.0, retries=4) as probe:
                 try:
-                    served = authenticates_jobs(probe, job)
+                    served = authenticates_jobs(probe, job) and authenticates_trees(probe)
                 except TransportError as exc:
                     exc.board = board
                     raise

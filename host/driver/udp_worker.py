@@ -59,7 +59,8 @@ from contract.header import HEADER_BYTES, WORKER_MULTICAST, Flags, Header, Packe
 from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGISTERS, PORT_BASE,
                               Service, ip_to_int, network_address, service_ports)
 from contract.packet import Packet
-from contract.registers import AUTH_REGISTERS
+from contract.registers import (AUTH_FEATURE_JOBS, AUTH_FEATURE_UPSTREAM,
+                                AUTH_REGISTERS)
 
 from ..golden.siphash import check_tag, job_key, tag_datagram
 from ..switchml.window import ProtocolError, SwitchWorkerWindow
@@ -486,20 +487,33 @@ def write_job_auth(transport, job: int, epoch: int | None) -> None:
                      f"them, and job {job} within its switch's jobs)")
 
 
-def authenticates_jobs(transport, job: int) -> bool:
-    """Whether the board behind ``transport`` serves section 7's authenticated jobs for
-    ``job``: it has a 128-bit control key and its ``job_auth`` registers hold what is
-    written (the golden and virtual boards; the network top built with a 128-bit key
-    authenticates control only so far, and reads them as 0). The probe writes the job's
-    pending epoch, which only the job's next commit applies (:func:`configure_job` writes it
-    again before its commit)."""
+def auth_features(transport) -> int:
+    """``auth_features`` of the board behind ``transport`` (``contract.registers``'
+    ``AUTH_FEATURE_*`` bits: what of section 7 it does), 0 for a board with section 4's
+    64-bit key (which has no such register)."""
     from ..golden.ctrl_auth import is_authenticated
 
     if not is_authenticated(getattr(transport, "key", None)):
-        return False
-    address = network_address("net", _JOB_AUTH.address(job, "epoch"))
-    probe = 0xA5A5_0001
-    return transport.write_many([(address, probe)], verify=False, full=True) == [probe]
+        return 0
+    address = network_address("net", AUTH_REGISTERS["auth_features"].address)
+    return transport.read_many([address], full=True)[0]
+
+
+def authenticates_jobs(transport, job: int) -> bool:
+    """Whether the board behind ``transport`` serves section 7's authenticated jobs (for
+    ``job``: every job of a board that does): its ``auth_features`` has
+    ``AUTH_FEATURE_JOBS`` (the golden and virtual boards, and the network top built with a
+    128-bit key)."""
+    del job                  # a board authenticates all of its jobs or none
+    return bool(auth_features(transport) & AUTH_FEATURE_JOBS)
+
+
+def authenticates_trees(transport) -> bool:
+    """Whether the board behind ``transport`` serves section 7's upstream keys too
+    (``AUTH_FEATURE_UPSTREAM``: wrapped writes, a tree's aggregates and results tagged),
+    which an authenticated tree needs on every board (the golden and virtual boards; the
+    gateware has none yet)."""
+    return bool(auth_features(transport) & AUTH_FEATURE_UPSTREAM)
 
 
 def write_upstream_key(transport, job: int, key: bytes | None) -> None:

@@ -117,12 +117,16 @@ class JobAuthTable:
         the job key. Checked before anything else: a wrong tag changes nothing."""
         return check_tag(self._active[job].key, data)
 
-    def filter(self, job: int, worker: int, data: bytes) -> str:
+    def filter(self, job: int, worker: int, data: bytes, slots: range) -> str:
         """The replay filter's verdict on worker ``worker``'s tagged data packet ``data``
         (:data:`PASSED` or :data:`REPLAY`): a ``seq`` below the last that passed for its
-        slot from that worker is a replay; one that passes becomes the last."""
+        slot from that worker is a replay; one that passes becomes the last. The filter
+        keeps the job's own ``slots`` only (a board keeps an entry per slot of its pool):
+        a packet to another slot passes, and the aggregator drops it."""
         seq = int.from_bytes(data[_SEQ.offset:_SEQ.offset + _SEQ.size], "little")
         slot = int.from_bytes(data[_SLOT.offset:_SLOT.offset + _SLOT.size], "little")
+        if slot not in slots:
+            return PASSED
         last = self._last.get((job, worker, slot))
         if last is not None and seq < last:
             return REPLAY

@@ -27,7 +27,7 @@ except ImportError:        # pragma: no cover (a dependency of the project)
     _siphash24_c = None
 
 from contract.header import HEADER_BYTES
-from contract.network import CTRL_KEY_OFFSET
+from contract.network import CTRL_KEY_OFFSET, JOB_KEY_LABEL, WRAP_LABEL
 
 __all__ = ["KEY_BYTES", "TAG_OFFSET", "TAG_BYTES", "siphash", "siphash24", "sipround",
            "initial_state", "message_blocks", "tag_datagram", "check_tag", "job_key",
@@ -40,9 +40,8 @@ KEY_BYTES = 16
 #: The tag takes the place of section 4's control key: header bytes 24..31, little-endian.
 TAG_OFFSET = CTRL_KEY_OFFSET
 TAG_BYTES = 8
-#: The 8-byte labels that open a wrapped write's and a job key's SipHash input.
-WRAP_LABEL = b"gwwrap\0\0"
-JOB_KEY_LABEL = b"gwjobkey"
+#: (the 8-byte labels that open a wrapped write's and a job key's SipHash input,
+#: WRAP_LABEL and JOB_KEY_LABEL, are contract.network's: the gateware derives job keys too)
 
 # "somepseudorandomlygeneratedbytes", the constants v0..v3 start from (XORed with the key).
 _INIT = (0x736F6D6570736575, 0x646F72616E646F6D, 0x6C7967656E657261, 0x7465646279746573)

@@ -30,15 +30,22 @@ KEY = bytes.fromhex("5a17c3e08b94d2f61e0d7c3ba2958406")
 PAIRS = (1, 8, 64)
 
 
-def _request(key, pairs, counter):
+def _request_of(key, pairs, counter, *, write=False):
+    """A ``CTRL`` request of ``pairs`` under ``key``: section 7's tag and ``counter`` for a
+    128-bit key, section 4's key in clear for a 64-bit one."""
     from host.golden.ctrl_auth import is_authenticated, seal, with_counter
-    header = bytearray(Header(type=PacketType.CTRL, count=pairs).pack())
-    header[CTRL_OP_OFFSET] = CtrlOp.READ
-    address = network_address("net", NET_REGISTERS["ip"].address)
-    raw = bytes(header) + struct.pack("<II", address, 0) * pairs
+    header = bytearray(Header(type=PacketType.CTRL, count=len(pairs)).pack())
+    header[CTRL_OP_OFFSET] = CtrlOp.WRITE if write else CtrlOp.READ
+    raw = bytes(header) + b"".join(struct.pack("<II", a, v) for a, v in pairs)
     if is_authenticated(key):
         return seal(key, with_counter(raw, counter))
     return raw[:CTRL_KEY_OFFSET] + key.to_bytes(8, "little") + raw[CTRL_KEY_OFFSET + 8:]
+
+
+def _request(key, pairs, counter):
+    """A read of the board's address ``pairs`` times."""
+    address = network_address("net", NET_REGISTERS["ip"].address)
+    return _request_of(key, [(address, 0)] * pairs, counter)
 
 
 def _measure(key, repeats, burst):

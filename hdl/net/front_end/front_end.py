@@ -43,6 +43,7 @@ from hdl.net.front_end.dispatch import Dispatch
 from hdl.net.front_end.egress import EgressBuffer
 from hdl.net.front_end.fanout import FanOut, ResultTag
 from hdl.net.front_end.ingress import IngressBuffer
+from hdl.net.front_end.job_auth import JobGate, ResultSeal
 from hdl.net.front_end.job_workers import JobWorkers
 from hdl.net.front_end.layouts import ReplyTag
 from hdl.net.front_end.registers import NetRegisters, RegisterRouter
@@ -135,10 +136,13 @@ class NetworkFrontEnd(wiring.Component):
                               if s is Service.CTRL or (nic if s in (Service.NIC_TX,
                                                                     Service.NIC_RX) else switch))
         self._ctrl = CtrlService(key=key)
+        # Section 7's jobs come with its control (a 128-bit key) where there is a switch.
+        self._job_gate = (JobGate(key=key, jobs=jobs, slots=slots, max_workers=max_workers)
+                          if switch and self._ctrl.authenticated else None)
         self._registers = NetRegisters(
             mac=mac, ip=ip, port_base=port_base, jobs=jobs, max_workers=max_workers,
             services=sum(1 << SERVICE_OFFSETS[s] for s in self.services),
-            authenticated=self._ctrl.authenticated)
+            authenticated=self._ctrl.authenticated, job_auth=self._job_gate is not None)
         self.max_workers = max_workers
         self._jobs_served = jobs
         self._job_workers = (JobWorkers(slots=slots, max_workers=max_workers, jobs=jobs)
@@ -272,11 +276,26 @@ class NetworkFrontEnd(wiring.Component):
         arriving = dispatch.switch
         m.d.comb += events.switch_in.eq(arriving.valid & arriving.ready & arriving.p.last
                                         & ~arriving.p.error)
+        gate = self._job_gate
         switch_in = self._ingress(p, "switch", p.sizes.switch_in, count_in=False,
-                                  byte_keep=True)
+                                  byte_keep=True, hold=gate is not None)
         wiring.connect(m, check.o, switch_in.i)
-        self._to_engine(p, switch_in.o, self.switch_in)
         results = self._egress(p, "switch", p.sizes.switch_out, ResultTag)
+        results_out = results.o
+        if gate is not None:
+            # section 7's jobs: tags and the replay filter before the engine, tags on the
+            # results before the fan-out
+            m.submodules.job_gate = gate
+            wiring.connect(m, switch_in.o, gate.i)
+            m.d.comb += [switch_in.again.eq(gate.again), switch_in.release.eq(gate.release),
+                         gate.pending.eq(registers.job_auth_registers)]
+            self._to_engine(p, gate.o, self.switch_in)
+            m.submodules.result_seal = seal = ResultSeal(jobs=self._jobs_served)
+            wiring.connect(m, results.o, seal.i)
+            m.d.comb += seal.keys.eq(gate.keys)
+            results_out = seal.o
+        else:
+            self._to_engine(p, switch_in.o, self.switch_in)
         switch_out = wiring.flipped(self.switch_out)
         wiring.connect(m, switch_out, results.i)
         job, worker, flags = _FIELDS["job"], _FIELDS["worker"], _FIELDS["flags"]
@@ -295,8 +314,11 @@ class NetworkFrontEnd(wiring.Component):
         ports = service_ports(self.port_base)
         m.submodules.fanout = fanout = FanOut(port=ports[Service.SWITCH],
                                               max_workers=self.max_workers)
-        wiring.connect(m, results.o, fanout.i)
-        m.d.comb += results.replay.eq(fanout.replay)
+        wiring.connect(m, results_out, fanout.i)
+        if gate is not None:
+            m.d.comb += [results.replay.eq(seal.replay), seal.o_replay.eq(fanout.replay)]
+        else:
+            m.d.comb += results.replay.eq(fanout.replay)
         wiring.connect(m, fanout.table, registers.fanout)
         # The jobs' configured workers, from the writes the switch's register port gets
         m.submodules.job_workers = job_workers = self._job_workers
@@ -308,6 +330,8 @@ class NetworkFrontEnd(wiring.Component):
                      job_workers.drained.eq(self.switch_drained)]
         m.d.comb += [check.active.eq(job_workers.active),
                      owner.active.eq(job_workers.active)]
+        if gate is not None:
+            m.d.comb += [gate.commit.eq(job_workers.commit), gate.active.eq(job_workers.active)]
         m.d.comb += [events.switch_out.eq(fanout.sent),
                      events.switch_group_out.eq(fanout.group_sent),
                      events.switch_upstream_out.eq(fanout.upstream_sent)]
@@ -338,9 +362,13 @@ class NetworkFrontEnd(wiring.Component):
             events.drop_bad_ctrl.eq(ctrl.events.bad_ctrl + too_long),
         ]
         if authenticated:
+            gate_events = (self._job_gate.events if self._job_gate is not None
+                           else {"bad_tag": 0, "replay": 0})
             m.d.comb += [
-                p.registers.auth_events.drop_bad_tag.eq(ctrl.events.bad_tag),
-                p.registers.auth_events.drop_replay.eq(ctrl.events.replay),
+                p.registers.auth_events.drop_bad_tag.eq(ctrl.events.bad_tag
+                                                        + gate_events["bad_tag"]),
+                p.registers.auth_events.drop_replay.eq(ctrl.events.replay
+                                                       + gate_events["replay"]),
                 p.registers.write_counter.eq(ctrl.write_counter),
             ]
         m.submodules.router = router = RegisterRouter(nic=self.nic, switch=self.switch)

@@ -97,13 +97,17 @@ class IngressBuffer(wiring.Component):
         Always ready.
     o : Out(stream.Signature(ServiceBeat))
     events : Out(IngressEvents)
+    again, release : In(1)
+        ``hold`` only: strobes, each once per reading of a datagram, after its last beat
+        has left (and before the next reading starts): ``again`` reads the same datagram
+        once more from its first beat, ``release`` frees it (the next one follows).
     """
 
     #: Clocks from a datagram's last beat in (``i.valid & i.p.last``) to its event strobe.
     EVENT_LATENCY = 2
 
     def __init__(self, *, depth, datagrams=16, max_length=None, byte_keep=False,
-                 header_of_long=False):
+                 header_of_long=False, hold=False):
         if not isinstance(depth, int) or depth < 2 or depth & (depth - 1):
             raise ValueError(f"IngressBuffer depth must be a power of two >= 2 beats, "
                              f"not {depth!r}")
@@ -120,11 +124,15 @@ class IngressBuffer(wiring.Component):
                              f"bytes (a whole header), not {max_length!r}")
         self.depth, self.datagrams, self.max_length = depth, datagrams, max_length
         self.byte_keep, self.header_of_long = bool(byte_keep), bool(header_of_long)
-        super().__init__({
+        self.hold = bool(hold)
+        members = {
             "i": In(stream.Signature(WideBeat)),
             "o": Out(stream.Signature(ServiceBeat)),
             "events": Out(IngressEvents),
-        })
+        }
+        if self.hold:
+            members.update({"again": In(1), "release": In(1)})
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -267,7 +275,12 @@ class IngressBuffer(wiring.Component):
         last_keep = Signal(BEAT_BYTES)
         at_first = Signal()
         head = data.View(p.descriptor_layout, queue.r_data)
-        with m.If(~active & queue.r_rdy):
+        # hold: the datagram read last waits for `again` or `release` (`waiting`), and its
+        # beats are freed by the release, not as they are read
+        waiting = Signal()
+        start_ptr = Signal(abits + 1)
+        held_beats = Signal(abits + 2)
+        with m.If(~active & ~waiting & queue.r_rdy):
             m.d.comb += queue.r_en.eq(1)
             m.d.sync += [
                 active.eq(1),
@@ -275,7 +288,15 @@ class IngressBuffer(wiring.Component):
                 remaining.eq(head.beats),
                 last_keep.eq(head.last_keep),
                 at_first.eq(1),
+                start_ptr.eq(read_ptr),
+                held_beats.eq(head.beats),
             ]
+        if self.hold:
+            with m.If(self.again):
+                m.d.sync += [waiting.eq(0), active.eq(1), read_ptr.eq(start_ptr),
+                             remaining.eq(held_beats), at_first.eq(1)]
+            with m.Elif(self.release):
+                m.d.sync += waiting.eq(0)
         # Two stages: the block RAM's output (it holds while its read is not enabled), with
         # its beat's fields in registers beside it, then the output register, so that the
         # engine's input logic starts from a flip-flop, not from the block RAM's slow
@@ -299,8 +320,11 @@ class IngressBuffer(wiring.Component):
         # A publish takes `limit` entries, a load frees one (both may happen in a clock). The
         # load is counted a clock late (the admission sees one beat less free for a clock),
         # so that the engine's `ready` ends at a register, not in this arithmetic.
-        loaded = Signal()
-        m.d.sync += loaded.eq(load)
+        loaded = Signal(abits + 2)
+        if self.hold:
+            m.d.sync += loaded.eq(Mux(self.release, held_beats, 0))
+        else:
+            m.d.sync += loaded.eq(load)
         freed = Signal(abits + 2)
         m.d.comb += freed.eq(free + loaded)
         m.d.sync += free.eq(Mux(publish, freed - limit, freed))
@@ -317,6 +341,6 @@ class IngressBuffer(wiring.Component):
                 at_first.eq(0),
             ]
             with m.If(is_last):
-                m.d.sync += active.eq(0)
+                m.d.sync += [active.eq(0), waiting.eq(self.hold)]
         with m.Elif(advance):
             m.d.sync += ram_valid.eq(0)

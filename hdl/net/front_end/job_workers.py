@@ -25,7 +25,11 @@ from hdl.ctrl_port import RegisterWrites
 from hdl.net.front_end.worker_table import WorkerEntry
 from hdl.switch.control import ActiveJob, AggControl
 
-__all__ = ["JobWorkersLookup", "JobWorkers"]
+__all__ = ["JobCommit", "JobWorkersLookup", "JobWorkers"]
+
+#: A job's commit as the switch granted it: a strobe, the job, and whether the job is
+#: configured after it (section 7's job authentication is applied by the job's commit).
+JobCommit = data.StructLayout({"done": 1, "job": 8, "configured": 1})
 
 #: A combinational lookup, seen from its user: ``workers`` is job ``job``'s active worker
 #: count (0: unconfigured, or a job beyond the switch's); ``upstream`` is its upstream
@@ -55,6 +59,8 @@ class JobWorkers(wiring.Component):
     lookup : In(JobWorkersLookup)
     active : Out(ArrayLayout(ActiveJob, jobs))
         Every job's active slot range and upstream at once.
+    commit : Out(JobCommit)
+        Each commit the switch grants (``active`` holds what it applied by then).
     """
 
     def __init__(self, *, slots, max_workers, jobs):
@@ -71,6 +77,7 @@ class JobWorkers(wiring.Component):
             "drained": In(1),
             "lookup": In(JobWorkersLookup),
             "active": Out(data.ArrayLayout(ActiveJob, jobs)),
+            "commit": Out(JobCommit),
         })
 
     def elaborate(self, platform):
@@ -88,6 +95,9 @@ class JobWorkers(wiring.Component):
             control.lookup_job.eq(self.lookup.job),
             self.lookup.workers.eq(Mux(control.lookup_configured, control.lookup_workers, 0)),
             self.active.eq(control.active),
+            self.commit.done.eq(control.commit_done),
+            self.commit.job.eq(control.commit_job),
+            self.commit.configured.eq(control.commit_configured),
         ]
         # The upstream of a job beyond the switch's reads as none.
         job_bits = max(1, (self.jobs - 1).bit_length())

@@ -18,14 +18,15 @@ from amaranth.lib.wiring import In, Out
 
 from contract.counters import AUTH_COUNTERS, NET_COUNTERS
 from contract.network import NETWORK_REGIONS
-from contract.registers import AUTH_REGISTERS, NET_REGISTERS, RegisterArray
+from contract.registers import (AUTH_FEATURE_CONTROL, AUTH_FEATURE_JOBS, AUTH_REGISTERS,
+                                NET_REGISTERS, RegisterArray)
 from hdl.ctrl_port import RegisterPort
 from hdl.net.front_end.ctrl_service import REGISTER_ADDRESS_SETUP, RegisterBusSignature
 from hdl.net.front_end.worker_table import GroupLookup, LookupSignature, WorkerTable
 from hdl.replica import replica
 
 __all__ = ["RegisterRouter", "NET_EVENT_WIDTHS", "NetEvents", "AuthEvents",
-           "NetRegisters"]
+           "JobAuthRegister", "NetRegisters"]
 
 _REGION = {r.name: r.index for r in NETWORK_REGIONS}
 
@@ -107,8 +108,11 @@ NET_EVENT_WIDTHS = {name: 1 for name in NET_COUNTERS} | {"drop_reply_full": 3,
                                                          "drop_bad_ctrl": 2}
 #: One field per network counter: what to add this clock.
 NetEvents = data.StructLayout({name: unsigned(w) for name, w in NET_EVENT_WIDTHS.items()})
-#: Section 7's counters (``contract.counters.AUTH_COUNTERS``): one strobe each.
-AuthEvents = data.StructLayout({name: 1 for name in AUTH_COUNTERS})
+#: Section 7's counters (``contract.counters.AUTH_COUNTERS``): what to add this clock (the
+#: control service and the switch's job gate may drop a datagram in the same clock).
+AuthEvents = data.StructLayout({name: 2 for name in AUTH_COUNTERS})
+#: A job's ``job_auth`` registers as written (applied by its commit, in the job gate).
+JobAuthRegister = data.StructLayout({"enable": 1, "epoch": 32})
 
 
 class NetRegisters(wiring.Component):
@@ -129,8 +133,11 @@ class NetRegisters(wiring.Component):
     jobs, max_workers : int
         The worker table's size (the switch's).
     authenticated : bool
-        Section 7's control: also ``contract.registers.AUTH_REGISTERS``' counters and write
-        counter (its job registers are not in the gateware: they read 0).
+        Section 7's control: also ``contract.registers.AUTH_REGISTERS``' counters, write
+        counter and ``auth_features``.
+    job_auth : bool
+        Section 7's jobs too (``authenticated`` and a switch): the ``job_auth`` registers.
+        (``upstream_key`` reads 0 and ignores writes: no upstream keys in the gateware.)
 
     Members
     -------
@@ -148,15 +155,18 @@ class NetRegisters(wiring.Component):
         Section 7 only.
     write_counter : In(64)
         Section 7 only: the control service's largest accepted write counter.
+    job_auth_registers : Out(ArrayLayout(JobAuthRegister, jobs))
+        ``job_auth`` only: each job's registers as written.
     """
 
     def __init__(self, *, mac, ip, port_base, services, jobs, max_workers,
-                 authenticated=False):
+                 authenticated=False, job_auth=False):
         self._constants = {"mac_high": mac >> 32, "mac_low": mac & 0xFFFFFFFF, "ip": ip,
                            "port_base": port_base, "services": services}
         self._table = WorkerTable(jobs=jobs, max_workers=max_workers)
         self._jobs = jobs
         self.authenticated = bool(authenticated)
+        self.job_auth = self.authenticated and bool(job_auth)
         members = {
             "ctrl": In(RegisterPort()),
             "events": In(NetEvents),
@@ -168,6 +178,8 @@ class NetRegisters(wiring.Component):
         }
         if self.authenticated:
             members.update({"auth_events": In(AuthEvents), "write_counter": In(64)})
+        if self.job_auth:
+            members["job_auth_registers"] = Out(data.ArrayLayout(JobAuthRegister, jobs))
         super().__init__(members)
 
     def elaborate(self, platform):
@@ -236,11 +248,15 @@ class NetRegisters(wiring.Component):
             m.d.sync += auth_events.eq(self.auth_events)
             for name, address in AUTH_REGISTERS["auth_counter"].items():
                 counter = Signal(32, name=f"auth_{name}")
-                with m.If(auth_events[name]):
-                    m.d.sync += counter.eq(counter + 1)
+                with m.If(auth_events[name] != 0):
+                    m.d.sync += counter.eq(counter + auth_events[name])
                 sources[address] = counter
             sources[AUTH_REGISTERS["write_counter_low"].address] = self.write_counter[:32]
             sources[AUTH_REGISTERS["write_counter_high"].address] = self.write_counter[32:]
+            features = AUTH_FEATURE_CONTROL | (AUTH_FEATURE_JOBS if self.job_auth else 0)
+            sources[AUTH_REGISTERS["auth_features"].address] = Const(features, 32)
+        if self.job_auth:
+            self._job_auth(m, addr, sources)
         block_bits = 5
         blocks = sorted({address >> block_bits for address in sources})
         index = Signal(block_bits)
@@ -260,3 +276,22 @@ class NetRegisters(wiring.Component):
                      table_value.eq(table.reg_rdata), answer_table.eq(read_table)]
         m.d.comb += self.ctrl.rdata.eq(Mux(answer_table, table_value, value))
         return m
+
+    def _job_auth(self, m, addr, sources):
+        """Each job's ``job_auth`` registers (section 7): written and read like the group
+        registers; the jobs beyond the switch's read 0 and ignore writes."""
+        array = AUTH_REGISTERS["job_auth"]
+        assert isinstance(array, RegisterArray)
+        span = array.field_bits + array.index_bits
+        index = addr[array.field_bits:span]
+        registers = self.job_auth_registers
+        with m.If(self.ctrl.we & (addr[span:] == array.base >> span) & (index < self._jobs)):
+            for j in range(self._jobs):
+                with m.If(index == j):
+                    with m.If(addr[:array.field_bits] == array.field("enable").address):
+                        m.d.sync += registers[j].enable.eq(self.ctrl.wdata[0])
+                    with m.Elif(addr[:array.field_bits] == array.field("epoch").address):
+                        m.d.sync += registers[j].epoch.eq(self.ctrl.wdata)
+        for j in range(self._jobs):
+            sources[array.address(j, "enable")] = registers[j].enable
+            sources[array.address(j, "epoch")] = registers[j].epoch

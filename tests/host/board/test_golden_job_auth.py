@@ -253,16 +253,20 @@ def test_the_replay_filter_drops_exactly_a_seq_below_the_slots_last():
     def packet(seq, slot):
         return Header(type=PacketType.AGG_ADD_I32, count=8, seq=seq,
                       slot=slot).pack() + bytes(32)
+    SLOTS = range(4)
     # nothing is dropped before a slot has a last seq; a resend (the same seq) passes
-    assert [table.filter(0, 0, packet(s, s % 4)) for s in (2, 0, 3, 1, 1)] == [PASSED] * 5
-    assert table.filter(0, 0, packet(9, 1)) == PASSED               # slot 1's last: 9
-    assert table.filter(0, 0, packet(5, 1)) == REPLAY
-    assert table.filter(0, 0, packet(8, 1)) == REPLAY
-    assert table.filter(0, 0, packet(9, 1)) == PASSED
-    assert table.filter(0, 0, packet(0, 0)) == PASSED               # per slot
-    assert table.filter(0, 1, packet(1, 1)) == PASSED               # per worker
+    assert [table.filter(0, 0, packet(s, s % 4), SLOTS) for s in (2, 0, 3, 1, 1)] == [PASSED] * 5
+    assert table.filter(0, 0, packet(9, 1), SLOTS) == PASSED               # slot 1's last: 9
+    assert table.filter(0, 0, packet(5, 1), SLOTS) == REPLAY
+    assert table.filter(0, 0, packet(8, 1), SLOTS) == REPLAY
+    assert table.filter(0, 0, packet(9, 1), SLOTS) == PASSED
+    assert table.filter(0, 0, packet(0, 0), SLOTS) == PASSED               # per slot
+    assert table.filter(0, 1, packet(1, 1), SLOTS) == PASSED               # per worker
     table.commit(0)                                                  # forgets them
-    assert table.filter(0, 0, packet(1, 1)) == PASSED
+    assert table.filter(0, 0, packet(1, 1), SLOTS) == PASSED
+    # a slot outside the job's range keeps nothing (the aggregator drops the packet)
+    assert table.filter(0, 0, packet(9, 7), SLOTS) == PASSED
+    assert table.filter(0, 0, packet(1, 7), SLOTS) == PASSED
     with pytest.raises(ValueError, match="16-byte"):
         JobAuthTable(0x1234, jobs=1)
 

@@ -26,6 +26,8 @@ import contextlib
 import numpy as np
 import pytest
 
+from contract.registers import AUTH_FEATURE_UPSTREAM
+
 torch = pytest.importorskip(
     "torch", reason="PyTorch is not installed (it comes with the 'ddp' extra: "
                     "pip install -e '.[ddp]')")
@@ -263,3 +265,27 @@ def test_a_tree_is_authenticated_only_where_every_board_authenticates_jobs():
         tree = _tree([(b.host, b.port_base) for b in boards])
         assert UdpSwitch._tree_epoch(types.SimpleNamespace(
             tree=tree, keys=dict(zip(tree.boards, mixed)))) is None
+
+
+def test_a_tree_is_not_authenticated_where_a_board_lacks_upstream_keys(monkeypatch):
+    """A board that authenticates jobs but has no upstream keys (the network top's
+    gateware: ``auth_features`` 3) cannot tag what its leaf sends up: the tree runs
+    without authentication rather than stall at its parent's tag check."""
+    import types
+
+    import host.driver.udp_worker as udp_worker
+    from host.ddp.hardware import UdpSwitch
+
+    keys = [bytes([k]) * 16 for k in (1, 2, 3)]
+    with contextlib.ExitStack() as stack:
+        boards = [stack.enter_context(VirtualBoard("golden", port_base=None, key=key))
+                  for key in keys]
+        tree = _tree([(b.host, b.port_base) for b in boards])
+        epoch_of = lambda: UdpSwitch._tree_epoch(types.SimpleNamespace(
+            tree=tree, keys=dict(zip(tree.boards, keys))))
+        assert isinstance(epoch_of(), int)
+        features = udp_worker.auth_features
+        gateware_like = boards[2].port_base
+        monkeypatch.setattr(udp_worker, "auth_features", lambda t: features(t) & (
+            ~AUTH_FEATURE_UPSTREAM if t.port_base == gateware_like else ~0))
+        assert epoch_of() is None
