@@ -2,7 +2,8 @@
 
 ::
 
-    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end|siphash|all
+    python -m hdl.board.engine_timing compressor|decompressor|aggregator|front_end|siphash|
+                                       result_seal|all
                                 [--freq MHZ[,MHZ...]] [--seed N]
                                 [--router router1|router2] [--build-dir DIR]
 
@@ -77,11 +78,20 @@ def _siphash():
     return SipHash24()
 
 
+def _result_seal():
+    from hdl.net.front_end.job_auth import ResultSeal
+    return ResultSeal(jobs=4)
+
+
 #: Engine name -> constructor (the configurations the board top builds; ``front_end`` is
 #: the network top's engine-clock part between the clock crossing and the engines;
-#: ``siphash`` is the tag function of ``docs/protocol/network.md`` section 7, in no top yet).
+#: ``siphash`` is the tag function of ``docs/protocol/network.md`` section 7 and
+#: ``result_seal`` the block that tags an authenticated job's results with it. Section 7's
+#: ``JobGate`` is not here: alone in this harness, Yosys 0.70's ABC9 reintegration trips
+#: an assertion on it (``count_id(wire->name) == 0``, YosysHQ/yosys#4349, which a
+#: ``splitnets`` after ``proc`` avoids); in the network top it synthesizes.)
 ENGINES = {"compressor": _compressor, "decompressor": _decompressor, "aggregator": _aggregator,
-           "front_end": _network_front_end, "siphash": _siphash}
+           "front_end": _network_front_end, "siphash": _siphash, "result_seal": _result_seal}
 
 
 class EngineHarness(wiring.Component):

@@ -4,16 +4,19 @@
 
     core rx (32 bit) -> Upsizer -> Dispatch by port -+-> NIC TX:  IngressBuffer -> OneInFlight -> engine
                                   (closed: counted)  +-> NIC RX:  IngressBuffer -> OneInFlight -> engine
-                                                     +-> switch:  SourceCheck -> IngressBuffer -> engine
+                                                     +-> switch:  SourceCheck -> IngressBuffer [-> JobGate] -> engine
                                                      +-> control: IngressBuffer -> OneInFlight -> CtrlService
 
-    engine -> EgressBuffer -> ReplyPort (to the requester) -+
-    switch -> EgressBuffer -> FanOut (to the job's workers) -+-> PacketArbiter -> core tx (32 bit)
+    engine -> EgressBuffer -> ReplyPort (to the requester) -----------------+
+    switch -> EgressBuffer [-> ResultSeal] -> FanOut (to the job's workers) -+-> PacketArbiter -> core tx
                                   (a skid buffer at each of the arbiter's ports)
-    CtrlService -> SkidBuffer -> EgressBuffer -> ReplyPort -+
+    CtrlService -> SkidBuffer -> EgressBuffer -> ReplyPort -----------------+
 
     CtrlService -> RegisterRouter -> switch's register port
                                   -> JobWorkers (the jobs' configured workers, for FanOut)
+
+``JobGate`` and ``ResultSeal`` (:mod:`hdl.net.front_end.job_auth`) are there with a 128-bit
+control key: section 7's tags and replay filter for jobs with authentication.
 
 Every part runs in one clock domain (the engines'); :class:`hdl.net.core.cdc.EthCrossing`
 connects it to the core. The receive path never stalls: each service takes a datagram

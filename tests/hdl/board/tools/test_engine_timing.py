@@ -64,10 +64,12 @@ def test_harness_checks_its_argument():
 
 def test_engine_names():
     assert sorted(ENGINES) == ["aggregator", "compressor", "decompressor", "front_end",
-                               "siphash"]
+                               "result_seal", "siphash"]
     # every entry builds the component the harness wraps
     front_end = ENGINES["front_end"]()
     assert isinstance(front_end, wiring.Component) and "switch_ctrl" in front_end.signature.members
+    assert all(isinstance(ENGINES[name](), wiring.Component)
+               for name in ("result_seal", "siphash"))
     args = _arguments(["decompressor", "--seed", "2"])
     assert (args.engine, args.seed, args.router, args.freq) == ("decompressor", 2, "router1",
                                                                 (125.0,))
