@@ -430,8 +430,9 @@ def _serve(args):
 
 def _serve_tap(args):
     """``serve --tap NAME``: the Verilated network top on a TAP interface
-    (:mod:`host.board.tap`). Its address, ports and key are those it is built with, so the
-    options that would choose them are refused unless they agree."""
+    (:mod:`host.board.tap`). Its address and ports are those it is built with, so the
+    options that would choose them are refused unless they agree; its key is the
+    simulation key, or the one given (that key's build)."""
     from ..driver.settings import ENV_KEY, ENV_PORT_BASE, format_key, parse_key
 
     if args.backend != "verilator":
@@ -442,18 +443,17 @@ def _serve_tap(args):
                        "(lose frames on the TAP with tc netem instead)")
     if args.without:
         raise CliError("--without applies to the golden backend")
-    # the key the Verilated top is built with
+    # the key the Verilated top is built with: the simulation key, or the one given (a
+    # build of its own: a 128-bit key's is section 7's gateware, as `make bitstream` builds
+    # it by default)
     from contract.network import SIMULATION_KEY
     key_text, source = (args.key, "--key") if args.key else (os.environ.get(ENV_KEY), ENV_KEY)
+    key = SIMULATION_KEY
     if key_text:
         try:
             key = parse_key(key_text)
         except ValueError as exc:
-            raise CliError(str(exc)) from None
-        if key != SIMULATION_KEY:
-            raise CliError(f"the TAP board is the Verilated top built with the simulation key "
-                           f"{format_key(SIMULATION_KEY)}; {source} {format_key(key)} would be "
-                           f"another build: leave {source} out (serve prints the key)")
+            raise CliError(f"{source}: {exc}") from None
     port_text = args.port_base if args.port_base is not None else os.environ.get(ENV_PORT_BASE)
     if port_text is not None and str(port_text).strip() != str(PORT_BASE):
         raise CliError(f"the TAP board serves the ports it is built with, "
@@ -461,7 +461,7 @@ def _serve_tap(args):
                        f"{ENV_PORT_BASE} unset), not {port_text}")
     from host.board.tap import TapBoard
     try:
-        board = TapBoard(args.tap, key=SIMULATION_KEY)
+        board = TapBoard(args.tap, key=key)
     except (ValueError, OSError) as exc:
         raise CliError(str(exc)) from None
     started = time.perf_counter()
@@ -484,8 +484,14 @@ def _serve_tap_forever(board):
 
     from ..driver.settings import format_key
     print(f"gradwire board: {board.describe()}", flush=True)
-    print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
-          f"Verilated top is built with)", flush=True)
+    from contract.network import SIMULATION_KEY
+    if board.key == SIMULATION_KEY:
+        print(f"gradwire board: control key {format_key(board.key)} (the simulation key the "
+              f"Verilated top is built with)", flush=True)
+    else:
+        # the user's own key: never echoed
+        print(f"gradwire board: control key as given ({4 * len(format_key(board.key))} bits; "
+              f"the Verilated top is built with it)", flush=True)
     # the interface is the user's to configure; say what is missing, serve anyway (it
     # may be configured after this line)
     up, address = interface_state(board.name)

@@ -14,7 +14,10 @@ for the board), ``status`` (``gradwire board status --json``), ``compress``
 (``gradwire board compress`` and ``decompress``), ``udp`` (a burst of NIC datagrams from a
 kernel UDP socket, timed), ``train`` (a training run with ``backend="udp"``: two ranks,
 ``InceptionnHook`` and ``LhcHook``), ``refusals`` (``serve --tap`` as another user,
-without ``CAP_NET_ADMIN``, on a busy TAP and on an interface that is not a TAP).
+without ``CAP_NET_ADMIN``, on a busy TAP and on an interface that is not a TAP), ``auth``
+(last: the board served again, built with a 128-bit key, then ``board status`` and the
+training run on it: section 7's tags on every control datagram, and on the aggregation of
+the job ``LhcHook`` authenticates; the frames on the TAP searched for key bytes).
 """
 from __future__ import annotations
 
@@ -36,7 +39,12 @@ sys.path.insert(0, str(REPO))
 TAP = "tap0"
 HOST_IP, BOARD_IP = "192.168.77.1", "192.168.77.2"
 BOARD_MAC = "02:47:57:00:00:01"
-ALL_STEPS = ("ping", "status", "compress", "udp", "train", "refusals")
+ALL_STEPS = ("ping", "status", "compress", "udp", "train", "refusals", "auth")
+#: The ``auth`` step's board: the Verilated top built with this 128-bit key (section 7's
+#: gateware, as ``make bitstream`` builds it by default). The key of the Verilated section 7
+#: tests and bench (``sim/benchmarks/ctrl_auth.py``): one harness build serves them all.
+AUTH_KEY = "5a17c3e08b94d2f61e0d7c3ba2958406"
+SWITCH_PORT = 47572
 #: seconds any one tool may take (the simulation answers in tens of milliseconds; the
 #: first run of a fresh harness build is not done here)
 TOOL_TIMEOUT = 120
@@ -248,6 +256,57 @@ def step_refusals(out, key):
     out["refusals"] = result
 
 
+def step_auth(out, key):
+    """On the board built with the 128-bit ``key`` (served by :func:`main`): its status,
+    the training run, its counters after."""
+    def status():
+        r = gradwire("board", "status", "--board", BOARD_IP, "--key", key, "--json",
+                     check=False)
+        return {"rc": r.returncode, "stderr": r.stderr.strip()[-500:],
+                "json": json.loads(r.stdout) if r.returncode == 0 else None}
+    result = {"status": status()}
+    trained = {}
+    step_train(trained, key)
+    result["train"] = trained["train"]
+    result["status_after"] = status()
+    out["auth"] = result
+
+
+def _serve(key=None):
+    """``board serve --tap`` (with ``--key``: that key's build); the process and its lines
+    up to ``ready``."""
+    from host.board.process import start_module
+    argv = ["host.cli", "board", "serve", "--backend", "verilator", "--tap", TAP]
+    return start_module(argv + (["--key", key] if key else []), timeout=600, cwd=REPO)
+
+
+def _stop(serve, out, prefix=""):
+    serve.send_signal(signal.SIGTERM)
+    try:
+        rest, err = serve.communicate(timeout=30)
+    except subprocess.TimeoutExpired:
+        serve.kill()
+        rest, err = serve.communicate()
+    out[f"{prefix}serve_rc"] = serve.returncode
+    out[f"{prefix}serve_tail"] = (rest or "").strip().splitlines()[-3:]
+    out[f"{prefix}serve_stderr"] = (err or "")[-1500:]
+
+
+def _auth_frames(packets, since):
+    """What the ``auth`` step's frames show: the switch datagrams (both ways) and whether
+    each carries a tag (header bytes 24..31 not zero: an unauthenticated job's are), and
+    any frame that holds a fragment of the control key."""
+    from scapy.layers.inet import UDP
+    from host.golden.ctrl_auth import key_fragments
+    fragments = key_fragments(bytes.fromhex(AUTH_KEY))
+    frames = [p for p in packets if float(p.time) >= since]
+    switch = [bytes(p[UDP].payload) for p in frames if UDP in p
+              and SWITCH_PORT in (p[UDP].sport, p[UDP].dport)]
+    return {"frames": len(frames), "switch_datagrams": len(switch),
+            "switch_untagged": sum(1 for d in switch if len(d) >= 32 and not any(d[24:32])),
+            "key_bytes_seen": sum(1 for p in frames for f in fragments if f in bytes(p))}
+
+
 def main():
     target = Path(sys.argv[1])
     steps = sys.argv[2:] or list(ALL_STEPS)
@@ -264,34 +323,42 @@ def main():
     from scapy.all import AsyncSniffer
     sniffer = AsyncSniffer(iface=TAP, filter=None, store=True)
     sniffer.start()
-    from host.board.process import start_module, stop_module
     serve = None
+    auth_since = None
+
+    def run(step, key):
+        t = time.perf_counter()
+        try:
+            globals()[f"step_{step}"](out, key)
+        except Exception as exc:                  # noqa: BLE001 (reported)
+            out.setdefault("errors", {})[step] = f"{type(exc).__name__}: {exc}"
+        out.setdefault("step_seconds", {})[step] = round(time.perf_counter() - t, 2)
+
     try:
         started = time.perf_counter()
-        serve, lines = start_module(["host.cli", "board", "serve", "--backend", "verilator",
-                                     "--tap", TAP], timeout=600, cwd=REPO)
+        serve, lines = _serve()
         out["serve_lines"] = [line.rstrip() for line in lines]
         out["serve_start_s"] = time.perf_counter() - started
         key = re.search(r"control key ([0-9a-f]{16})", "".join(lines)).group(1)
         for step in steps:
-            t = time.perf_counter()
-            try:
-                globals()[f"step_{step}"](out, key)
-            except Exception as exc:                  # noqa: BLE001 (reported)
-                out.setdefault("errors", {})[step] = f"{type(exc).__name__}: {exc}"
-            out.setdefault("step_seconds", {})[step] = round(time.perf_counter() - t, 2)
+            if step != "auth":
+                run(step, key)
+        if "auth" in steps:
+            # the same TAP, now the board built with a 128-bit key
+            _stop(serve, out)
+            serve = None
+            started = time.perf_counter()
+            serve, lines = _serve(AUTH_KEY)
+            out["auth_serve_lines"] = [line.rstrip() for line in lines]
+            out["auth_serve_start_s"] = time.perf_counter() - started
+            auth_since = time.time()
+            run("auth", AUTH_KEY)
     finally:
         if serve is not None:
-            serve.send_signal(signal.SIGTERM)
-            try:
-                rest, err = serve.communicate(timeout=30)
-            except subprocess.TimeoutExpired:
-                serve.kill()
-                rest, err = serve.communicate()
-            out["serve_rc"] = serve.returncode
-            out["serve_tail"] = (rest or "").strip().splitlines()[-3:]
-            out["serve_stderr"] = (err or "")[-1500:]
+            _stop(serve, out, "auth_" if auth_since is not None else "")
         packets = sniffer.stop() or []
+    if auth_since is not None:
+        out["auth_frames"] = _auth_frames(packets, auth_since)
     from scapy.layers.l2 import ARP
     out["arp"] = [{"op": p[ARP].op, "hwsrc": p[ARP].hwsrc, "psrc": p[ARP].psrc,
                    "pdst": p[ARP].pdst} for p in packets if ARP in p]
