@@ -287,3 +287,51 @@ def test_a_stored_datagram_leaves_at_a_beat_per_clock():
         else:
             gap += 1
     assert runs == beats and gaps == [1, 1], (runs, gaps)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_hold_reads_a_datagram_again_or_frees_it_as_told(seed):
+    """``hold``: each reading of a datagram waits for ``again`` (the same datagram from its
+    first beat, as often as told) or ``release`` (the next one). Its beats stay taken until
+    the release, so what arrives meanwhile is admitted only where it fits beside it (else
+    dropped whole, counted ``full``), and no held beat is ever overwritten."""
+    rng = random.Random(seed)
+    dut = IngressBuffer(depth=16, datagrams=4, byte_keep=True, hold=True)
+    sizes = [rng.choice([1, 31, 32, 33, 100, 200, 480]) for _ in range(16)]
+    payloads = [bytes(rng.getrandbits(8) for _ in range(n)) for n in sizes]
+    readings = [rng.randint(1, 3) for _ in payloads]     # then released
+    got, count = [], [0] * len(payloads)
+
+    def reader(done):
+        async def take(ctx):
+            current, idle = [], 0
+            while idle < 300:
+                idle = idle + 1 if done["input"] else 0
+                ctx.set(dut.o.ready, rng.random() < 0.7)
+                _, _, valid, ready, p = await ctx.tick().sample(dut.o.valid, dut.o.ready,
+                                                               dut.o.p)
+                if not (valid and ready):
+                    continue
+                idle = 0
+                current.append(convert(p))
+                if p.last:
+                    (tag, length, beats), = collect_datagrams(current)
+                    current = []
+                    got.append((tag, length, beats))
+                    count[tag] += 1
+                    ctx.set(dut.o.ready, 0)
+                    for _ in range(rng.randrange(4)):        # a few clocks later
+                        await ctx.tick()
+                    strobe = dut.again if count[tag] < readings[tag] else dut.release
+                    ctx.set(strobe, 1)
+                    await ctx.tick()
+                    ctx.set(strobe, 0)
+        return take
+
+    datagrams = [(tag, wide_beats(p, tag)) for tag, p in enumerate(payloads)]
+    events = drive(dut, datagrams, rng, consumer=reader)
+    assert sorted(events["accepted"] + events["full"]) == list(range(len(payloads))), events
+    assert events["full"] and len(events["accepted"]) >= 3, events
+    want = [(tag, len(payloads[tag]), expected_beats(payloads[tag], byte_keep=True))
+            for tag in events["accepted"] for _ in range(readings[tag])]
+    assert got == want
