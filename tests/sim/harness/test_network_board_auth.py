@@ -164,13 +164,17 @@ def job_traffic(rng):
         (a, Service.SWITCH, chunk(0, 2, key=None)),                       # untagged
         (a, Service.SWITCH, chunk(0, 2, key=job_key(KEY, 1, EPOCH))),     # job 1's key
         (b, Service.SWITCH, chunk(0, 2)),       # worker 0's, from worker 1's port: source
+        (b, Service.SWITCH, bytes(changed)),    # ... with a wrong tag too: the source first
         (a, Service.SWITCH, chunk(0, 2)), (b, Service.SWITCH, chunk(1, 2)),
         (a, Service.SWITCH, chunk(0, 5)), (b, Service.SWITCH, chunk(1, 5)),   # slot 1 again
         (a, Service.SWITCH, round1[0]),         # chunk 1 replayed into slot 1's next use
         (b, Service.SWITCH, round1[1]),
         (a, Service.SWITCH, chunk(0, 5)),       # a resend of the newest passes the filter
         (a, Service.SWITCH, chunk(0, 1)[:20]),  # shorter than a header: the engine's drop
-        (a, Service.SWITCH, tag_datagram(old, agg(0, 0, values(), slot=9, seq=9))),  # slot
+        # a slot outside the job's range: the filter keeps nothing for it (a lower seq
+        # next is not a replay), the engine drops both
+        (a, Service.SWITCH, tag_datagram(old, agg(0, 0, values(), slot=9, seq=9))),
+        (a, Service.SWITCH, tag_datagram(old, agg(0, 0, values(), slot=9, seq=3))),
         c(CtrlOp.READ, reads, 9),
         # a new epoch: the old key's packets are worthless, the filter starts empty
         c(CtrlOp.WRITE, enable(NEW_EPOCH), 10),
