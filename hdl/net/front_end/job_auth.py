@@ -52,18 +52,16 @@ from hdl.net.front_end.ctrl_auth import check_auth_key
 from hdl.net.front_end.fanout import ResultTag
 from hdl.net.front_end.job_workers import JobCommit
 from hdl.net.front_end.layouts import ServiceBeat, egress_word
+from hdl.net.front_end.registers import JobAuthRegister
 from hdl.net.front_end.source_check import RESULT_BIT
 from hdl.switch.control import ActiveJob
 
-__all__ = ["JobAuthRegister", "JobKey", "JobAuthEvents", "JobGate", "ResultSeal"]
+__all__ = ["JobKey", "JobAuthEvents", "JobGate", "ResultSeal"]
 
 _FIELDS = {f.name: f for f in HEADER_FIELDS}
 _TAG_WORD = CTRL_TAG_OFFSET // 8          # header word 3: the tag, hashed as zero
 assert CTRL_TAG_OFFSET % 8 == 0
 
-#: A job's ``job_auth`` registers as written (``contract.registers.AUTH_REGISTERS``),
-#: applied by its commit.
-JobAuthRegister = data.StructLayout({"enable": 1, "epoch": 32})
 #: A job's authentication as applied: on, and the derived key (byte 0 in bits 7..0).
 JobKey = data.StructLayout({"on": 1, "key": KEY_BITS})
 #: One strobe each per datagram the gate drops.
