@@ -58,7 +58,8 @@ from contract.network import (MAX_JOBS_IN_TABLE, MAX_WORKERS_IN_TABLE, NET_REGIS
                               NIC_REGISTERS, PORT_BASE, SERVICE_OFFSETS, SWITCH_REGISTERS, Service,
                               group_active, network_address, service_ports)
 from contract.packet import Packet
-from contract.registers import AUTH_REGISTERS, WIRE_REGISTERS, JobStatus, decode_switch_params
+from contract.registers import (AUTH_FEATURE_CONTROL, AUTH_FEATURE_JOBS, AUTH_FEATURE_UPSTREAM,
+                                AUTH_REGISTERS, WIRE_REGISTERS, JobStatus, decode_switch_params)
 
 from ..cli import CliError
 from ..driver.transport import TransportError
@@ -74,6 +75,9 @@ _GROUPS = NET_REGISTERS["group"]
 _UPSTREAMS = SWITCH_REGISTERS["upstream"]
 _AUTH_COUNTERS = AUTH_REGISTERS["auth_counter"]
 _JOB_AUTH = AUTH_REGISTERS["job_auth"]
+#: ``auth_features``' bits as ``status`` names them
+_AUTH_FEATURE_NAMES = ((AUTH_FEATURE_CONTROL, "control"), (AUTH_FEATURE_JOBS, "jobs"),
+                       (AUTH_FEATURE_UPSTREAM, "upstream keys"))
 #: values per progress step of compress / decompress
 
 
@@ -572,18 +576,19 @@ def _read_status(transport):
     if is_authenticated(transport.key):
         # section 7's registers (a board with a 128-bit key): its counters, the largest
         # accepted write counter, and each job's authentication
-        names = [("counter", c) for c in AUTH_COUNTERS] + [("write_counter_low",),
-                                                            ("write_counter_high",)]
+        singles = ("write_counter_low", "write_counter_high", "auth_features")
         addresses = [network_address("net", _AUTH_COUNTERS.address(c)) for c in AUTH_COUNTERS]
-        addresses += [network_address("net", AUTH_REGISTERS[n[0]].address) for n in names[-2:]]
+        addresses += [network_address("net", AUTH_REGISTERS[name].address) for name in singles]
         addresses += [network_address("net", _JOB_AUTH.address(j, field))
                       for j in jobs for field in ("enable", "epoch")]
         words = transport.read_many(addresses, full=True)
         n = len(AUTH_COUNTERS)
+        low, high, features = words[n:n + len(singles)]
         auth = {"counters": dict(zip(AUTH_COUNTERS, words[:n])),
-                "write_counter": words[n] | words[n + 1] << 32}
+                "write_counter": low | high << 32,
+                "features": [name for bit, name in _AUTH_FEATURE_NAMES if features & bit]}
         for i, j in enumerate(jobs):
-            enable, epoch = words[n + 2 + 2 * i:n + 4 + 2 * i]
+            enable, epoch = words[n + len(singles) + 2 * i:n + len(singles) + 2 + 2 * i]
             jobs[j]["epoch"] = epoch if enable & 1 else None
     return values, jobs, table, auth
 
@@ -636,6 +641,7 @@ def _status(args):
             "switch": {c: values[("switch_counter", c)] for c in AGG_COUNTERS},
             **({"auth": auth["counters"]} if auth else {})},
         "write_counter": auth["write_counter"] if auth else None,
+        "auth_features": auth["features"] if auth else None,
         "read_seconds": round(elapsed, 4),
         "control_packets": transport.network[Service.CTRL].requests,
     }
@@ -646,6 +652,12 @@ def _status(args):
     print(f"board at {_where(settings)}: link {'up' if b['link'] else 'DOWN'}")
     print(f"  MAC {b['mac']}  IP {b['ip']}  port base {b['port_base']}")
     print(f"  services    {', '.join(built) or 'none'}")
+    if status["auth_features"] is not None:
+        # what of section 7 the board does (a board with a 128-bit key)
+        have = status["auth_features"]
+        missing = [name for _, name in _AUTH_FEATURE_NAMES if name not in have]
+        print(f"  section 7   {', '.join(have) or 'none'}"
+              + (f" (not: {', '.join(missing)})" if missing else ""))
     if "switch" in built:
         print(f"  switch      {params['slots']} slots of {params['lanes']} lanes")
         for job, j in status["switch"]["jobs"].items():

@@ -224,9 +224,11 @@ def test_board_status_shows_each_jobs_authentication_and_the_auth_counters(board
     assert jobs["0"]["auth_epoch"] == 12 and jobs["1"]["auth_epoch"] is None
     assert status["counters"]["auth"] == {"drop_bad_tag": 0, "drop_replay": 0}
     assert status["write_counter"] == board.backend.write_counter > 0
+    assert status["auth_features"] == ["control", "jobs", "upstream keys"]
     assert main(["board", "status", *where]) == 0
     out = capsys.readouterr().out
     assert out.count("authenticated, epoch 12") == 1 and "drop_bad_tag" in out
+    assert "section 7   control, jobs, upstream keys\n" in out
 
 
 def test_the_probe_finds_authenticated_jobs_on_the_golden_board_and_not_on_a_64_bit_one(board):

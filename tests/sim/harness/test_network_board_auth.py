@@ -124,6 +124,7 @@ def test_the_driver_and_gradwire_board_on_the_authenticated_gateware(capsys):
         assert main(["board", "status", *where, "--key", KEY.hex()]) == 0
         out, err = capsys.readouterr()
         assert "drop_bad_tag" in out and KEY.hex() not in out + err
+        assert "section 7   control, jobs (not: upstream keys)" in out
 
 
 # -- section 7's jobs ---------------------------------------------------------------------
