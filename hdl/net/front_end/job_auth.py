@@ -48,7 +48,7 @@ from amaranth.lib.wiring import In, Out
 from contract.header import HEADER_BYTES, HEADER_FIELDS
 from contract.network import CTRL_TAG_OFFSET, JOB_KEY_LABEL
 from hdl.crypto.siphash import KEY_BITS, TAG_BITS, SipHash24
-from hdl.net.front_end.ctrl_auth import check_auth_key
+from hdl.net.front_end.ctrl_auth import CtrlAuth, check_auth_key
 from hdl.net.front_end.fanout import ResultTag
 from hdl.net.front_end.job_workers import JobCommit
 from hdl.net.front_end.layouts import ServiceBeat, egress_word
@@ -204,9 +204,6 @@ class JobGate(wiring.Component):
         d_length = Signal(16)
         d_result = Signal()
         word = Signal(16)                 # SipHash word of the message being fed
-        words = Mux(d_length == 0, 1, (d_length + 7) >> 3)
-        last_word = word == words - 1
-        remaining = d_length - (word << 3)
         in_filter = Signal()
         known = d_job < J
         job_now = keys[d_job[:job_bits]]
@@ -254,13 +251,9 @@ class JobGate(wiring.Component):
                 with m.Else():
                     m.next = "FORWARD"
             with m.State("HASH"):
-                word_data = i.p.data.word_select(word[:2], 64)
-                m.d.comb += [
-                    siphash.i.valid.eq(i.valid),
-                    siphash.i.p.data.eq(Mux(word == _TAG_WORD, 0, word_data)),
-                    siphash.i.p.bytes.eq(Mux(last_word, remaining[:4], 8)),
-                    siphash.i.p.last.eq(last_word),
-                ]
+                # (the control service's feed: header word 3 as zero, the last word's bytes)
+                last_word = CtrlAuth._feed(m, siphash, i.p.data, d_length, word)
+                m.d.comb += siphash.i.valid.eq(i.valid)
                 with m.If(i.valid & siphash.i.ready):
                     m.d.sync += word.eq(word + 1)
                     with m.If(last_word | (word[:2] == 3)):
