@@ -79,13 +79,20 @@ def hostile_traffic(rng):
     ]
 
 
-def test_hostile_control_is_dropped_and_counted_as_the_golden_board_does():
-    traffic = hostile_traffic(fresh_rng())
+def sent_as_the_golden_board(traffic):
+    """Every datagram the Verilated top (built with :data:`KEY`) sent for ``traffic``,
+    after asserting that it sent what the golden board sends, datagram for datagram."""
     seen = []
     mismatches = replies_of(traffic, key=KEY, seen=seen)
     assert not mismatches, "\n".join(
         f"datagram {n} ({traffic[n][1].value}, {traffic[n][2][:40].hex()}): golden {want}, "
         f"Verilated {got}" for n, want, got in mismatches)
+    return seen
+
+
+def test_hostile_control_is_dropped_and_counted_as_the_golden_board_does():
+    traffic = hostile_traffic(fresh_rng())
+    seen = sent_as_the_golden_board(traffic)
     # every CTRL reply was tagged right (replies_of checks each); no key byte in anything
     # the gateware sent; the attacks counted where section 7 says
     assert len(seen) > 10        # (which ones: the golden comparison above)
@@ -194,11 +201,7 @@ def test_hostile_aggregation_is_dropped_and_counted_as_the_golden_board_does():
     drops counted alike, genuine rounds beside them unharmed."""
     from host.golden.siphash import check_tag, job_key
     traffic = job_traffic(fresh_rng())
-    seen = []
-    mismatches = replies_of(traffic, key=KEY, seen=seen)
-    assert not mismatches, "\n".join(
-        f"datagram {n} ({traffic[n][1].value}, {traffic[n][2][:40].hex()}): golden {want}, "
-        f"Verilated {got}" for n, want, got in mismatches)
+    seen = sent_as_the_golden_board(traffic)
     results = [d for d in seen if d.src_port != seen[0].src_port]
     keys = (job_key(KEY, 0, EPOCH), job_key(KEY, 0, NEW_EPOCH))
     assert len(results) >= 6 and all(any(check_tag(k, d.payload) for k in keys)
